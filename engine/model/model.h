@@ -1,0 +1,38 @@
+// A loaded model: its configuration, its weights and the storage that backs them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+
+namespace witcert {
+
+class Model {
+ public:
+  // Loads a GGUF model: validates the architecture ("llama", "qwen2"; anything else is
+  // InvalidArgument naming it), reads the config from metadata, and binds every tensor the
+  // forward pass needs (a missing or mis-shaped tensor is an error naming it). Weights stay
+  // quantized in the mapping.
+  static absl::StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const Weights& weights() const { return weights_; }
+  // The GGUF file the model came from (tokenizer and chat template read it); null for
+  // models that did not come from GGUF.
+  const GgufFile* gguf() const { return gguf_.get(); }
+
+ private:
+  Model() = default;
+  ModelConfig config_;
+  Weights weights_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::vector<std::vector<uint8_t>> owned_;  // tensors converted at load time, if any
+  friend class ModelLoader;
+};
+
+}  // namespace witcert

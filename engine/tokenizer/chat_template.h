@@ -1,0 +1,51 @@
+// Chat templates: renders OpenAI-style messages into the prompt text a model was trained on.
+//
+// Jinja is not interpreted; the known template families are implemented directly and picked
+// by inspecting tokenizer.chat_template (or by name from config as an explicit override).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/gguf.h"
+
+namespace witcert {
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant" (others passed through)
+  std::string content;
+};
+
+enum class ChatTemplateKind {
+  kChatMl,   // <|im_start|>role\n...<|im_end|>\n  (SmolLM2, Qwen2)
+  kLlama3,   // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+};
+
+class ChatTemplate {
+ public:
+  // Picks the family from the GGUF's tokenizer.chat_template; `override_name` ("chatml",
+  // "llama3"), when non-empty, wins. Unknown template without override → InvalidArgument.
+  static absl::StatusOr<ChatTemplate> FromGguf(const GgufFile& gguf,
+                                               std::string_view override_name = "");
+  static absl::StatusOr<ChatTemplate> FromName(std::string_view name);
+
+  // Renders `messages`; with `add_generation_prompt` it ends with the assistant header.
+  // Model-specific defaults are honoured (SmolLM2 inserts its default system prompt when
+  // the first message is not a system message; Qwen2 likewise with its own).
+  std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+  ChatTemplateKind kind() const { return kind_; }
+  std::string_view name() const;
+  // Default system prompt inserted when the conversation has none ("" for none).
+  const std::string& default_system_prompt() const { return default_system_; }
+
+ private:
+  ChatTemplateKind kind_ = ChatTemplateKind::kChatMl;
+  std::string default_system_;
+  bool bos_prefix_ = false;  // Llama 3 starts with <|begin_of_text|>
+};
+
+}  // namespace witcert

@@ -1,0 +1,31 @@
+// Element-wise and row-wise transformer ops on the CPU (fp32).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/quant_matrix.h"
+
+namespace witcert {
+
+// out[i, :] = x[i, :] / sqrt(mean(x[i, :]²) + eps) * weight. x, out [n, dim]; may alias.
+void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out);
+
+// Rotates `x` [num_heads, head_dim] in place for position `pos`:
+// pair i (i < head_dim/2) has angle pos · theta^(−2i/head_dim) and dims (2i, 2i+1) when
+// `interleaved`, else (i, i + head_dim/2).
+void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
+               bool interleaved);
+
+// out[j] = silu(gate[j]) * up[j], j < n. out may alias gate.
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+
+// In-place numerically stable softmax over x[0, n).
+void Softmax(float* x, int64_t n);
+
+// out [hidden] = dequantized row `token` of the embedding table.
+void EmbeddingLookup(const QuantMatrix& table, int32_t token, float* out);
+
+// y += x, n elements.
+void AddInPlace(float* y, const float* x, int64_t n);
+
+}  // namespace witcert
