@@ -1,0 +1,195 @@
+#include "engine/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "engine/common/status.h"
+#include "engine/gate/metered_decode.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/transformer_ops.h"
+
+namespace witcert {
+namespace {
+
+const float* F32(const QuantMatrix& m) { return reinterpret_cast<const float*>(m.data); }
+
+void AddBias(float* rows, int64_t n, const QuantMatrix& bias) {
+  if (bias.empty()) return;
+  for (int64_t i = 0; i < n; ++i) AddInPlace(rows + i * bias.cols, F32(bias), bias.cols);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
+                                                               const KvCacheOptions& kv_options,
+                                                               int num_threads) {
+  const ModelConfig& c = model.config();
+  if (kv_options.num_layers != c.num_layers || kv_options.num_kv_heads != c.num_kv_heads ||
+      kv_options.head_dim != c.head_dim) {
+    return absl::InvalidArgumentError("KV cache options do not match the model's shape");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, KvCache::Create(kv_options));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(model, std::move(kv), num_threads));
+}
+
+CpuBackend::CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, int num_threads)
+    : model_(model), config_(model.config()), kv_(std::move(kv)), pool_(num_threads) {}
+
+void CpuBackend::FreshCausalAttention(int64_t first_row, int64_t num_tokens) {
+  const int64_t d = config_.head_dim;
+  const int64_t hq = config_.num_heads;
+  const int64_t q_dim = config_.q_dim();
+  const int64_t kv_dim = config_.kv_dim();
+  const int64_t group = config_.group_size();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // One work unit per (head, query token): independent rows, no shared writes.
+  pool_.ParallelFor(hq * num_tokens, 8, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(num_tokens);
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t h = w / num_tokens;
+      const int64_t i = w % num_tokens;
+      const int64_t g = h / group;
+      const float* q = &q_[(first_row + i) * q_dim + h * d];
+      for (int64_t j = 0; j <= i; ++j) {
+        const float* k = &k_[(first_row + j) * kv_dim + g * d];
+        float dot = 0.0f;
+        for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
+        scores[j] = dot * scale;
+      }
+      Softmax(scores.data(), i + 1);
+      float* out = &attn_[(first_row + i) * q_dim + h * d];
+      std::fill(out, out + d, 0.0f);
+      for (int64_t j = 0; j <= i; ++j) {
+        const float* v = &v_[(first_row + j) * kv_dim + g * d];
+        const float p = scores[j];
+        for (int64_t c = 0; c < d; ++c) out[c] += p * v[c];
+      }
+    }
+  });
+}
+
+absl::Status CpuBackend::StoredAttention(const ForwardItem& item, int64_t first_row,
+                                         int32_t layer, std::vector<CellRecord>* cells) {
+  const int64_t n = static_cast<int64_t>(item.tokens.size());
+  const int64_t hq = config_.num_heads;
+  const int64_t q_dim = config_.q_dim();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = first_row + i;
+    DecodeAttentionRequest request;
+    request.seq = item.seq;
+    request.layer = layer;
+    request.step = item.decode_step + i;
+    request.context_len = item.start_pos + i + 1;
+    request.q = &q_[row * q_dim];
+    request.out = &attn_[row * q_dim];
+    request.policy = item.policy;
+    request.delta_loc = item.delta_loc;
+    CellRecord* cell_out = nullptr;
+    if (cells != nullptr) {
+      const size_t base = cells->size();
+      cells->resize(base + hq);
+      cell_out = cells->data() + base;
+    }
+    request.cells = cell_out;
+    RETURN_IF_ERROR(MeteredDecodeAttention(*kv_, request, config_.num_heads, &pool_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardResult* result) {
+  const Weights& w = model_.weights();
+  const int64_t hidden = config_.hidden_dim;
+  const int64_t q_dim = config_.q_dim();
+  const int64_t kv_dim = config_.kv_dim();
+  const int64_t ffn = config_.ffn_dim;
+  const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
+
+  int64_t total = 0;
+  std::vector<int64_t> first_row(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (batch[b].tokens.empty()) return absl::InvalidArgumentError("empty forward item");
+    first_row[b] = total;
+    total += static_cast<int64_t>(batch[b].tokens.size());
+  }
+  x_.resize(total * hidden);
+  xn_.resize(total * hidden);
+  q_.resize(total * q_dim);
+  k_.resize(total * kv_dim);
+  v_.resize(total * kv_dim);
+  attn_.resize(total * q_dim);
+  proj_.resize(total * hidden);
+  gate_.resize(total * ffn);
+  up_.resize(total * ffn);
+
+  for (size_t b = 0; b < batch.size(); ++b) {
+    for (size_t i = 0; i < batch[b].tokens.size(); ++i) {
+      const TokenId token = batch[b].tokens[i];
+      if (token < 0 || token >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrFormat("token id %d out of range", token));
+      }
+      EmbeddingLookup(w.token_embd, token, &x_[(first_row[b] + i) * hidden]);
+    }
+  }
+  result->cells.assign(batch.size(), {});
+
+  for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& lw = w.layers[layer];
+    RmsNorm(x_.data(), F32(lw.attn_norm), total, hidden, config_.rms_norm_eps, xn_.data());
+    Matmul(xn_.data(), total, lw.wq, q_.data(), &pool_);
+    Matmul(xn_.data(), total, lw.wk, k_.data(), &pool_);
+    Matmul(xn_.data(), total, lw.wv, v_.data(), &pool_);
+    AddBias(q_.data(), total, lw.bq);
+    AddBias(k_.data(), total, lw.bk);
+    AddBias(v_.data(), total, lw.bv);
+
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const ForwardItem& item = batch[b];
+      for (size_t i = 0; i < item.tokens.size(); ++i) {
+        const int64_t row = first_row[b] + i;
+        const int64_t pos = item.start_pos + static_cast<int64_t>(i);
+        ApplyRope(&q_[row * q_dim], config_.num_heads, config_.head_dim, pos,
+                  config_.rope_theta, interleaved);
+        ApplyRope(&k_[row * kv_dim], config_.num_kv_heads, config_.head_dim, pos,
+                  config_.rope_theta, interleaved);
+        RETURN_IF_ERROR(kv_->Write(item.seq, layer, pos, &k_[row * kv_dim], &v_[row * kv_dim]));
+      }
+    }
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const ForwardItem& item = batch[b];
+      if (item.start_pos == 0) {
+        FreshCausalAttention(first_row[b], static_cast<int64_t>(item.tokens.size()));
+      } else {
+        RETURN_IF_ERROR(StoredAttention(item, first_row[b], layer,
+                                        item.policy ? &result->cells[b] : nullptr));
+      }
+    }
+    Matmul(attn_.data(), total, lw.wo, proj_.data(), &pool_);
+    AddInPlace(x_.data(), proj_.data(), total * hidden);
+
+    RmsNorm(x_.data(), F32(lw.ffn_norm), total, hidden, config_.rms_norm_eps, xn_.data());
+    Matmul(xn_.data(), total, lw.w_gate, gate_.data(), &pool_);
+    Matmul(xn_.data(), total, lw.w_up, up_.data(), &pool_);
+    SwiGlu(gate_.data(), up_.data(), total * ffn, gate_.data());
+    Matmul(gate_.data(), total, lw.w_down, proj_.data(), &pool_);
+    AddInPlace(x_.data(), proj_.data(), total * hidden);
+  }
+
+  // Logits of the last token of each item that asks for them.
+  std::vector<float> last;  // [items with logits, hidden]
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (!batch[b].compute_logits) continue;
+    const int64_t row = first_row[b] + static_cast<int64_t>(batch[b].tokens.size()) - 1;
+    last.insert(last.end(), &x_[row * hidden], &x_[(row + 1) * hidden]);
+  }
+  const int64_t num_logits = static_cast<int64_t>(last.size()) / hidden;
+  result->logits.resize(num_logits * config_.vocab_size);
+  if (num_logits > 0) {
+    RmsNorm(last.data(), F32(w.output_norm), num_logits, hidden, config_.rms_norm_eps,
+            last.data());
+    Matmul(last.data(), num_logits, w.output, result->logits.data(), &pool_);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace witcert

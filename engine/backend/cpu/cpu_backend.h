@@ -1,0 +1,54 @@
+// The CPU reference backend: the transformer forward pass over quantized weights, with every
+// decode attention read from the metered KV cache.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/model/model.h"
+#include "kernels/cpu/parallel.h"
+
+namespace witcert {
+
+class CpuBackend : public Backend {
+ public:
+  // `model` must outlive the backend. `num_threads` <= 0 → all cores.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model,
+                                                            const KvCacheOptions& kv_options,
+                                                            int num_threads = 0);
+
+  absl::Status Forward(absl::Span<const ForwardItem> batch, ForwardResult* result) override;
+  const ModelConfig& config() const override { return config_; }
+  KvCache& kv_cache() override { return *kv_; }
+  const char* name() const override { return "cpu"; }
+
+ private:
+  CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, int num_threads);
+
+  // Causal attention of a prompt chunk that starts at position 0 over its own fresh K/V
+  // (exact: nothing has been stored yet, so there is no certificate cell to record).
+  void FreshCausalAttention(int64_t first_row, int64_t num_tokens);
+  absl::Status StoredAttention(const ForwardItem& item, int64_t first_row, int32_t layer,
+                               std::vector<CellRecord>* cells);
+
+  const Model& model_;
+  const ModelConfig& config_;
+  std::unique_ptr<KvCache> kv_;
+  ThreadPool pool_;
+
+  // Scratch, grown to the batch's token count N.
+  std::vector<float> x_;       // [N, hidden] residual stream
+  std::vector<float> xn_;      // [N, hidden] normed
+  std::vector<float> q_;       // [N, q_dim]
+  std::vector<float> k_;       // [N, kv_dim]
+  std::vector<float> v_;       // [N, kv_dim]
+  std::vector<float> attn_;    // [N, q_dim]
+  std::vector<float> proj_;    // [N, hidden]
+  std::vector<float> gate_;    // [N, ffn]
+  std::vector<float> up_;      // [N, ffn]
+  std::vector<float> scores_;  // [threads, max context] attention scratch
+};
+
+}  // namespace witcert

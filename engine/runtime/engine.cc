@@ -1,0 +1,274 @@
+#include "engine/runtime/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace witcert {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+absl::Status ValidateSampling(const SamplingParams& p) {
+  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f)
+    return absl::InvalidArgumentError("temperature must be in [0, 100]");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    return absl::InvalidArgumentError("top_p must be in (0, 1]");
+  if (p.top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+    return absl::InvalidArgumentError("min_p must be in [0, 1]");
+  if (!(std::fabs(p.presence_penalty) <= 2.0f))
+    return absl::InvalidArgumentError("presence_penalty must be in [-2, 2]");
+  if (!(std::fabs(p.frequency_penalty) <= 2.0f))
+    return absl::InvalidArgumentError("frequency_penalty must be in [-2, 2]");
+  if (p.top_logprobs < 0 || p.top_logprobs > 20)
+    return absl::InvalidArgumentError("top_logprobs must be in [0, 20]");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer,
+               EngineOptions options)
+    : backend_(std::move(backend)),
+      tokenizer_(tokenizer),
+      options_(options),
+      scheduler_(options.scheduler),
+      layer_head_stats_(backend_->config().num_layers, backend_->config().num_heads),
+      policy_(options.gate) {
+  if (options_.max_context <= 0) options_.max_context = backend_->config().context_length;
+  loop_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(Request request) {
+  if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  if (request.stop.max_tokens < 1)
+    return absl::InvalidArgumentError("max_tokens must be at least 1");
+  if (absl::Status s = ValidateSampling(request.sampling); !s.ok()) return s;
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (prompt_len >= options_.max_context) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "the prompt has %d tokens; this model's context is %d tokens", prompt_len,
+        options_.max_context));
+  }
+  // Generation stops at the context length ("length") rather than failing.
+  request.stop.max_tokens = static_cast<int32_t>(
+      std::min<int64_t>(request.stop.max_tokens, options_.max_context - prompt_len));
+  const int64_t needed = prompt_len + request.stop.max_tokens;
+  KvCache& kv = backend_->kv_cache();
+  const int64_t block = kv.block_size();
+  if ((needed + block - 1) / block > kv.num_total_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the request needs %d tokens of KV cache; the pool holds %d", needed,
+        kv.num_total_blocks() * block));
+  }
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= backend_->config().vocab_size)
+      return absl::InvalidArgumentError(absl::StrFormat("token id %d out of range", t));
+  }
+  auto stream = std::make_shared<RequestStream>(request.id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("the engine is shutting down");
+    auto seq = std::make_unique<Sequence>(next_seq_id_++, std::move(request), stream, tokenizer_);
+    seq->policy = seq->request.gate ? policy_.Tighten(*seq->request.gate) : policy_;
+    // δ_loc = δ_req / (L · Hq · T), T = the request's decode steps (prefill chunks that read
+    // the store are covered by the slack of one extra step per preemption-free chunk).
+    const ModelConfig& c = backend_->config();
+    const double steps = static_cast<double>(seq->request.stop.max_tokens) +
+                         std::ceil(static_cast<double>(prompt_len) /
+                                   std::max(1, options_.scheduler.max_batched_tokens));
+    seq->delta_loc = seq->policy.delta_req / (static_cast<double>(c.num_layers) *
+                                              c.num_heads * steps);
+    incoming_.push_back(std::move(seq));
+  }
+  cv_.notify_one();
+  return stream;
+}
+
+void Engine::ReloadPolicy(const GatePolicy& policy) {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_ = policy;
+}
+
+GatePolicy Engine::policy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_;
+}
+
+EngineStats Engine::Stats() const {
+  EngineStats s;
+  s.running = stat_running_.load();
+  s.waiting = stat_waiting_.load();
+  s.kv_blocks_total = backend_->kv_cache().num_total_blocks();
+  s.kv_blocks_free = backend_->kv_cache().num_free_blocks();
+  s.preemptions = stat_preemptions_.load();
+  s.prompt_tokens = stat_prompt_tokens_.load();
+  s.generation_tokens = stat_generation_tokens_.load();
+  s.steps = stat_steps_.load();
+  return s;
+}
+
+void Engine::Loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() ||
+               scheduler_.num_running() + scheduler_.num_waiting() > 0;
+      });
+      if (stopping_) break;
+      for (auto& seq : incoming_) {
+        stat_prompt_tokens_ += static_cast<int64_t>(seq->request.prompt.size());
+        scheduler_.Add(std::move(seq));
+      }
+      incoming_.clear();
+    }
+    Step();
+  }
+  for (Sequence* seq : scheduler_.All()) Finish(seq, FinishReason::kCancelled);
+}
+
+void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
+  RequestEvent event;
+  event.kind = RequestEvent::Kind::kFinish;
+  event.finish_reason = reason;
+  event.status = std::move(status);
+  event.usage.prompt_tokens = static_cast<int64_t>(seq->request.prompt.size());
+  event.usage.completion_tokens = seq->num_generated();
+  event.risk = seq->risk.Summary();
+  event.total_time_s = SecondsSince(seq->arrival);
+  event.time_to_first_token_s =
+      seq->has_first_token
+          ? std::chrono::duration<double>(seq->first_token - seq->arrival).count()
+          : 0.0;
+  std::shared_ptr<RequestStream> stream = seq->stream;
+  scheduler_.Remove(seq, backend_->kv_cache());  // frees the KV blocks; `seq` is gone
+  stream->Push(std::move(event));
+}
+
+bool Engine::Emit(Sequence* seq, float* logits, std::vector<CellRecord>& cells) {
+  const int32_t vocab = backend_->config().vocab_size;
+  SampledToken sampled = seq->sampler.Sample(
+      absl::Span<float>(logits, vocab),
+      absl::Span<const int32_t>(seq->tokens.data() + seq->request.prompt.size(),
+                                seq->num_generated()));
+  seq->tokens.push_back(sampled.token);
+  ++stat_generation_tokens_;
+  if (!seq->has_first_token) {
+    seq->has_first_token = true;
+    seq->first_token = std::chrono::steady_clock::now();
+  }
+  if (!cells.empty() && seq->request.emit_cells) {
+    RequestEvent cell_event;
+    cell_event.kind = RequestEvent::Kind::kCells;
+    cell_event.cells = cells;
+    seq->stream->Push(std::move(cell_event));
+  }
+
+  const bool eog = !seq->request.stop.ignore_eos && tokenizer_.IsEndOfGeneration(sampled.token);
+  bool stopped = false;
+  std::string text;
+  if (!eog) text = seq->stop_matcher.Push(seq->detokenizer.Push(sampled.token), &stopped);
+  const bool length = seq->num_generated() >= seq->request.stop.max_tokens;
+  if ((eog || length) && !stopped) {
+    text += seq->stop_matcher.Push(seq->detokenizer.Flush(), &stopped);
+    if (!stopped) text += seq->stop_matcher.Flush();
+  }
+  RequestEvent event;
+  event.kind = RequestEvent::Kind::kToken;
+  event.token = std::move(sampled);
+  event.text = std::move(text);
+  seq->stream->Push(std::move(event));
+
+  if (eog || stopped) {
+    Finish(seq, FinishReason::kStop);
+    return true;
+  }
+  if (length) {
+    Finish(seq, FinishReason::kLength);
+    return true;
+  }
+  return false;
+}
+
+void Engine::Step() {
+  // Cancelled requests leave first, freeing their blocks.
+  for (Sequence* seq : scheduler_.All()) {
+    if (seq->stream->cancelled()) Finish(seq, FinishReason::kCancelled);
+  }
+  KvCache& kv = backend_->kv_cache();
+  StepPlan plan = scheduler_.Schedule(kv);
+  stat_preemptions_ = scheduler_.total_preemptions();
+  stat_running_ = scheduler_.num_running();
+  stat_waiting_ = scheduler_.num_waiting();
+  if (plan.empty()) {
+    // Nothing fits right now; running sequences will free blocks. Avoid a hot spin.
+    if (scheduler_.num_running() == 0 && scheduler_.num_waiting() > 0) {
+      for (Sequence* seq : scheduler_.All())
+        Finish(seq, FinishReason::kError,
+               absl::ResourceExhaustedError("the KV pool cannot hold this request"));
+    }
+    return;
+  }
+
+  std::vector<ForwardItem> items;
+  items.reserve(plan.chunks.size());
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    Sequence* seq = chunk.seq;
+    ForwardItem item;
+    item.seq = seq->id;
+    item.tokens = absl::Span<const TokenId>(seq->tokens.data() + chunk.begin,
+                                            chunk.end - chunk.begin);
+    item.start_pos = chunk.begin;
+    item.compute_logits = chunk.finishes_prompt();
+    item.decode_step = seq->decode_steps;
+    item.delta_loc = seq->delta_loc;
+    item.policy = seq->policy.mode == GateMode::kOff ? nullptr : &seq->policy;
+    items.push_back(item);
+  }
+  ForwardResult result;
+  absl::Status status = backend_->Forward(items, &result);
+  ++stat_steps_;
+  if (!status.ok()) {
+    spdlog::error("forward pass failed: {}", status.ToString());
+    for (const ScheduledChunk& chunk : plan.chunks) Finish(chunk.seq, FinishReason::kError, status);
+    return;
+  }
+  size_t logit_index = 0;
+  const int32_t vocab = backend_->config().vocab_size;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    Sequence* seq = plan.chunks[i].seq;
+    seq->num_computed = plan.chunks[i].end;
+    std::vector<CellRecord>& cells = result.cells[i];
+    if (!cells.empty()) {
+      ++seq->decode_steps;
+      for (const CellRecord& cell : cells) {
+        seq->risk.Add(cell);
+        layer_head_stats_.Add(cell);
+      }
+    }
+    if (!items[i].compute_logits) continue;
+    float* logits = &result.logits[logit_index++ * vocab];
+    if (seq->stream->cancelled()) {
+      Finish(seq, FinishReason::kCancelled);
+      continue;
+    }
+    Emit(seq, logits, cells);
+  }
+}
+
+}  // namespace witcert

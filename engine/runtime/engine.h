@@ -1,0 +1,94 @@
+// The engine: one thread that owns the model state and runs the continuous-batching loop.
+//
+// Front ends call Submit() from any thread and read the returned RequestStream; the loop
+// schedules, runs the backend, samples, detokenizes and pushes events. Nothing here knows
+// HTTP, gRPC, JSON or Prometheus; Stats() is what the metrics layer reads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/cert/records.h"
+#include "engine/gate/gate_policy.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace witcert {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  GatePolicy gate;            // the policy in force at start (ReloadPolicy swaps it)
+  int32_t max_context = 0;    // 0 → the model's context length
+};
+
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generation_tokens = 0;
+  int64_t steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer, EngineOptions options);
+  ~Engine();  // cancels what is in flight and joins the loop
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and enqueues. InvalidArgument for an empty prompt or bad sampling values,
+  // OutOfRange when prompt + max_tokens exceeds the context, ResourceExhausted when the
+  // request could never fit in the KV pool even alone.
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(Request request);
+
+  // Swaps the gate policy in force; requests admitted later use it (running ones keep
+  // theirs, so a request's δ budget stays consistent).
+  void ReloadPolicy(const GatePolicy& policy);
+  GatePolicy policy() const;
+
+  EngineStats Stats() const;
+  const ModelConfig& config() const { return backend_->config(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  Backend& backend() { return *backend_; }
+  // Per-(layer, head) certificate counters, for metrics.
+  const LayerHeadStats& layer_head_stats() const { return layer_head_stats_; }
+
+ private:
+  void Loop();
+  void Step();
+  // Samples, detokenizes and emits for one chunk that produced logits. Returns true when the
+  // sequence finished.
+  bool Emit(Sequence* seq, float* logits, std::vector<CellRecord>& cells);
+  void Finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
+
+  std::unique_ptr<Backend> backend_;
+  const Tokenizer& tokenizer_;
+  EngineOptions options_;
+  Scheduler scheduler_;
+  LayerHeadStats layer_head_stats_;
+
+  mutable std::mutex mu_;  // guards incoming_, policy_, stopping_
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Sequence>> incoming_;
+  GatePolicy policy_;
+  bool stopping_ = false;
+  SeqId next_seq_id_ = 1;
+
+  std::atomic<int32_t> stat_running_{0}, stat_waiting_{0};
+  std::atomic<int64_t> stat_prompt_tokens_{0}, stat_generation_tokens_{0}, stat_steps_{0};
+  std::atomic<int64_t> stat_preemptions_{0};
+  std::thread loop_;
+};
+
+}  // namespace witcert

@@ -1,0 +1,34 @@
+// Everything needed to bring up an engine, as one value the CLI flags and the config file
+// both fill in (server/config parses the file; flags override it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/gate/gate_policy.h"
+#include "engine/runtime/scheduler.h"
+
+namespace witcert {
+
+struct KvConfig {
+  std::string k_scheme = "fp16";
+  std::string v_scheme = "fp16";
+  int32_t block_size = 16;
+  int64_t memory_bytes = 256ll << 20;    // quantized pool size; sets the number of blocks
+  int32_t num_bands = 8;
+  int32_t outlier_channels = 0;
+  uint64_t dither_seed = 0x5eedc0de;
+  int64_t backing_store_bytes = 1ll << 30;
+};
+
+struct EngineConfig {
+  std::string model_path;
+  std::string chat_template;   // "" → from the model's metadata; "chatml" / "llama3"
+  int32_t threads = 0;         // 0 → all cores
+  int32_t max_context = 0;     // 0 → the model's context length
+  KvConfig kv;
+  GatePolicy gate;
+  SchedulerOptions scheduler;
+};
+
+}  // namespace witcert

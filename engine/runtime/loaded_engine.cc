@@ -1,0 +1,70 @@
+#include "engine/runtime/loaded_engine.h"
+
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/common/status.h"
+
+namespace witcert {
+
+absl::StatusOr<KvCacheOptions> MakeKvOptions(const ModelConfig& model, const KvConfig& kv) {
+  KvCacheOptions options;
+  options.num_layers = model.num_layers;
+  options.num_kv_heads = model.num_kv_heads;
+  options.head_dim = model.head_dim;
+  options.rope_pairing = model.rope_pairing;
+  options.block_size = kv.block_size;
+  options.k_scheme = kv.k_scheme;
+  options.v_scheme = kv.v_scheme;
+  options.num_bands = kv.num_bands;
+  options.outlier_channels = kv.outlier_channels;
+  options.dither_seed = kv.dither_seed;
+  options.backing_store_bytes = kv.backing_store_bytes;
+  options.num_blocks = 1;
+  ASSIGN_OR_RETURN(const int64_t bytes_per_token, KvCache::BytesPerTokenFor(options));
+  const int64_t bytes_per_block = bytes_per_token * kv.block_size;
+  options.num_blocks = kv.memory_bytes / bytes_per_block;
+  if (options.num_blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv.memory_bytes = %d cannot hold one block of %d bytes", kv.memory_bytes,
+        bytes_per_block));
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
+    const EngineConfig& config, const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  auto loaded = std::make_unique<LoadedEngine>();
+  const auto start = std::chrono::steady_clock::now();
+  say(absl::StrFormat("loading model %s ...", config.model_path));
+  ASSIGN_OR_RETURN(loaded->model, Model::LoadGguf(config.model_path));
+  const ModelConfig& mc = loaded->model->config();
+  say(absl::StrFormat("model: %s (%s, %d layers, hidden %d, %d/%d heads, vocab %d)", mc.name,
+                      mc.architecture, mc.num_layers, mc.hidden_dim, mc.num_heads,
+                      mc.num_kv_heads, mc.vocab_size));
+  ASSIGN_OR_RETURN(loaded->tokenizer, Tokenizer::FromGguf(*loaded->model->gguf()));
+  ASSIGN_OR_RETURN(loaded->chat_template,
+                   ChatTemplate::FromGguf(*loaded->model->gguf(), config.chat_template));
+  ASSIGN_OR_RETURN(KvCacheOptions kv_options, MakeKvOptions(mc, config.kv));
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
+                   CpuBackend::Create(*loaded->model, kv_options, config.threads));
+  say(absl::StrFormat("kv cache: K %s, V %s, %d blocks of %d tokens (%d tokens), gate %s",
+                      config.kv.k_scheme, config.kv.v_scheme, kv_options.num_blocks,
+                      kv_options.block_size, kv_options.num_blocks * kv_options.block_size,
+                      GateModeName(config.gate.mode)));
+  EngineOptions options;
+  options.scheduler = config.scheduler;
+  options.gate = config.gate;
+  options.max_context = config.max_context;
+  loaded->engine = std::make_unique<Engine>(std::move(backend), *loaded->tokenizer, options);
+  say(absl::StrFormat("ready in %.2f s",
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                          .count()));
+  return loaded;
+}
+
+}  // namespace witcert

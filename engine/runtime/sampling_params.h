@@ -1,0 +1,29 @@
+// What a request says about how to pick each next token, and when to stop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace witcert {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 → greedy (argmax)
+  float top_p = 1.0f;        // nucleus mass in (0, 1]
+  int32_t top_k = 0;         // 0 → off
+  float min_p = 0.0f;        // drop tokens with p < min_p · p_max; 0 → off
+  float presence_penalty = 0.0f;   // OpenAI semantics, subtracted from logits of seen tokens
+  float frequency_penalty = 0.0f;  // times the count of each generated token
+  std::optional<uint64_t> seed;    // unset → seeded from a random device
+  int32_t top_logprobs = 0;        // return this many alternatives per token (0..20)
+  bool logprobs = false;
+};
+
+struct StopCondition {
+  int32_t max_tokens = 256;            // generated tokens
+  std::vector<std::string> stop;       // stop strings; the match is not emitted
+  bool ignore_eos = false;
+};
+
+}  // namespace witcert

@@ -1,0 +1,109 @@
+#include "engine/tokenizer/bpe_merger.h"
+
+#include <queue>
+
+#include "absl/strings/str_format.h"
+#include "engine/tokenizer/absl_bridge.h"
+#include "engine/tokenizer/byte_level.h"
+
+namespace witcert {
+namespace {
+
+struct Candidate {
+  int32_t rank;
+  int32_t left;  // symbol index of the pair's left half
+  int32_t left_id;
+  int32_t right_id;
+};
+
+struct CandidateAfter {  // min-heap order: lowest rank, then leftmost
+  bool operator()(const Candidate& a, const Candidate& b) const {
+    return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
+  }
+};
+
+struct Symbol {
+  int32_t id;    // token id; negative: a byte without a spelling token (never merges)
+  int32_t prev;  // -1 at the start
+  int32_t next;  // -1 at the end
+};
+
+}  // namespace
+
+BpeMerger::BpeMerger(const absl::flat_hash_map<std::string, int32_t>& vocab,
+                     absl::Span<const std::string_view> merges, int32_t unknown_id) {
+  const auto find = [&](std::string_view text) -> int32_t {
+    auto it = vocab.find(Av(text));
+    return it == vocab.end() ? -1 : it->second;
+  };
+  const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::Get();
+  for (int b = 0; b < 256; ++b) {
+    byte_symbol_[b] = find(alphabet.Spelling(static_cast<uint8_t>(b)));
+    const int32_t byte_token = find(absl::StrFormat("<0x%02X>", b));
+    byte_fallback_[b] = byte_token >= 0 ? byte_token : unknown_id;
+  }
+  pairs_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string_view merge = merges[rank];
+    const size_t space = merge.find(' ', 1);  // a part is never empty
+    if (space == std::string_view::npos) {
+      ++skipped_merges_;
+      continue;
+    }
+    const std::string_view left = merge.substr(0, space);
+    const std::string_view right = merge.substr(space + 1);
+    const int32_t left_id = find(left);
+    const int32_t right_id = find(right);
+    const int32_t merged_id = find(std::string(left) + std::string(right));
+    if (left_id < 0 || right_id < 0 || merged_id < 0) {
+      ++skipped_merges_;
+      continue;
+    }
+    // try_emplace keeps the first (lowest) rank of a duplicated merge.
+    pairs_.try_emplace(PairKey(left_id, right_id),
+                       MergeResult{static_cast<int32_t>(rank), merged_id});
+  }
+}
+
+void BpeMerger::Merge(std::string_view piece, std::vector<int32_t>& out) const {
+  const int32_t n = static_cast<int32_t>(piece.size());
+  if (n == 0) return;
+  std::vector<Symbol> symbols(n);  // [n], linked list in piece order
+  for (int32_t i = 0; i < n; ++i) {
+    const uint8_t b = static_cast<uint8_t>(piece[i]);
+    const int32_t id = byte_symbol_[b];
+    symbols[i] = {id >= 0 ? id : -1 - b, i - 1, i + 1 < n ? i + 1 : -1};
+  }
+  std::priority_queue<Candidate, std::vector<Candidate>, CandidateAfter> heap;
+  const auto push_pair = [&](int32_t left) {
+    if (left < 0) return;
+    const int32_t right = symbols[left].next;
+    if (right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
+    auto it = pairs_.find(PairKey(symbols[left].id, symbols[right].id));
+    if (it == pairs_.end()) return;
+    heap.push({it->second.rank, left, symbols[left].id, symbols[right].id});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
+
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& left = symbols[c.left];
+    // Stale entry: the left symbol was merged away or changed, or its neighbour changed.
+    if (left.id != c.left_id || left.next < 0 || symbols[left.next].id != c.right_id) continue;
+    const int32_t right = left.next;
+    left.id = pairs_.find(PairKey(c.left_id, c.right_id))->second.merged;
+    left.next = symbols[right].next;
+    if (left.next >= 0) symbols[left.next].prev = c.left;
+    symbols[right].id = INT32_MIN;  // dead
+    push_pair(left.prev);
+    push_pair(c.left);
+  }
+  for (int32_t i = 0; i >= 0; i = symbols[i].next) {
+    const int32_t id = symbols[i].id;
+    const int32_t resolved = id >= 0 ? id : byte_fallback_[-1 - id];
+    if (resolved >= 0) out.push_back(resolved);  // no byte token and no unknown id: unrepresentable
+  }
+}
+
+}  // namespace witcert

@@ -1,0 +1,135 @@
+// Scalar dequantization of every supported GGML format to fp32.
+//
+// This is the readable definition of each encoding: MatmulReference and EmbeddingLookup are
+// built on it and the tests check it bit-exactly against python-gguf. It is not on the
+// per-token hot path (only one embedding row per token), so it stays scalar.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace witcert {
+namespace {
+
+void DequantQ4_0(const BlockQ4_0* b, int64_t nb, float* out) {  // out [nb * 32]
+  for (int64_t i = 0; i < nb; ++i, out += kQk) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < kQk / 2; ++j) {
+      out[j] = d * static_cast<float>((b[i].qs[j] & 0xF) - 8);
+      out[j + kQk / 2] = d * static_cast<float>((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void DequantQ4_1(const BlockQ4_1* b, int64_t nb, float* out) {  // out [nb * 32]
+  for (int64_t i = 0; i < nb; ++i, out += kQk) {
+    const float d = F16ToF32(b[i].d);
+    const float m = F16ToF32(b[i].m);
+    for (int j = 0; j < kQk / 2; ++j) {
+      out[j] = d * static_cast<float>(b[i].qs[j] & 0xF) + m;
+      out[j + kQk / 2] = d * static_cast<float>(b[i].qs[j] >> 4) + m;
+    }
+  }
+}
+
+void DequantQ8_0(const BlockQ8_0* b, int64_t nb, float* out) {  // out [nb * 32]
+  for (int64_t i = 0; i < nb; ++i, out += kQk) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < kQk; ++j) out[j] = d * static_cast<float>(b[i].qs[j]);
+  }
+}
+
+void DequantQ4_K(const BlockQ4_K* b, int64_t nb, float* out) {  // out [nb * 256]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    const float dmin = F16ToF32(b[i].dmin);
+    for (int c = 0; c < 4; ++c) {  // 64-element chunk: sub-blocks 2c (low) and 2c+1 (high)
+      uint8_t sc_lo, m_lo, sc_hi, m_hi;
+      Q4KScaleMin(b[i].scales, 2 * c, &sc_lo, &m_lo);
+      Q4KScaleMin(b[i].scales, 2 * c + 1, &sc_hi, &m_hi);
+      const float d_lo = d * sc_lo, min_lo = dmin * m_lo;
+      const float d_hi = d * sc_hi, min_hi = dmin * m_hi;
+      const uint8_t* q = b[i].qs + 32 * c;
+      for (int l = 0; l < 32; ++l) {
+        *out++ = d_lo * static_cast<float>(q[l] & 0xF) - min_lo;
+      }
+      for (int l = 0; l < 32; ++l) {
+        *out++ = d_hi * static_cast<float>(q[l] >> 4) - min_hi;
+      }
+    }
+  }
+}
+
+void DequantQ6_K(const BlockQ6_K* b, int64_t nb, float* out) {  // out [nb * 256]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int half = 0; half < 2; ++half) {  // 128 elements each
+      const uint8_t* ql = b[i].ql + 64 * half;
+      const uint8_t* qh = b[i].qh + 32 * half;
+      const int8_t* sc = b[i].scales + 8 * half;
+      float* y = out + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      }
+    }
+    out += kQkK;
+  }
+}
+
+}  // namespace
+
+void DequantizeValues(GgmlType type, const uint8_t* src, int64_t count, float* out) {
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(out, src, static_cast<size_t>(count) * sizeof(float));
+      return;
+    case GgmlType::kF16:
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = F16ToF32(h);
+      }
+      return;
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = Bf16ToF32(h);
+      }
+      return;
+    case GgmlType::kQ4_0:
+      DequantQ4_0(reinterpret_cast<const BlockQ4_0*>(src), count / kQk, out);
+      return;
+    case GgmlType::kQ4_1:
+      DequantQ4_1(reinterpret_cast<const BlockQ4_1*>(src), count / kQk, out);
+      return;
+    case GgmlType::kQ8_0:
+      DequantQ8_0(reinterpret_cast<const BlockQ8_0*>(src), count / kQk, out);
+      return;
+    case GgmlType::kQ4_K:
+      DequantQ4_K(reinterpret_cast<const BlockQ4_K*>(src), count / kQkK, out);
+      return;
+    case GgmlType::kQ6_K:
+      DequantQ6_K(reinterpret_cast<const BlockQ6_K*>(src), count / kQkK, out);
+      return;
+    default:  // unsupported: make the misuse loud rather than silently plausible
+      for (int64_t i = 0; i < count; ++i) out[i] = std::numeric_limits<float>::quiet_NaN();
+      return;
+  }
+}
+
+void DequantizeRow(const QuantMatrix& w, int64_t r, float* out) {
+  DequantizeValues(w.type, w.row(r), w.cols, out);
+}
+
+}  // namespace witcert

@@ -1,0 +1,126 @@
+// Matmul driver: activation quantization, row-tile loop, threading; plus the reference.
+//
+// Loop order: each thread owns a contiguous range of weight rows; for each weight row it
+// walks the activation rows in tiles of kMaxTile, so the row (≤ a few KB) stays in L1 while
+// the quantized activations (n × ~1.1·cols bytes) stream from L2. Decode (n = 1) is then a
+// single pass over the weights, which is what bounds its speed. Each output element is
+// produced by exactly one kernel call whose arithmetic does not depend on the thread count
+// or the tile position, so results are bit-identical across pool sizes and batch sizes.
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace witcert {
+namespace {
+
+using matmul_internal::BlockQ8_1x;
+using matmul_internal::BlockQ8_Kx;
+using matmul_internal::kMaxTile;
+using matmul_internal::RowDotFn;
+
+enum class ActFormat { kF32, kQ8_1, kQ8_K };
+
+struct Plan {
+  RowDotFn dot = nullptr;
+  ActFormat act = ActFormat::kF32;
+};
+
+Plan PlanFor(GgmlType type) {
+  namespace mi = matmul_internal;
+  switch (type) {
+    case GgmlType::kF32: return {mi::DotF32, ActFormat::kF32};
+    case GgmlType::kF16: return {mi::DotF16, ActFormat::kF32};
+    case GgmlType::kBF16: return {mi::DotBF16, ActFormat::kF32};
+    case GgmlType::kQ4_0: return {mi::DotQ4_0, ActFormat::kQ8_1};
+    case GgmlType::kQ4_1: return {mi::DotQ4_1, ActFormat::kQ8_1};
+    case GgmlType::kQ8_0: return {mi::DotQ8_0, ActFormat::kQ8_1};
+    case GgmlType::kQ4_K: return {mi::DotQ4_K, ActFormat::kQ8_K};
+    case GgmlType::kQ6_K: return {mi::DotQ6_K, ActFormat::kQ8_K};
+    default: return {};
+  }
+}
+
+// Work (multiply-adds) below which a chunk is not worth a thread hand-off (~10 µs).
+constexpr int64_t kMinMacsPerChunk = 1 << 16;
+
+}  // namespace
+
+void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPool* pool) {
+  const Plan plan = PlanFor(w.type);
+  const int64_t rows = w.rows, cols = w.cols;
+  if (plan.dot == nullptr) {  // unsupported format: loud garbage, never plausible numbers
+    std::fill(y, y + n * rows, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  if (n <= 0 || rows <= 0) return;
+
+  // Quantized activations, reused across calls on this thread. [n, act_stride bytes]
+  thread_local std::vector<uint8_t> act_buffer;
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  size_t act_stride = static_cast<size_t>(cols) * sizeof(float);
+  if (plan.act != ActFormat::kF32) {
+    act_stride = plan.act == ActFormat::kQ8_1
+                     ? static_cast<size_t>(cols / kQk) * sizeof(BlockQ8_1x)
+                     : static_cast<size_t>(cols / kQkK) * sizeof(BlockQ8_Kx);
+    if (act_buffer.size() < act_stride * n) act_buffer.resize(act_stride * n);
+    uint8_t* buf = act_buffer.data();
+    const ActFormat fmt = plan.act;
+    auto quantize = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (fmt == ActFormat::kQ8_1) {
+          matmul_internal::QuantizeRowQ8_1(
+              x + i * cols, cols, reinterpret_cast<BlockQ8_1x*>(buf + i * act_stride));
+        } else {
+          matmul_internal::QuantizeRowQ8_K(
+              x + i * cols, cols, reinterpret_cast<BlockQ8_Kx*>(buf + i * act_stride));
+        }
+      }
+    };
+    const int64_t min_rows = std::max<int64_t>(1, kMinMacsPerChunk / 8 / std::max<int64_t>(1, cols));
+    if (pool != nullptr && n >= 2 * min_rows) {
+      pool->ParallelFor(n, min_rows, quantize);
+    } else {
+      quantize(0, n);
+    }
+    act = buf;
+  }
+
+  const RowDotFn dot = plan.dot;
+  auto rows_fn = [&](int64_t r0, int64_t r1) {
+    float tile_out[kMaxTile];
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* w_row = w.row(r);
+      for (int64_t t = 0; t < n; t += kMaxTile) {
+        const int nx = static_cast<int>(std::min<int64_t>(kMaxTile, n - t));
+        dot(w_row, act + t * act_stride, act_stride, nx, cols, tile_out);
+        for (int j = 0; j < nx; ++j) y[(t + j) * rows + r] = tile_out[j];
+      }
+    }
+  };
+  const int64_t min_chunk = std::max<int64_t>(1, kMinMacsPerChunk / std::max<int64_t>(1, cols * n));
+  if (pool != nullptr && rows >= 2 * min_chunk) {
+    pool->ParallelFor(rows, min_chunk, rows_fn);
+  } else {
+    rows_fn(0, rows);
+  }
+}
+
+void MatmulReference(const float* x, int64_t n, const QuantMatrix& w, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.cols));  // [cols]
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeRow(w, r, row.data());
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0.0;
+      const float* xi = x + i * w.cols;
+      for (int64_t c = 0; c < w.cols; ++c) sum += static_cast<double>(xi[c]) * row[c];
+      y[i * w.rows + r] = static_cast<float>(sum);
+    }
+  }
+}
+
+}  // namespace witcert

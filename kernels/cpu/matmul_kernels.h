@@ -1,0 +1,73 @@
+// Internal pieces of the CPU matmul: activation quantization and per-format row dots.
+//
+// Each RowDot kernel dots ONE weight row with `nx` (1..kMaxTile) activation rows, so a
+// weight row is loaded and unpacked once per tile (prefill reuses it; decode has nx = 1).
+// Batch invariance: the arithmetic for activation row j is the same op sequence whatever
+// nx and j are, so a token's logits do not depend on how many rows share its call.
+// Every kernel has a scalar version (always compiled, used when AVX2 is off, tested
+// directly) and an AVX2 version.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/quant_blocks.h"
+
+namespace witcert::matmul_internal {
+
+inline constexpr int kMaxTile = 4;
+
+// Calls K<nx>::Run(w_row, x, stride, cols, out): one instantiation per tile width.
+template <template <int> class K>
+void DispatchTile(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                  float* out) {
+  switch (nx) {
+    case 1: K<1>::Run(w_row, x, stride, cols, out); return;
+    case 2: K<2>::Run(w_row, x, stride, cols, out); return;
+    case 3: K<3>::Run(w_row, x, stride, cols, out); return;
+    default: K<4>::Run(w_row, x, stride, cols, out); return;
+  }
+}
+static_assert(kMaxTile == 4, "DispatchTile covers widths 1..4");
+
+// Activation block for the 32-element formats: x ≈ d * qs, and s = d * Σ qs, which
+// carries Q4_1's min term (and Q4_0's -8 offset) without touching the int8 values.
+struct BlockQ8_1x {
+  float d;
+  float s;
+  int8_t qs[kQk];
+};
+// Activation super-block for the K-quants: x ≈ d * qs; bsums[g] = Σ qs[16g .. 16g+15].
+struct BlockQ8_Kx {
+  float d;
+  int16_t bsums[kQkK / 16];
+  int8_t qs[kQkK];
+};
+
+// x [cols] → out [cols / 32] (resp. [cols / 256]); symmetric: d = max|x| / 127, so every
+// element's error is at most d / 2.
+void QuantizeRowQ8_1(const float* x, int64_t cols, BlockQ8_1x* out);
+void QuantizeRowQ8_K(const float* x, int64_t cols, BlockQ8_Kx* out);
+
+// out[j] = <w_row, x_j> for j < nx, where x_j starts at x + j * x_stride bytes and is
+// BlockQ8_1x[] (Q4_0, Q4_1, Q8_0), BlockQ8_Kx[] (Q4_K, Q6_K) or float[] (F32, F16, BF16).
+using RowDotFn = void (*)(const uint8_t* w_row, const uint8_t* x, size_t x_stride, int nx,
+                          int64_t cols, float* out);
+
+void DotQ4_0(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ4_1(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ8_0(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ4_K(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ6_K(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotF32(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotF16(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotBF16(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+
+// Scalar versions of the same kernels (nx = 1 is enough for them; they loop over j).
+void DotQ4_0Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ4_1Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ8_0Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ4_KScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ6_KScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+
+}  // namespace witcert::matmul_internal

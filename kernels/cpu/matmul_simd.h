@@ -1,0 +1,24 @@
+// Small AVX2 helpers shared by the matmul dot kernels.
+#pragma once
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define WITCERT_MATMUL_AVX2 1
+#include <immintrin.h>
+
+namespace witcert::matmul_internal {
+
+// Sum of the 8 lanes, in a fixed order (so results are reproducible).
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Σ over pairs of u8·i8 products widened to 8 int32 lanes. Callers keep |u·i·2| < 2^15.
+inline __m256i DotU8I8(__m256i u, __m256i i) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, i), _mm256_set1_epi16(1));
+}
+
+}  // namespace witcert::matmul_internal
+#endif

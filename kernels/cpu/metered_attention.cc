@@ -1,0 +1,152 @@
+// CPU reference of metered decode attention (see metered_attention.h).
+#include "kernels/cpu/metered_attention.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace witcert {
+namespace {
+
+// ‖ṽ_t‖ + ‖ρ_t‖, each rounded up: ScaledNorm has relative error ≤ (d+5)u; the band
+// witnesses combine into ‖ρ‖ with ≤ (B+3)u; factor 2 covers γ/(1−γ) and the add.
+float RhoNorm(const float* w, int32_t num_bands) {
+  float s = 0.0f;
+  for (int32_t b = 0; b < num_bands; ++b) s += w[b] * w[b];
+  return std::sqrt(s) * (1.0f + 2.0f * (num_bands + 4) * meter::kUnitRoundoff);
+}
+
+}  // namespace
+
+MeteredQuery PrepareMeteredQuery(const MeteredHeadInputs& in, const float* q,
+                                 const MeteredAttentionOptions& options) {
+  MeteredQuery mq;
+  mq.q = q;
+  const int32_t d = in.head_dim;
+  mq.inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
+  mq.eps_inflation = meter::EpsInflation(d, in.num_bands);
+  mq.eta_factor = meter::EtaFactor(d);
+  float tmp[512];
+  if (in.k_witness != nullptr) {
+    meter::QueryBandNorms(q, d, in.num_bands, in.interleaved, tmp, mq.q_band_norm);
+  }
+  if (in.k_dither_scale != nullptr && options.delta_loc > 0.0) {
+    double n1 = 0.0;
+    for (int32_t c = 0; c < d; ++c) n1 += std::fabs(q[c]);
+    float n2 = meter::ScaledNorm(q, d) * (1.0f + 2.0f * (d + 6) * meter::kUnitRoundoff);
+    mq.tier_b_coef = meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), d,
+                                             in.num_tokens, options.delta_loc);
+  }
+  return mq;
+}
+
+void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter,
+                  int64_t begin, int64_t end, meter::CertPartial* partial, float* acc,
+                  float* logit, float* eps) {
+  const int32_t d = in.head_dim;
+  const int32_t nb = in.num_bands;
+  const int64_t n = end - begin;
+  std::memset(acc, 0, sizeof(float) * d);
+  *partial = meter::CertPartial();
+  if (n <= 0) return;
+  std::vector<float> lg(n), ep(meter ? n : 0), eta(meter ? n : 0);  // [n] each
+  const float* q = mq.q;
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* k = in.k + (begin + i) * d;
+    float dot = 0.0f, absdot = 0.0f;
+    for (int32_t c = 0; c < d; ++c) {
+      dot += q[c] * k[c];
+      absdot += std::fabs(q[c] * k[c]);
+    }
+    lg[i] = dot * mq.inv_sqrt_d;
+    m = std::fmax(m, lg[i]);
+    if (!meter) continue;
+    eta[i] = mq.eta_factor * absdot * mq.inv_sqrt_d;
+    bool exact = in.token_exact != nullptr && in.token_exact[begin + i] != 0;
+    float e = 0.0f;
+    if (!exact) {
+      if (in.k_witness != nullptr) {
+        e = meter::TierAEpsilon(mq.q_band_norm, in.k_witness + (begin + i) * nb, nb,
+                                mq.inv_sqrt_d, mq.eps_inflation);
+      }
+      if (mq.tier_b_coef > 0.0f) {
+        float u = mq.tier_b_coef * in.k_dither_scale[begin + i] * (1.0f + 4 * meter::kUnitRoundoff);
+        e = in.k_witness != nullptr ? std::fmin(e, u) : u;
+      }
+    }
+    ep[i] = e;
+  }
+  if (!(m > -INFINITY)) m = 0.0f;  // all logits NaN: keep going, the partial is marked bad
+  partial->m = m;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* v = in.v + (begin + i) * d;
+    float w = std::exp(lg[i] - m);
+    for (int32_t c = 0; c < d; ++c) acc[c] += w * v[c];
+    if (!meter) {
+      partial->z += w;
+      partial->count += 1;
+      partial->chain += 1;
+      continue;
+    }
+    bool exact = in.token_exact != nullptr && in.token_exact[begin + i] != 0;
+    float rho = 0.0f;
+    if (!exact && in.v_witness != nullptr) rho = RhoNorm(in.v_witness + (begin + i) * nb, nb);
+    float vn = meter::ScaledNorm(v, d) * (1.0f + 2.0f * (d + 6) * meter::kUnitRoundoff);
+    meter::PartialAddToken(partial, lg[i], ep[i], rho, vn + rho, eta[i]);
+  }
+  if (logit != nullptr) std::memcpy(logit, lg.data(), sizeof(float) * n);
+  if (eps != nullptr && meter) std::memcpy(eps, ep.data(), sizeof(float) * n);
+}
+
+void MeteredAttention(const MeteredHeadInputs& in, const float* q,
+                      const MeteredAttentionOptions& options, float* out,
+                      MeteredAttentionResult* result, float* token_risk) {
+  const int32_t d = in.head_dim;
+  const int64_t s = in.num_tokens;
+  *result = MeteredAttentionResult();
+  std::memset(out, 0, sizeof(float) * d);
+  if (s <= 0) return;
+  int64_t splits = options.num_splits < 1 ? 1 : options.num_splits;
+  if (splits > s) splits = s;
+  MeteredQuery mq = PrepareMeteredQuery(in, q, options);
+  result->tier_b = mq.tier_b_coef > 0.0f;
+  std::vector<meter::CertPartial> parts(splits);
+  std::vector<float> acc(splits * d);  // [splits, d]
+  const bool want_tokens = token_risk != nullptr && options.meter;
+  std::vector<float> lg(want_tokens ? s : 0), ep(want_tokens ? s : 0);  // [S]
+  for (int64_t i = 0; i < splits; ++i) {
+    int64_t b = s * i / splits, e = s * (i + 1) / splits;
+    MeteredSplit(in, mq, options.meter, b, e, &parts[i], &acc[i * d],
+                 want_tokens ? &lg[b] : nullptr, want_tokens ? &ep[b] : nullptr);
+  }
+  // Log-sum-exp merge (§5): the bound's partials and the output accumulators.
+  meter::CertPartial merged;
+  for (int64_t i = 0; i < splits; ++i) merged = meter::MergePartials(merged, parts[i]);
+  float z = 0.0f;
+  for (int64_t i = 0; i < splits; ++i) {
+    float f = std::exp(parts[i].m - merged.m);
+    z += parts[i].z * f;
+    for (int32_t c = 0; c < d; ++c) out[c] += acc[i * d + c] * f;
+  }
+  float inv_z = 1.0f / z;
+  double norm2 = 0.0;
+  for (int32_t c = 0; c < d; ++c) {
+    out[c] *= inv_z;
+    norm2 += static_cast<double>(out[c]) * out[c];
+  }
+  result->out_norm = static_cast<float>(std::sqrt(norm2));
+  if (!options.meter) {
+    result->bound = meter::CertBound();
+    result->bound.tv = NAN;  // no meter: no certificate
+    return;
+  }
+  result->bound = meter::FinalizeCert(merged, static_cast<int32_t>(splits));
+  if (want_tokens) {
+    for (int64_t t = 0; t < s; ++t) {
+      token_risk[t] = ep[t] > 0.0f ? std::exp(lg[t] - merged.m) * inv_z * std::expm1(ep[t]) : 0.0f;
+    }
+  }
+}
+
+}  // namespace witcert

@@ -1,0 +1,146 @@
+// GGML block layouts for the supported weight formats, plus fp16/bf16 <-> fp32.
+//
+// The structs mirror the on-disk GGUF encodings byte for byte (checked by static_asserts
+// against kernels/ggml_type.h), so a QuantMatrix row can be reinterpreted as an array of
+// blocks without copying. Half-precision conversion uses F16C when the build enables it;
+// the portable fallback gives identical results (round-to-nearest-even, subnormals, inf/NaN).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/ggml_type.h"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace witcert {
+
+inline constexpr int kQk = 32;    // elements per Q4_0/Q4_1/Q8_0 block
+inline constexpr int kQkK = 256;  // elements per K-quant super-block
+
+// x = d * (q - 8); qs[j] low nibble is element j, high nibble element j + 16.
+struct BlockQ4_0 {
+  uint16_t d;  // fp16
+  uint8_t qs[kQk / 2];
+};
+// x = d * q + m; same nibble order as Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;  // fp16
+  uint16_t m;  // fp16
+  uint8_t qs[kQk / 2];
+};
+// x = d * q.
+struct BlockQ8_0 {
+  uint16_t d;  // fp16
+  int8_t qs[kQk];
+};
+// 8 sub-blocks of 32: x = d * sc_j * q - dmin * m_j with 6-bit sc_j, m_j packed in scales.
+// qs[32 * c + l]: low nibble is element 64c + l, high nibble element 64c + 32 + l.
+struct BlockQ4_K {
+  uint16_t d;     // fp16
+  uint16_t dmin;  // fp16
+  uint8_t scales[12];
+  uint8_t qs[kQkK / 2];
+};
+// 16 sub-blocks of 16: x = d * scales[j] * (q - 32), q 6-bit (4 low bits in ql, 2 in qh).
+struct BlockQ6_K {
+  uint8_t ql[kQkK / 2];
+  uint8_t qh[kQkK / 4];
+  int8_t scales[kQkK / 16];
+  uint16_t d;  // fp16
+};
+
+static_assert(sizeof(BlockQ4_0) == kGgmlQ4_0.block_bytes);
+static_assert(sizeof(BlockQ4_1) == kGgmlQ4_1.block_bytes);
+static_assert(sizeof(BlockQ8_0) == kGgmlQ8_0.block_bytes);
+static_assert(sizeof(BlockQ4_K) == kGgmlQ4_K.block_bytes);
+static_assert(sizeof(BlockQ6_K) == kGgmlQ6_K.block_bytes);
+
+// Unpacks the 6-bit scale and min of Q4_K sub-block j (0..7).
+inline void Q4KScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
+inline float F16ToF32Portable(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);  // inf / NaN (payload kept)
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: renormalize
+    int e = -1;
+    do {
+      mant <<= 1;
+      ++e;
+    } while ((mant & 0x400) == 0);
+    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t F32ToF16Portable(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7FFFFFFF;
+  if (abs >= 0x7F800000u) {  // inf / NaN
+    return sign | 0x7C00 | (abs > 0x7F800000u ? 0x200 | ((abs >> 13) & 0x3FF) : 0);
+  }
+  if (abs >= 0x477FF000u) return sign | 0x7C00;  // rounds to >= 65520: overflow to inf
+  if (abs < 0x38800000u) {                        // result is subnormal or zero
+    if (abs < 0x33000000u) return sign;           // < 2^-25 rounds to zero
+    const uint32_t e = abs >> 23;
+    const uint32_t mant = (abs & 0x7FFFFF) | 0x800000;
+    const uint32_t shift = 126 - e;  // 14..24
+    uint32_t q = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+    return sign | static_cast<uint16_t>(q);
+  }
+  uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
+  const uint32_t rem = r & 0x1FFF;
+  r >>= 13;
+  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) ++r;
+  return sign | static_cast<uint16_t>(r);
+}
+
+inline float F16ToF32(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return F16ToF32Portable(h);
+#endif
+}
+
+inline uint16_t F32ToF16(float f) {
+#if defined(__F16C__)
+  return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+  return F32ToF16Portable(f);
+#endif
+}
+
+inline float Bf16ToF32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace witcert

@@ -1,0 +1,89 @@
+// Row-wise and element-wise transformer ops in fp32.
+//
+// These are a few percent of a decode step next to the matmuls, so they favour clarity:
+// reductions accumulate in double, and RoPE computes each angle pos·θ^(−2i/d) in double
+// before cos/sin, so rotations stay accurate at large positions (a float angle at
+// pos = 10^5 would already be off by ~10^-2 rad). No global tables: the per-call cos/sin
+// table is head_dim/2 entries on the stack or heap.
+#include "kernels/cpu/transformer_ops.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+
+namespace witcert {
+
+void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * dim;  // [dim]
+    float* oi = out + i * dim;      // [dim]
+    double ss = 0.0;
+    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+    for (int64_t j = 0; j < dim; ++j) oi[j] = xi[j] * scale * weight[j];
+  }
+}
+
+void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
+               bool interleaved) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> cs(static_cast<size_t>(2 * half));  // [half, 2]: cos, sin per pair
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv_freq =
+        std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
+    const double angle = static_cast<double>(pos) * inv_freq;
+    cs[2 * i] = static_cast<float>(std::cos(angle));
+    cs[2 * i + 1] = static_cast<float>(std::sin(angle));
+  }
+  for (int64_t h = 0; h < num_heads; ++h) {
+    float* xh = x + h * head_dim;  // [head_dim]
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t a = interleaved ? 2 * i : i;
+      const int64_t b = interleaved ? 2 * i + 1 : i + half;
+      const float c = cs[2 * i], s = cs[2 * i + 1];
+      const float xa = xh[a], xb = xh[b];
+      xh[a] = xa * c - xb * s;
+      xh[b] = xa * s + xb * c;
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float g = gate[j];
+    out[j] = g / (1.0f + std::exp(-g)) * up[j];
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) max = std::fmax(max, x[j]);
+  if (std::isinf(max) && max < 0) {  // every entry -inf: no preference, return uniform
+    for (int64_t j = 0; j < n; ++j) x[j] = 1.0f / static_cast<float>(n);
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] = std::exp(x[j] - max);
+    sum += x[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+}
+
+void EmbeddingLookup(const QuantMatrix& table, int32_t token, float* out) {
+  if (token < 0 || token >= table.rows) {  // precondition violated: make it visible
+    for (int64_t j = 0; j < table.cols; ++j) out[j] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  DequantizeRow(table, token, out);
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] += x[j];
+}
+
+}  // namespace witcert

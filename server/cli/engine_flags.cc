@@ -1,0 +1,112 @@
+#include "server/cli/engine_flags.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+
+namespace witcert::cli {
+
+void DeclareEngineFlags(Args& args) {
+  args.Flag("model", "", "GGUF model file (default: the fetched SmolLM2-135M-Instruct)");
+  args.Flag("threads", "0", "CPU threads (0 = all cores)");
+  args.Flag("ctx-size", "0", "max context in tokens (0 = the model's)");
+  args.Flag("chat-template", "", "override the chat template: chatml | llama3");
+  args.Flag("kv-scheme", "", "KV scheme for K and V (fp16, bf16, fp8-e4m3, fp8-e4m3-raw, "
+                             "int8-rtn, int8-dither, int4-rtn, kivi2)");
+  args.Flag("k-scheme", "fp16", "KV scheme for keys");
+  args.Flag("v-scheme", "fp16", "KV scheme for values");
+  args.Flag("kv-memory-mb", "256", "quantized KV pool size in MiB");
+  args.Flag("block-size", "16", "tokens per KV block");
+  args.Flag("gate", "observe", "certificate gate: off | observe | repair");
+  args.Flag("tv-threshold", "0.05", "TV bound above which a cell is uncertified");
+  args.Flag("v-threshold", "0.1", "relative value-error bound above which a cell is uncertified");
+  args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates");
+  args.Flag("pagein-budget", "16", "exact blocks paged in per cell per step (repair mode)");
+  args.Flag("audit-rate", "0", "fraction of cells also checked against exact attention");
+  args.Flag("max-running", "64", "max sequences decoded together");
+  args.Flag("max-batched-tokens", "512", "max tokens per forward pass (prefill chunk budget)");
+}
+
+absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
+  if (args.Has("model") || config->model_path.empty()) {
+    config->model_path = args.Has("model") ? args.Get("model") : DefaultModelPath();
+  }
+  long long i = 0;
+  double d = 0;
+  auto int_flag = [&](const char* name, auto* out) -> absl::Status {
+    absl::Status s = args.GetInt(name, &i);
+    if (!s.ok()) return s;
+    if (i < 0) return absl::InvalidArgumentError(absl::StrFormat("--%s must be >= 0", name));
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(i);
+    return absl::OkStatus();
+  };
+  auto dbl_flag = [&](const char* name, auto* out) -> absl::Status {
+    absl::Status s = args.GetDouble(name, &d);
+    if (!s.ok()) return s;
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(d);
+    return absl::OkStatus();
+  };
+  // Values come from flags when given, else stay as the config file set them; the flags'
+  // own defaults equal the built-in config defaults.
+  auto given = [&](const char* name) { return args.Has(name); };
+  absl::Status s;
+  if (given("threads") && !(s = int_flag("threads", &config->threads)).ok()) return s;
+  if (given("ctx-size") && !(s = int_flag("ctx-size", &config->max_context)).ok()) return s;
+  if (given("chat-template")) config->chat_template = args.Get("chat-template");
+  if (given("kv-scheme")) config->kv.k_scheme = config->kv.v_scheme = args.Get("kv-scheme");
+  if (given("k-scheme")) config->kv.k_scheme = args.Get("k-scheme");
+  if (given("v-scheme")) config->kv.v_scheme = args.Get("v-scheme");
+  if (given("kv-memory-mb")) {
+    int64_t mb = 0;
+    if (!(s = int_flag("kv-memory-mb", &mb)).ok()) return s;
+    config->kv.memory_bytes = mb << 20;
+  }
+  if (given("block-size") && !(s = int_flag("block-size", &config->kv.block_size)).ok()) return s;
+  if (given("gate")) {
+    auto mode = ParseGateMode(args.Get("gate"));
+    if (!mode.ok()) return mode.status();
+    config->gate.mode = *mode;
+  }
+  if (given("tv-threshold") && !(s = dbl_flag("tv-threshold", &config->gate.tv_threshold)).ok())
+    return s;
+  if (given("v-threshold") && !(s = dbl_flag("v-threshold", &config->gate.v_threshold)).ok())
+    return s;
+  if (given("delta") && !(s = dbl_flag("delta", &config->gate.delta_req)).ok()) return s;
+  if (given("pagein-budget") &&
+      !(s = int_flag("pagein-budget", &config->gate.pagein_budget_per_step)).ok())
+    return s;
+  if (given("audit-rate") && !(s = dbl_flag("audit-rate", &config->gate.audit_rate)).ok())
+    return s;
+  if (given("max-running") &&
+      !(s = int_flag("max-running", &config->scheduler.max_running)).ok())
+    return s;
+  if (given("max-batched-tokens") &&
+      !(s = int_flag("max-batched-tokens", &config->scheduler.max_batched_tokens)).ok())
+    return s;
+  return ValidateGatePolicy(config->gate);
+}
+
+std::string DefaultModelPath() {
+  if (const char* env = std::getenv("WITCERT_MODEL"); env != nullptr && *env != '\0') return env;
+  namespace fs = std::filesystem;
+  const fs::path local = fs::path("models") / kDefaultModelFile;
+  if (fs::exists(local)) return local.string();
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    // build/server/witcert → <repo>/models
+    for (fs::path dir = fs::path(exe).parent_path(); !dir.empty() && dir != dir.root_path();
+         dir = dir.parent_path()) {
+      const fs::path candidate = dir / "models" / kDefaultModelFile;
+      if (fs::exists(candidate)) return candidate.string();
+    }
+  }
+  return local.string();  // does not exist: loading reports NotFound with this path
+}
+
+}  // namespace witcert::cli

@@ -1,0 +1,332 @@
+// Matmul (integer/FMA kernels, tiled, threaded) vs MatmulReference (dequantize + double).
+//
+// Tolerances, per output element y[i, r]:
+//  * fp32 arithmetic: the kernels add at most cols/8 + 64 terms per accumulator chain, each
+//    addition off by ≤ 2^-24 of a partial sum bounded by Σ_c |x_c|·M_r, where M_r = 4·max|w_r|
+//    bounds the unrounded scale/min products (|d·sc·q| + |dmin·m| ≤ 3·max|w| in a block).
+//    We allow twice that: tol_fp = (cols/8 + 64)·2^-23·Σ|x|·M_r.
+//  * activation int8 rounding (quantized formats only): each x_c moves by ≤ d_b/2 =
+//    max_{c∈b}|x_c|/254, so |Δy| ≤ Σ_b (max_b|x|/254)·Σ_{c∈b}|w_c| (times 1.001 for the
+//    rounding of d itself).
+// The tight check compares against the reference run on the *dequantized int8 activations*,
+// so only tol_fp applies there; a wrong nibble order or scale shows up as O(1/sqrt(cols))
+// relative error, far above tol_fp (≤ 6e-4 relative at cols = 4096).
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace witcert {
+namespace {
+
+namespace mi = matmul_internal;
+
+struct OwnedMatrix {
+  std::vector<uint8_t> bytes;  // [rows, row_bytes]
+  QuantMatrix view;
+};
+
+uint16_t RandomHalf(std::mt19937& rng, float scale) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  return F32ToF16(nd(rng));
+}
+
+// Random bit patterns for every quantized field, with sane fp16 scales.
+OwnedMatrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(type));
+  OwnedMatrix m;
+  const size_t row_bytes = GgmlRowBytes(*info, cols);
+  m.bytes.resize(row_bytes * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(byte(rng));
+  const int64_t nblocks = static_cast<int64_t>(m.bytes.size() / info->block_bytes);
+  uint8_t* p = m.bytes.data();
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t b = 0; b < nblocks; ++b, p += info->block_bytes) {
+    switch (type) {
+      case GgmlType::kQ4_0: reinterpret_cast<BlockQ4_0*>(p)->d = RandomHalf(rng, 0.02f); break;
+      case GgmlType::kQ4_1: {
+        auto* blk = reinterpret_cast<BlockQ4_1*>(p);
+        blk->d = RandomHalf(rng, 0.02f);
+        blk->m = RandomHalf(rng, 0.1f);
+        break;
+      }
+      case GgmlType::kQ8_0: reinterpret_cast<BlockQ8_0*>(p)->d = RandomHalf(rng, 0.002f); break;
+      case GgmlType::kQ4_K: {
+        auto* blk = reinterpret_cast<BlockQ4_K*>(p);
+        blk->d = RandomHalf(rng, 0.002f);
+        blk->dmin = RandomHalf(rng, 0.002f);
+        break;
+      }
+      case GgmlType::kQ6_K: reinterpret_cast<BlockQ6_K*>(p)->d = RandomHalf(rng, 0.0005f); break;
+      case GgmlType::kF32: {
+        const float v = nd(rng) * 0.1f;
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case GgmlType::kF16: {
+        const uint16_t h = RandomHalf(rng, 0.1f);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case GgmlType::kBF16: {
+        const float v = nd(rng) * 0.1f;
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        const uint16_t h = static_cast<uint16_t>(u >> 16);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      default: break;
+    }
+  }
+  m.view = QuantMatrix{type, rows, cols, row_bytes, m.bytes.data()};
+  return m;
+}
+
+std::vector<float> RandomActivations(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(n * cols);  // [n, cols]
+  for (float& v : x) v = nd(rng);
+  x[0] = 0.0f;  // exercise zeros and a large outlier
+  if (x.size() > 5) x[5] = 40.0f;
+  return x;
+}
+
+int64_t ActBlock(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ8_0: return 32;
+    case GgmlType::kQ4_K: case GgmlType::kQ6_K: return 256;
+    default: return 0;  // fp32 activations
+  }
+}
+
+// The activations the integer kernels actually see: quantize, then dequantize in fp32.
+std::vector<float> QuantizedActivations(GgmlType t, const std::vector<float>& x, int64_t n,
+                                        int64_t cols) {
+  std::vector<float> out(x);  // [n, cols]
+  const int64_t blk = ActBlock(t);
+  if (blk == 32) {
+    std::vector<mi::BlockQ8_1x> q(cols / 32);
+    for (int64_t i = 0; i < n; ++i) {
+      mi::QuantizeRowQ8_1(x.data() + i * cols, cols, q.data());
+      for (int64_t c = 0; c < cols; ++c) out[i * cols + c] = q[c / 32].d * q[c / 32].qs[c % 32];
+    }
+  } else if (blk == 256) {
+    std::vector<mi::BlockQ8_Kx> q(cols / 256);
+    for (int64_t i = 0; i < n; ++i) {
+      mi::QuantizeRowQ8_K(x.data() + i * cols, cols, q.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        out[i * cols + c] = q[c / 256].d * q[c / 256].qs[c % 256];
+      }
+    }
+  }
+  return out;
+}
+
+struct Tolerances {
+  std::vector<double> fp;     // [n, rows]
+  std::vector<double> quant;  // [n, rows]
+};
+
+Tolerances ComputeTolerances(GgmlType t, const QuantMatrix& w, const std::vector<float>& x,
+                             int64_t n) {
+  const int64_t rows = w.rows, cols = w.cols, blk = ActBlock(t);
+  Tolerances tol{std::vector<double>(n * rows), std::vector<double>(n * rows, 0.0)};
+  std::vector<float> wr(cols);  // [cols]
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(w, r, wr.data());
+    double wmax = 0.0;
+    for (float v : wr) wmax = std::fmax(wmax, std::fabs(v));
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x.data() + i * cols;
+      double sum_abs_x = 0.0;
+      for (int64_t c = 0; c < cols; ++c) sum_abs_x += std::fabs(xi[c]);
+      tol.fp[i * rows + r] =
+          (cols / 8.0 + 64.0) * std::ldexp(1.0, -23) * sum_abs_x * 4.0 * wmax + 1e-30;
+      if (blk == 0) continue;
+      double q = 0.0;
+      for (int64_t b = 0; b < cols / blk; ++b) {
+        double amax = 0.0, wsum = 0.0;
+        for (int64_t c = b * blk; c < (b + 1) * blk; ++c) {
+          amax = std::fmax(amax, std::fabs(xi[c]));
+          wsum += std::fabs(wr[c]);
+        }
+        q += amax / 254.0 * wsum;
+      }
+      tol.quant[i * rows + r] = q * 1.001;
+    }
+  }
+  return tol;
+}
+
+class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
+
+std::string TypeName(GgmlType t) {
+  return std::string(GetGgmlTypeInfo(static_cast<uint32_t>(t))->name);
+}
+
+TEST_P(MatmulTest, MatchesReferenceAcrossShapes) {
+  const GgmlType type = GetParam();
+  const bool kquant = ActBlock(type) == 256;
+  const std::vector<int64_t> col_set =
+      kquant ? std::vector<int64_t>{256, 512, 1536, 4096}
+             : std::vector<int64_t>{32, 64, 96, 576, 1536, 4096};
+  std::mt19937 rng(1234 + static_cast<int>(type));
+  ThreadPool pool(3);
+  for (int64_t cols : col_set) {
+    for (int64_t rows : {1, 33, 300}) {
+      for (int64_t n : {1, 2, 5, 9}) {
+        SCOPED_TRACE(TypeName(type) + " cols=" + std::to_string(cols) +
+                     " rows=" + std::to_string(rows) + " n=" + std::to_string(n));
+        const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
+        const std::vector<float> x = RandomActivations(n, cols, rng);    // [n, cols]
+        const std::vector<float> xq = QuantizedActivations(type, x, n, cols);
+        std::vector<float> y(n * rows), y_ref(n * rows), y_ref_q(n * rows);  // [n, rows]
+        Matmul(x.data(), n, w.view, y.data(), &pool);
+        MatmulReference(x.data(), n, w.view, y_ref.data());
+        MatmulReference(xq.data(), n, w.view, y_ref_q.data());
+        const Tolerances tol = ComputeTolerances(type, w.view, x, n);
+        for (int64_t e = 0; e < n * rows; ++e) {
+          ASSERT_TRUE(std::isfinite(y[e])) << "element " << e;
+          ASSERT_LE(std::fabs(static_cast<double>(y[e]) - y_ref_q[e]), tol.fp[e])
+              << "vs quantized-activation reference, element " << e;
+          ASSERT_LE(std::fabs(static_cast<double>(y[e]) - y_ref[e]), tol.fp[e] + tol.quant[e])
+              << "vs fp32 reference, element " << e;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTest, ThreadCountAndBatchSizeDoNotChangeBits) {
+  const GgmlType type = GetParam();
+  const int64_t cols = ActBlock(type) == 256 ? 1536 : 576, rows = 517, n = 11;
+  std::mt19937 rng(99);
+  const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
+  const std::vector<float> x = RandomActivations(n, cols, rng);  // [n, cols]
+  std::vector<float> y0(n * rows);                                // [n, rows]
+  Matmul(x.data(), n, w.view, y0.data(), nullptr);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> y(n * rows);
+    Matmul(x.data(), n, w.view, y.data(), &pool);
+    EXPECT_EQ(std::memcmp(y.data(), y0.data(), y.size() * 4), 0) << threads << " threads";
+  }
+  // Each activation row alone (decode) gives the same bits as inside the batch (prefill).
+  std::vector<float> yi(rows);  // [rows]
+  for (int64_t i = 0; i < n; ++i) {
+    Matmul(x.data() + i * cols, 1, w.view, yi.data(), nullptr);
+    EXPECT_EQ(std::memcmp(yi.data(), y0.data() + i * rows, rows * 4), 0) << "row " << i;
+  }
+}
+
+TEST_P(MatmulTest, ZeroActivationsGiveZero) {
+  const GgmlType type = GetParam();
+  const int64_t cols = 512, rows = 20, n = 3;
+  std::mt19937 rng(5);
+  const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
+  std::vector<float> x(n * cols, 0.0f), y(n * rows, 1.0f);
+  Matmul(x.data(), n, w.view, y.data(), nullptr);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
+                                           GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0,
+                                           GgmlType::kQ4_K, GgmlType::kQ6_K),
+                         [](const auto& info) { return TypeName(info.param); });
+
+// The scalar fallbacks (used where AVX2 is absent) agree with the dispatched kernels.
+TEST(MatmulScalarTest, ScalarKernelsMatchDispatchedKernels) {
+  struct Case {
+    GgmlType type;
+    mi::RowDotFn fast, scalar;
+  };
+  const Case cases[] = {{GgmlType::kQ4_0, mi::DotQ4_0, mi::DotQ4_0Scalar},
+                        {GgmlType::kQ4_1, mi::DotQ4_1, mi::DotQ4_1Scalar},
+                        {GgmlType::kQ8_0, mi::DotQ8_0, mi::DotQ8_0Scalar},
+                        {GgmlType::kQ4_K, mi::DotQ4_K, mi::DotQ4_KScalar},
+                        {GgmlType::kQ6_K, mi::DotQ6_K, mi::DotQ6_KScalar}};
+  std::mt19937 rng(77);
+  const int64_t cols = 1536, rows = 16, n = 3;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(TypeName(c.type));
+    const OwnedMatrix w = RandomMatrix(c.type, rows, cols, rng);
+    const std::vector<float> x = RandomActivations(n, cols, rng);
+    const std::vector<float> xq = QuantizedActivations(c.type, x, n, cols);
+    // Quantized activation bytes, [n, stride].
+    const bool k = ActBlock(c.type) == 256;
+    const size_t stride = k ? cols / 256 * sizeof(mi::BlockQ8_Kx) : cols / 32 * sizeof(mi::BlockQ8_1x);
+    std::vector<uint8_t> act(stride * n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (k) {
+        mi::QuantizeRowQ8_K(x.data() + i * cols, cols,
+                            reinterpret_cast<mi::BlockQ8_Kx*>(act.data() + i * stride));
+      } else {
+        mi::QuantizeRowQ8_1(x.data() + i * cols, cols,
+                            reinterpret_cast<mi::BlockQ8_1x*>(act.data() + i * stride));
+      }
+    }
+    const Tolerances tol = ComputeTolerances(c.type, w.view, xq, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      float fast[3], slow[3];
+      c.fast(w.view.row(r), act.data(), stride, n, cols, fast);
+      c.scalar(w.view.row(r), act.data(), stride, n, cols, slow);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_LE(std::fabs(fast[i] - slow[i]), 2 * tol.fp[i * rows + r]) << r << "," << i;
+      }
+    }
+  }
+}
+
+TEST(ActivationQuantTest, ErrorWithinHalfStepAndSumsConsistent) {
+  std::mt19937 rng(3);
+  const int64_t cols = 512;
+  const std::vector<float> x = RandomActivations(1, cols, rng);
+  std::vector<mi::BlockQ8_1x> q1(cols / 32);
+  mi::QuantizeRowQ8_1(x.data(), cols, q1.data());
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
+      sum += q1[b].qs[i];
+    }
+    EXPECT_FLOAT_EQ(q1[b].d, amax / 127.0f);
+    EXPECT_FLOAT_EQ(q1[b].s, q1[b].d * sum);
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_LE(std::fabs(x[b * 32 + i] - q1[b].d * q1[b].qs[i]), q1[b].d * 0.5f * 1.0001f);
+    }
+  }
+  std::vector<mi::BlockQ8_Kx> qk(cols / 256);
+  mi::QuantizeRowQ8_K(x.data(), cols, qk.data());
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += qk[b].qs[16 * g + i];
+      EXPECT_EQ(qk[b].bsums[g], sum);
+    }
+    for (int i = 0; i < 256; ++i) {
+      EXPECT_LE(std::fabs(x[b * 256 + i] - qk[b].d * qk[b].qs[i]), qk[b].d * 0.5f * 1.0001f);
+    }
+  }
+}
+
+TEST(MatmulTest, UnsupportedFormatYieldsNaN) {
+  std::vector<uint8_t> bytes(22 * 2, 0);
+  QuantMatrix w{GgmlType::kQ5_0, 2, 32, 22, bytes.data()};
+  std::vector<float> x(32, 1.0f), y(2, 0.0f);
+  Matmul(x.data(), 1, w, y.data(), nullptr);
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
+}
+
+}  // namespace
+}  // namespace witcert
