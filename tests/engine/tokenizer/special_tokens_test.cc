@@ -12,7 +12,7 @@ namespace {
 
 using Segs = std::vector<std::pair<std::string, int>>;
 
-Segs Run(const SpecialTokenMatcher& m, std::string_view text) {
+Segs SplitToPairs(const SpecialTokenMatcher& m, std::string_view text) {
   Segs out;
   for (const TextSegment& s : m.Split(text)) out.emplace_back(std::string(s.text), s.token);
   return out;
@@ -29,19 +29,19 @@ SpecialTokenMatcher ChatMatcher() {
 
 TEST(SpecialTokenMatcherTest, LongestMatchAtEachPosition) {
   const SpecialTokenMatcher m = ChatMatcher();
-  EXPECT_EQ(Run(m, "a<|im_start|>b<|im"),
+  EXPECT_EQ(SplitToPairs(m, "a<|im_start|>b<|im"),
             (Segs{{"a", -1}, {"<|im_start|>", 1}, {"b", -1}, {"<|im", 5}}));
-  EXPECT_EQ(Run(m, "<|im_sta"), (Segs{{"<|im", 5}, {"_sta", -1}}));
+  EXPECT_EQ(SplitToPairs(m, "<|im_sta"), (Segs{{"<|im", 5}, {"_sta", -1}}));
 }
 
 TEST(SpecialTokenMatcherTest, AdjacentAndAbsentTokens) {
   const SpecialTokenMatcher m = ChatMatcher();
-  EXPECT_EQ(Run(m, "<|im_end|><|im_end|>"), (Segs{{"<|im_end|>", 2}, {"<|im_end|>", 2}}));
-  EXPECT_EQ(Run(m, "plain <| text"), (Segs{{"plain <| text", -1}}));
-  EXPECT_TRUE(Run(m, "").empty());
+  EXPECT_EQ(SplitToPairs(m, "<|im_end|><|im_end|>"), (Segs{{"<|im_end|>", 2}, {"<|im_end|>", 2}}));
+  EXPECT_EQ(SplitToPairs(m, "plain <| text"), (Segs{{"plain <| text", -1}}));
+  EXPECT_TRUE(SplitToPairs(m, "").empty());
   SpecialTokenMatcher empty;
   EXPECT_TRUE(empty.empty());
-  EXPECT_EQ(Run(empty, "<|im_end|>"), (Segs{{"<|im_end|>", -1}}));
+  EXPECT_EQ(SplitToPairs(empty, "<|im_end|>"), (Segs{{"<|im_end|>", -1}}));
 }
 
 }  // namespace

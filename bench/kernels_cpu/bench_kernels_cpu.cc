@@ -1,0 +1,148 @@
+// CPU matmul throughput for the default model's shapes (SmolLM2-135M, Q4_1 + Q8_0 head).
+//
+// Prints, per shape: GB/s of weight bytes streamed for n = 1 (decode GEMV) and GFLOP/s for
+// n = 64 (prefill GEMM), for 1 and 2 threads. "hot" re-multiplies one matrix (it stays in
+// cache); "cold" rotates through copies totalling >= 512 MiB so weights come from DRAM,
+// which is the decode situation for a model that does not fit in cache. A plain read
+// bandwidth probe gives the ceiling. Usage: bench_kernels_cpu [threads...] (default 1 2).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace witcert {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Fills a matrix with random codes and small finite fp16 scales (every block format here
+// starts with an fp16 scale, except Q6_K which is not benchmarked).
+std::vector<uint8_t> MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
+  const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(type));
+  std::vector<uint8_t> bytes(GgmlRowBytes(*info, cols) * rows);
+  uint64_t s = seed | 1;
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    std::memcpy(&bytes[i], &s, 8);
+  }
+  const uint16_t d = F32ToF16(0.01f);
+  for (size_t b = 0; b + info->block_bytes <= bytes.size(); b += info->block_bytes) {
+    std::memcpy(&bytes[b], &d, 2);
+    if (type == GgmlType::kQ4_1) std::memcpy(&bytes[b + 2], &d, 2);
+  }
+  return bytes;
+}
+
+struct Shape {
+  const char* name;
+  GgmlType type;
+  int64_t cols, rows;  // y[n, rows] = x[n, cols] · Wᵀ
+  int per_token;       // how many such matmuls one decode step runs
+};
+
+// Runs `fn` repeatedly for ~`budget` seconds (after one warm-up) and returns the mean time.
+template <typename F>
+double TimeIt(F&& fn, double budget) {
+  fn();
+  int iters = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    fn();
+    ++iters;
+    elapsed = Seconds(start, Clock::now());
+  } while (elapsed < budget);
+  return elapsed / iters;
+}
+
+double ReadBandwidth(ThreadPool& pool, size_t bytes) {
+  std::vector<uint8_t> buf(bytes, 1);  // [bytes]
+  std::vector<float> sink(pool.num_threads() * 16, 0);
+  const int64_t lines = static_cast<int64_t>(bytes / 64);
+  auto run = [&] {
+    pool.ParallelFor(lines, 1024, [&](int64_t b, int64_t e) {
+      __m256i acc = _mm256_setzero_si256();
+      for (int64_t l = b; l < e; ++l) {
+        const __m256i* p = reinterpret_cast<const __m256i*>(buf.data() + 64 * l);
+        acc = _mm256_add_epi8(acc, _mm256_add_epi8(_mm256_loadu_si256(p), _mm256_loadu_si256(p + 1)));
+      }
+      sink[(b * 16 / std::max<int64_t>(1, lines)) % sink.size()] += _mm256_extract_epi8(acc, 0);
+    });
+  };
+  return static_cast<double>(bytes) / TimeIt(run, 0.5) / 1e9;
+}
+
+void Run(int threads) {
+  ThreadPool pool(threads);
+  std::printf("\n== %d thread(s); DRAM read probe: %.1f GB/s\n", threads,
+              ReadBandwidth(pool, size_t{512} << 20));
+  const Shape shapes[] = {
+      {"attn_q/o Q4_1 [576->576]", GgmlType::kQ4_1, 576, 576, 2},
+      {"attn_k/v Q4_1 [576->192]", GgmlType::kQ4_1, 576, 192, 2},
+      {"ffn_gate/up Q4_1 [576->1536]", GgmlType::kQ4_1, 576, 1536, 2},
+      {"ffn_down Q4_1 [1536->576]", GgmlType::kQ4_1, 1536, 576, 1},
+      {"output Q8_0 [576->49152]", GgmlType::kQ8_0, 576, 49152, 0},
+  };
+  constexpr int kLayers = 30;
+  double token_hot = 0, token_cold = 0;
+  std::printf("%-30s %9s %9s %9s %9s %11s\n", "shape", "hot us", "hot GB/s", "cold us",
+              "cold GB/s", "n=64 GFLOP/s");
+  for (const Shape& s : shapes) {
+    const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(s.type));
+    const size_t row_bytes = GgmlRowBytes(*info, s.cols);
+    const size_t mat_bytes = row_bytes * s.rows;
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / mat_bytes));
+    // One allocation holding `copies` matrices back to back. [copies, rows, row_bytes]
+    std::vector<uint8_t> all = MakeWeights(s.type, s.rows * copies, s.cols, 42);
+    std::vector<QuantMatrix> mats(copies);
+    for (int c = 0; c < copies; ++c) {
+      mats[c] = QuantMatrix{s.type, s.rows, s.cols, row_bytes, all.data() + c * mat_bytes};
+    }
+    const int64_t n_big = 64;
+    std::vector<float> x(n_big * s.cols), y(n_big * s.rows);  // [64, cols], [64, rows]
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 2003) / 1000.0f - 1.0f;
+
+    const double hot = TimeIt([&] { Matmul(x.data(), 1, mats[0], y.data(), &pool); }, 0.3);
+    int next = 0;
+    const double cold = TimeIt(
+        [&] {
+          Matmul(x.data(), 1, mats[next], y.data(), &pool);
+          next = (next + 1) % copies;
+        },
+        0.5);
+    const double big = TimeIt([&] { Matmul(x.data(), n_big, mats[0], y.data(), &pool); }, 0.3);
+    const double gflops = 2.0 * s.rows * s.cols * n_big / big / 1e9;
+    std::printf("%-30s %9.1f %9.1f %9.1f %9.1f %11.1f\n", s.name, hot * 1e6, mat_bytes / hot / 1e9,
+                cold * 1e6, mat_bytes / cold / 1e9, gflops);
+    const int count = s.per_token == 0 ? 1 : s.per_token * kLayers;
+    token_hot += count * hot;
+    token_cold += count * cold;
+  }
+  std::printf("decode step, matmuls only (30 layers + head): hot %.2f ms (%.0f tok/s), "
+              "cold %.2f ms (%.0f tok/s)\n",
+              token_hot * 1e3, 1.0 / token_hot, token_cold * 1e3, 1.0 / token_cold);
+}
+
+}  // namespace
+}  // namespace witcert
+
+int main(int argc, char** argv) {
+  std::vector<int> threads;
+  for (int i = 1; i < argc; ++i) threads.push_back(std::atoi(argv[i]));
+  if (threads.empty()) threads = {1, 2};
+  for (int t : threads) witcert::Run(t);
+  return 0;
+}

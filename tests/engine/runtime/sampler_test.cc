@@ -1,0 +1,124 @@
+#include "engine/runtime/sampler.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace witcert {
+namespace {
+
+std::vector<float> Logits() { return {1.0f, 3.0f, 2.0f, -1.0f, 2.5f}; }
+
+int32_t SampleOnce(const SamplingParams& p, std::vector<int32_t> generated = {}) {
+  Sampler s(p);
+  std::vector<float> l = Logits();
+  return s.Sample(absl::MakeSpan(l), generated).token;
+}
+
+TEST(SamplerTest, GreedyPicksArgmax) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  EXPECT_EQ(SampleOnce(p), 1);
+}
+
+TEST(SamplerTest, SameSeedSameTokens) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 1234;
+  Sampler a(p), b(p);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<float> la = Logits(), lb = Logits();
+    EXPECT_EQ(a.Sample(absl::MakeSpan(la), {}).token, b.Sample(absl::MakeSpan(lb), {}).token);
+  }
+}
+
+TEST(SamplerTest, TopKOneIsGreedy) {
+  SamplingParams p;
+  p.temperature = 5.0f;
+  p.top_k = 1;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    p.seed = seed;
+    EXPECT_EQ(SampleOnce(p), 1);
+  }
+}
+
+TEST(SamplerTest, TopPKeepsOnlyTheNucleus) {
+  // Probabilities at T=1: token 1 has the largest mass (~0.47) → top_p 0.3 keeps only it.
+  SamplingParams p;
+  p.top_p = 0.3f;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    p.seed = seed;
+    EXPECT_EQ(SampleOnce(p), 1);
+  }
+}
+
+TEST(SamplerTest, MinPDropsUnlikelyTokens) {
+  // p(4)/p(1) = e^-0.5 ≈ 0.61, p(2)/p(1) = e^-1 ≈ 0.37: min_p 0.5 keeps tokens 1 and 4.
+  SamplingParams p;
+  p.min_p = 0.5f;
+  std::map<int32_t, int> seen;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    p.seed = seed;
+    ++seen[SampleOnce(p)];
+  }
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[4], 0);
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+TEST(SamplerTest, EmpiricalFrequenciesFollowSoftmax) {
+  SamplingParams p;
+  p.seed = 7;
+  Sampler s(p);
+  const std::vector<float> base = Logits();
+  double z = 0;
+  for (float l : base) z += std::exp(l);
+  std::vector<int> counts(base.size());
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> l = base;
+    ++counts[s.Sample(absl::MakeSpan(l), {}).token];
+  }
+  for (size_t t = 0; t < base.size(); ++t) {
+    const double expected = std::exp(base[t]) / z;
+    // 5 standard deviations of a binomial proportion.
+    const double sd = std::sqrt(expected * (1 - expected) / n);
+    EXPECT_NEAR(counts[t] / static_cast<double>(n), expected, 5 * sd + 1e-4) << "token " << t;
+  }
+}
+
+TEST(SamplerTest, PenaltiesDemoteGeneratedTokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.frequency_penalty = 0.6f;
+  // Token 1 (logit 3) generated twice: 3 - 1.2 = 1.8 < 2.5 → token 4 wins.
+  EXPECT_EQ(SampleOnce(p, {1, 1}), 4);
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 0.4f;
+  // Presence only: 3 - 0.4 = 2.6 > 2.5 → token 1 still wins.
+  EXPECT_EQ(SampleOnce(p, {1, 1}), 1);
+}
+
+TEST(SamplerTest, LogprobsAreOfTheRawDistribution) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.top_logprobs = 3;
+  p.frequency_penalty = 2.0f;
+  Sampler s(p);
+  std::vector<float> l = Logits();
+  SampledToken t = s.Sample(absl::MakeSpan(l), {1});
+  double z = 0;
+  for (float x : Logits()) z += std::exp(x);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].token, 1);
+  EXPECT_NEAR(t.top[0].logprob, 3.0 - std::log(z), 1e-5);
+  EXPECT_EQ(t.top[1].token, 4);
+  // The chosen token (penalties moved it to 4) reports its raw log-probability.
+  EXPECT_EQ(t.token, 4);
+  EXPECT_NEAR(t.logprob, 2.5 - std::log(z), 1e-5);
+}
+
+}  // namespace
+}  // namespace witcert
