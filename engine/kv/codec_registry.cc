@@ -46,7 +46,7 @@ absl::StatusOr<const KvCodec*> FindKvCodec(std::string_view name) {
   for (const auto& c : Instances()) {
     if (c->name() == name) return c.get();
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown KV scheme '", name, "'; registered: ",
+  return absl::InvalidArgumentError(absl::StrCat("unknown KV scheme '", std::string(name), "'; registered: ",
                                                  absl::StrJoin(RegisteredKvCodecs(), ", ")));
 }
 

@@ -143,6 +143,14 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(std::unique_ptr<Ggu
     c.tied_embeddings = true;
   }
 
+  // Each layer needs at least 9 tensors; checking before sizing `layers` keeps a corrupt
+  // block_count from allocating gigabytes.
+  if (static_cast<uint64_t>(c.num_layers) * 9 > file->tensors().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file->path(), ": ", c.architecture, ".block_count = ", c.num_layers,
+        " needs at least ", int64_t{c.num_layers} * 9, " tensors but the file holds ",
+        file->tensors().size()));
+  }
   w.layers.resize(c.num_layers);
   for (int32_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w.layers[i];

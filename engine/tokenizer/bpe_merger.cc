@@ -31,7 +31,7 @@ struct Symbol {
 }  // namespace
 
 BpeMerger::BpeMerger(const absl::flat_hash_map<std::string, int32_t>& vocab,
-                     absl::Span<const std::string_view> merges, int32_t unknown_id) {
+                     absl::Span<const std::string_view> merges, int32_t /*unknown_id*/) {
   const auto find = [&](std::string_view text) -> int32_t {
     auto it = vocab.find(Av(text));
     return it == vocab.end() ? -1 : it->second;
@@ -40,7 +40,9 @@ BpeMerger::BpeMerger(const absl::flat_hash_map<std::string, int32_t>& vocab,
   for (int b = 0; b < 256; ++b) {
     byte_symbol_[b] = find(alphabet.Spelling(static_cast<uint8_t>(b)));
     const int32_t byte_token = find(absl::StrFormat("<0x%02X>", b));
-    byte_fallback_[b] = byte_token >= 0 ? byte_token : unknown_id;
+    // A byte with neither a byte-level symbol nor a <0xNN> token is dropped, as llama.cpp
+    // does: SmolLM's unknown id is <|endoftext|>, which would end generation mid-prompt.
+    byte_fallback_[b] = byte_token;
   }
   pairs_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {

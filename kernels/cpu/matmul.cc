@@ -53,11 +53,15 @@ constexpr int64_t kMinMacsPerChunk = 1 << 16;
 void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPool* pool) {
   const Plan plan = PlanFor(w.type);
   const int64_t rows = w.rows, cols = w.cols;
-  if (plan.dot == nullptr) {  // unsupported format: loud garbage, never plausible numbers
+  if (n <= 0 || rows <= 0) return;
+  const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(w.type));
+  const bool shape_ok = info != nullptr && GgmlRowBytes(*info, cols) == w.row_bytes &&
+                        w.row_bytes != 0;
+  if (plan.dot == nullptr || !shape_ok) {
+    // Unsupported format or broken precondition: loud garbage, never plausible numbers.
     std::fill(y, y + n * rows, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  if (n <= 0 || rows <= 0) return;
 
   // Quantized activations, reused across calls on this thread. [n, act_stride bytes]
   thread_local std::vector<uint8_t> act_buffer;

@@ -1,16 +1,19 @@
-// ThreadPool: N-1 workers plus the calling thread, dispatched through a generation counter.
+// ThreadPool: N-1 workers plus the calling thread, sharing chunks through one atomic word.
 //
-// Why this shape: a decode step issues a few hundred ParallelFor calls of 10-100 µs each, so
-// a condition-variable round trip per call (tens of µs when a worker sleeps) would dominate.
-// Workers therefore spin ~kSpinMicros on the atomic generation before sleeping, and the
-// caller only touches the mutex when some worker is actually asleep. Chunks are claimed from
-// an atomic counter (load balance on a shared machine); which thread runs a chunk never
-// changes its result, so outputs do not depend on the thread count.
+// Why this shape: a decode step issues a few hundred ParallelFor calls of 10-100 µs each on
+// a machine whose cores are often shared, so (1) dispatch must not cost a condition-variable
+// round trip — workers spin ~kSpinMicros on the job word before sleeping, and the caller
+// touches the mutex only when a worker is asleep; (2) the caller must never wait for a
+// worker that has not started: the loop is cut into up to kChunksPerThread·N contiguous
+// chunks that every participant claims from the shared word, so a descheduled worker's
+// share is simply taken by whoever is running. Which thread runs a chunk never changes its
+// result, so outputs do not depend on the thread count.
 //
-// Memory ordering: the caller writes the job fields, then bumps `generation` (seq_cst);
-// workers read them only after observing the new generation. The caller reuses the fields
-// only after `pending` (every worker's acknowledgement, acq_rel) reaches zero, so a slow
-// worker can never run a stale job against new chunk indices.
+// Memory ordering: `job` packs (num_chunks << 32 | next_chunk). The caller writes fn/n and
+// resets `done`, then publishes `job` (seq_cst store, a release). A participant owns chunk k
+// only after a successful CAS next k → k+1 on the current word (acq_rel: it synchronizes
+// with the publication), then reads fn/n; those stay valid until `done` reaches num_chunks, which cannot happen before its own chunk is finished.
+// A participant holding an old word value simply fails its CAS.
 #include "kernels/cpu/parallel.h"
 
 #include <algorithm>
@@ -29,6 +32,7 @@ namespace witcert {
 namespace {
 
 constexpr int64_t kSpinMicros = 30;
+constexpr int64_t kChunksPerThread = 4;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -38,6 +42,10 @@ inline void CpuRelax() {
 #endif
 }
 
+inline bool HasWork(uint64_t word) {
+  return static_cast<uint32_t>(word) < static_cast<uint32_t>(word >> 32);
+}
+
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -45,59 +53,55 @@ struct ThreadPool::Impl {
   std::vector<std::thread> workers;
 
   std::mutex mu;
-  std::condition_variable work_cv;  // workers sleep here waiting for a new generation
-  std::condition_variable done_cv;  // the caller sleeps here waiting for pending == 0
-  std::atomic<uint64_t> generation{0};
+  std::condition_variable work_cv;  // workers sleep here until HasWork(job) or stop
+  std::condition_variable done_cv;  // the caller sleeps here until done == num_chunks
+  std::atomic<uint64_t> job{0};     // num_chunks << 32 | next_chunk
+  std::atomic<int64_t> done{0};     // chunks finished in the current job
   std::atomic<int> sleepers{0};
+  std::atomic<bool> caller_sleeping{false};
   std::atomic<bool> stop{false};
 
-  // Job description, written by the caller before a generation bump.
+  // Current job, written by the caller before publishing `job`.
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
-  int64_t num_chunks = 0;
-  std::atomic<int64_t> next_chunk{0};
-  std::atomic<int> pending{0};
 
+  // Claims and runs chunks until none are left.
   void RunChunks() {
-    for (;;) {
-      const int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed);
-      if (c >= num_chunks) return;
-      // Even split: chunk c covers [c*n/k, (c+1)*n/k).
-      const int64_t begin = c * n / num_chunks;
-      const int64_t end = (c + 1) * n / num_chunks;
-      (*fn)(begin, end);
+    uint64_t word = job.load(std::memory_order_relaxed);
+    while (HasWork(word)) {
+      if (!job.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
+                                     std::memory_order_relaxed)) {
+        continue;  // `word` now holds the fresh value
+      }
+      const int64_t total = static_cast<int64_t>(word >> 32);
+      const int64_t c = static_cast<uint32_t>(word);
+      // Even split: chunk c covers [c·n/total, (c+1)·n/total).
+      (*fn)(c * n / total, (c + 1) * n / total);
+      if (done.fetch_add(1) + 1 == total &&  // seq_cst: pairs with caller_sleeping
+          caller_sleeping.load()) {
+        std::lock_guard<std::mutex> lock(mu);  // orders the notify after the caller's check
+        done_cv.notify_one();
+      }
+      word = job.load(std::memory_order_relaxed);
     }
   }
 
   void WorkerLoop() {
-    uint64_t seen = 0;
     for (;;) {
-      uint64_t gen = generation.load();
-      if (gen == seen && !stop.load()) {
-        const auto deadline =
-            std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
-        for (int i = 0;; ++i) {
-          CpuRelax();
-          gen = generation.load();
-          if (gen != seen || stop.load()) break;
-          if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) {
-            std::unique_lock<std::mutex> lock(mu);
-            sleepers.fetch_add(1);
-            work_cv.wait(lock, [&] { return generation.load() != seen || stop.load(); });
-            sleepers.fetch_sub(1);
-            gen = generation.load();
-            break;
-          }
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+      for (int i = 0; !HasWork(job.load()) && !stop.load(); ++i) {
+        CpuRelax();
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) {
+          std::unique_lock<std::mutex> lock(mu);
+          sleepers.fetch_add(1);
+          work_cv.wait(lock, [&] { return HasWork(job.load()) || stop.load(); });
+          sleepers.fetch_sub(1);
+          break;
         }
       }
       if (stop.load()) return;
-      seen = gen;
       RunChunks();
-      if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        // Taking the mutex orders this notify after the caller's predicate check.
-        std::lock_guard<std::mutex> lock(mu);
-        done_cv.notify_one();
-      }
     }
   }
 };
@@ -129,8 +133,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
                              const std::function<void(int64_t begin, int64_t end)>& fn) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
-  const int64_t num_chunks =
-      std::min<int64_t>(impl_->num_threads, std::max<int64_t>(1, n / min_chunk));
+  const int64_t num_chunks = std::min<int64_t>(kChunksPerThread * impl_->num_threads,
+                                               std::max<int64_t>(1, n / min_chunk));
   if (num_chunks == 1 || impl_->workers.empty()) {
     fn(0, n);
     return;
@@ -138,21 +142,21 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
   Impl& s = *impl_;
   s.fn = &fn;
   s.n = n;
-  s.num_chunks = num_chunks;
-  s.next_chunk.store(0, std::memory_order_relaxed);
-  s.pending.store(static_cast<int>(s.workers.size()), std::memory_order_relaxed);
-  s.generation.fetch_add(1);  // seq_cst: publishes the job fields above
+  s.done.store(0, std::memory_order_relaxed);
+  s.job.store(static_cast<uint64_t>(num_chunks) << 32);  // seq_cst: publishes fn, n, done
   if (s.sleepers.load() > 0) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.work_cv.notify_all();
   }
   s.RunChunks();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
-  for (int i = 0; s.pending.load(std::memory_order_acquire) != 0; ++i) {
+  for (int i = 0; s.done.load(std::memory_order_acquire) != num_chunks; ++i) {
     CpuRelax();
     if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) {
       std::unique_lock<std::mutex> lock(s.mu);
-      s.done_cv.wait(lock, [&] { return s.pending.load(std::memory_order_acquire) == 0; });
+      s.caller_sleeping.store(true);
+      s.done_cv.wait(lock, [&] { return s.done.load() == num_chunks; });
+      s.caller_sleeping.store(false);
       break;
     }
   }

@@ -89,7 +89,7 @@ std::string Mutate(const std::string& in, std::mt19937_64& rng) {
       }
       default: {  // duplicate a chunk
         const size_t n = std::min<size_t>(1 + rng() % 16, s.size() - at);
-        s.insert(at, s.substr(at, n));
+        s = s.substr(0, at + n) + s.substr(at);  // [at, at + n) twice
         break;
       }
     }

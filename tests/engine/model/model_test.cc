@@ -211,6 +211,18 @@ TEST(ModelLoaderTest, InconsistentConfigsAreRejected) {
     EXPECT_NE(Msg(m.status()).find("llama.block_count"), std::string::npos) << m.status();
   }
   {
+    // A corrupt block_count must be refused before anything is sized by it.
+    testing::GgufLayout layout;
+    std::string image = TinyWriter({}).Build(&layout);
+    // llama.block_count is the third KV (after architecture and name), a u32.
+    testing::PatchPod<uint32_t>(&image, layout.kv_value_at[2], 2000000000u);
+    auto f = GgufFile::FromBytes(image);
+    ASSERT_TRUE(f.ok()) << f.status();
+    auto m = ModelLoader::FromGguf(std::move(*f));
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(Msg(m.status()).find("block_count = 2000000000"), std::string::npos) << m.status();
+  }
+  {
     GgufWriter w;
     w.AddString("general.architecture", "qwen2");
     w.AddU32("qwen2.block_count", 1);

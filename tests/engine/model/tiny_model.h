@@ -60,7 +60,10 @@ inline GgufWriter TinyWriter(const TinySpec& s) {
   w.AddF32(p + "rope.freq_base", 500000.0f);
   w.AddF32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
   std::vector<std::string> tokens;
-  for (uint32_t i = 0; i < s.vocab; ++i) tokens.push_back("t" + std::to_string(i));
+  for (uint32_t i = 0; i < s.vocab; ++i) {
+    tokens.emplace_back(1, 't');  // "t<i>"; built in two steps to dodge GCC 12 -Wrestrict
+    tokens.back() += std::to_string(i);
+  }
   w.AddStringArray("tokenizer.ggml.tokens", tokens);
 
   const uint32_t kv_heads = s.write_kv_heads ? s.kv_heads : s.heads;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -120,7 +121,9 @@ TEST_F(BpeTokenizerTest, Llama3PiecesThatAreTokensSkipMerges) {
 
 TEST_F(BpeTokenizerTest, ByteFallbacks) {
   EXPECT_EQ(tok_->Encode("\x01", false), (std::vector<TokenId>{ids_.byte01}));
-  EXPECT_EQ(tok_->Encode("\x02", false), (std::vector<TokenId>{ids_.unk}));
+  // No symbol and no <0x02> token: the byte is dropped (as llama.cpp does), never mapped to
+  // an id that could be an end-of-generation token.
+  EXPECT_EQ(tok_->Encode("a\x02", false), tok_->Encode("a", false));
   EXPECT_EQ(tok_->TokenBytes(ids_.byte01), "\x01");
 }
 
@@ -152,10 +155,30 @@ TEST_F(BpeTokenizerTest, RandomBytesRoundTrip) {
   for (int trial = 0; trial < 500; ++trial) {
     std::string s(rng() % 40, '\0');
     for (char& c : s) {
-      do c = static_cast<char>(rng() % 256); while (c == '\x02');  // 0x02 → <unk>
+      do c = static_cast<char>(rng() % 256); while (c == '\x02');  // 0x02 has no token: dropped
     }
     ASSERT_EQ(tok_->Decode(tok_->Encode(s, false)), s);
   }
+}
+
+TEST_F(BpeTokenizerTest, ConcurrentEncodeAgreesWithSerial) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back("hello aa" + std::to_string(i) + " world abc");
+  std::vector<std::vector<TokenId>> serial;
+  for (const std::string& t : texts) serial.push_back(tok_->Encode(t, false));
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int rep = 0; rep < 20; ++rep) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          mismatches[w] += tok_->Encode(texts[i], false) != serial[i];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
 TEST_F(BpeTokenizerTest, MetadataAccessors) {

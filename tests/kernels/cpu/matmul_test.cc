@@ -320,6 +320,14 @@ TEST(ActivationQuantTest, ErrorWithinHalfStepAndSumsConsistent) {
   }
 }
 
+TEST(MatmulTest, RowBytesNotMatchingColsYieldsNaN) {
+  std::vector<uint8_t> bytes(40 * 2, 0);
+  QuantMatrix w{GgmlType::kQ4_1, 2, 48, 40, bytes.data()};  // 48 is not a multiple of 32
+  std::vector<float> x(48, 1.0f), y(2, 0.0f);
+  Matmul(x.data(), 1, w, y.data(), nullptr);
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
+}
+
 TEST(MatmulTest, UnsupportedFormatYieldsNaN) {
   std::vector<uint8_t> bytes(22 * 2, 0);
   QuantMatrix w{GgmlType::kQ5_0, 2, 32, 22, bytes.data()};

@@ -1,0 +1,99 @@
+#include "engine/cert/records.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "nlohmann/json.hpp"
+
+namespace witcert {
+
+void RiskAccumulator::Add(const CellRecord& c, double delta_loc, float tv_threshold) {
+  ++s_.cells;
+  s_.max_tv_before = std::max<double>(s_.max_tv_before, c.tv_before);
+  s_.max_tv_after = std::max<double>(s_.max_tv_after, c.tv_after);
+  sum_before_ += c.tv_before;
+  sum_after_ += c.tv_after;
+  if (c.tv_before <= tv_threshold) ++certified_first_;
+  s_.pageins += c.pageins;
+  if (c.tier == 'B') s_.delta_spent += delta_loc;
+  if (!c.certified) {
+    ++s_.uncertified_cells;
+    auto key = std::make_pair(c.layer, c.head);
+    if (std::find(s_.uncertified_heads.begin(), s_.uncertified_heads.end(), key) ==
+        s_.uncertified_heads.end()) {
+      s_.uncertified_heads.push_back(key);
+    }
+  }
+}
+
+RiskSummary RiskAccumulator::Summary() const {
+  RiskSummary r = s_;
+  if (r.cells > 0) {
+    r.mean_tv_before = sum_before_ / r.cells;
+    r.mean_tv_after = sum_after_ / r.cells;
+    r.coverage = static_cast<double>(certified_first_) / r.cells;
+  }
+  return r;
+}
+
+RiskCounters::RiskCounters(int32_t num_layers, int32_t num_heads)
+    : num_layers_(num_layers), num_heads_(num_heads), counts_(num_layers * num_heads) {}
+
+void RiskCounters::Add(const CellRecord& c, float tv_threshold) {
+  if (c.layer < 0 || c.layer >= num_layers_ || c.head < 0 || c.head >= num_heads_) return;
+  absl::MutexLock lock(&mu_);
+  Counts& k = counts_[c.layer * num_heads_ + c.head];
+  ++k.cells;
+  if (c.tv_before <= tv_threshold) ++k.certified_first;
+  if (!c.certified) ++k.uncertified;
+  k.pageins += c.pageins;
+  if (c.audited) {
+    ++k.audited;
+    if (c.violation) ++(c.tier == 'B' ? k.violations_tier_b : k.violations_tier_a);
+  }
+}
+
+RiskCounters::Counts RiskCounters::Get(int32_t layer, int32_t head) const {
+  absl::MutexLock lock(&mu_);
+  return counts_[layer * num_heads_ + head];
+}
+
+RiskCounters::Counts RiskCounters::Total() const {
+  absl::MutexLock lock(&mu_);
+  Counts t;
+  for (const Counts& k : counts_) {
+    t.cells += k.cells;
+    t.certified_first += k.certified_first;
+    t.uncertified += k.uncertified;
+    t.pageins += k.pageins;
+    t.audited += k.audited;
+    t.violations_tier_a += k.violations_tier_a;
+    t.violations_tier_b += k.violations_tier_b;
+  }
+  return t;
+}
+
+absl::Status TraceWriter::Open(const std::string& path, std::unique_ptr<TraceWriter>* out) {
+  auto w = std::make_unique<TraceWriter>();
+  w->out_.open(path, std::ios::out | std::ios::app);
+  if (!w->out_) return absl::UnavailableError("cannot open trace file " + path);
+  *out = std::move(w);
+  return absl::OkStatus();
+}
+
+void TraceWriter::Write(int64_t request_id, const CellRecord& c) {
+  nlohmann::json j = {{"request", request_id}, {"layer", c.layer}, {"head", c.head},
+                      {"step", c.step}, {"tv_before", c.tv_before}, {"tv_after", c.tv_after},
+                      {"v_before", c.v_before}, {"v_after", c.v_after},
+                      {"pageins", c.pageins}, {"certified", c.certified},
+                      {"tier", std::string(1, c.tier)}};
+  if (c.audited) {
+    j["true_tv"] = c.true_tv;
+    j["true_v"] = c.true_v;
+    j["violation"] = c.violation;
+  }
+  absl::MutexLock lock(&mu_);
+  out_ << j.dump() << '\n';
+}
+
+}  // namespace witcert

@@ -1,0 +1,405 @@
+#include "server/http/openai_request.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace witcert::http {
+namespace {
+
+using nlohmann::json;
+
+const char* TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    case json::value_t::number_float: return "number";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "integer";
+    default: return "value";
+  }
+}
+
+// Reads optional typed fields from the request object; the first error wins.
+class Fields {
+ public:
+  Fields(const json& body, ApiError* error) : body_(body), error_(error) {}
+  bool failed() const { return failed_; }
+
+  // Returns the field or nullptr when absent or null.
+  const json* Find(const char* key) const {
+    auto it = body_.find(key);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool Fail(std::string message, std::string param) {
+    if (!failed_) *error_ = InvalidRequest(std::move(message), std::move(param));
+    failed_ = true;
+    return false;
+  }
+  bool WrongType(const char* key, const char* want, const json& got) {
+    return Fail(absl::StrFormat("'%s' must be %s, got %s", key, want, TypeName(got)), key);
+  }
+
+  void Bool(const char* key, bool* out) {
+    const json* v = Find(key);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) return (void)WrongType(key, "a boolean", *v);
+    *out = v->get<bool>();
+  }
+  // Float in [lo, hi] (NaN never is: JSON has none, but be explicit).
+  void Number(const char* key, float* out, double lo, double hi, bool lo_open = false) {
+    const json* v = Find(key);
+    if (v == nullptr) return;
+    if (!v->is_number()) return (void)WrongType(key, "a number", *v);
+    const double d = v->get<double>();
+    if (!(lo_open ? d > lo : d >= lo) || !(d <= hi) || std::isnan(d)) {
+      return (void)Fail(absl::StrFormat("'%s' must be in %s%g, %g]: got %g", key,
+                                        lo_open ? "(" : "[", lo, hi, d),
+                        key);
+    }
+    *out = static_cast<float>(d);
+  }
+  // Integer in [lo, hi]; `present` (optional) says whether it was given.
+  void Int(const char* key, int64_t* out, int64_t lo, int64_t hi, bool* present = nullptr) {
+    const json* v = Find(key);
+    if (v == nullptr) return;
+    if (!v->is_number_integer()) return (void)WrongType(key, "an integer", *v);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return (void)Fail(absl::StrFormat("'%s' is out of range", key), key);
+    }
+    const int64_t i = v->get<int64_t>();
+    if (i < lo || i > hi) {
+      return (void)Fail(absl::StrFormat("'%s' must be in [%d, %d]: got %d", key, lo, hi, i), key);
+    }
+    *out = i;
+    if (present != nullptr) *present = true;
+  }
+
+ private:
+  const json& body_;
+  ApiError* error_;
+  bool failed_ = false;
+};
+
+bool ParseContent(const json& content, const std::string& param, std::string* out, Fields& f) {
+  if (content.is_null()) return true;
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return true;
+  }
+  if (!content.is_array()) {
+    return f.Fail(absl::StrCat("'", param, "' must be a string or an array of text parts, got ",
+                               TypeName(content)),
+                  param);
+  }
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string p = absl::StrCat(param, "[", i, "]");
+    if (!part.is_object()) return f.Fail(absl::StrCat("'", p, "' must be an object"), p);
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string() || type->get<std::string>() != "text") {
+      return f.Fail(absl::StrCat("'", p, ".type': only \"text\" content parts are supported"),
+                    p + ".type");
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return f.Fail(absl::StrCat("'", p, ".text' must be a string"), p + ".text");
+    }
+    *out += text->get<std::string>();
+  }
+  return true;
+}
+
+bool ParseMessages(const json& body, const ParseLimits& limits, GenerationRequest* out,
+                   Fields& f) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) return f.Fail("'messages' is required", "messages");
+  if (!it->is_array()) return f.WrongType("messages", "an array", *it);
+  if (it->empty()) return f.Fail("'messages' must not be empty", "messages");
+  if (it->size() > static_cast<size_t>(limits.max_messages)) {
+    return f.Fail(absl::StrFormat("'messages' has more than %d entries", limits.max_messages),
+                  "messages");
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string p = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return f.Fail(absl::StrCat("'", p, "' must be an object"), p);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return f.Fail(absl::StrCat("'", p, ".role' must be a string"), p + ".role");
+    }
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+      return f.Fail(absl::StrCat("'", p, ".role': unsupported role '", msg.role,
+                                 "' (system, developer, user, assistant)"),
+                    p + ".role");
+    }
+    auto content = m.find("content");
+    if (content == m.end()) {
+      return f.Fail(absl::StrCat("'", p, ".content' is required"), p + ".content");
+    }
+    if (!ParseContent(*content, p + ".content", &msg.content, f)) return false;
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      return f.Fail("tool calls are not supported", p + ".tool_calls");
+    }
+    out->messages.push_back(std::move(msg));
+  }
+  return true;
+}
+
+bool ParseTokenList(const json& list, const char* param, std::vector<int32_t>* out, Fields& f) {
+  for (const json& t : list) {
+    if (!t.is_number_integer()) {
+      return f.Fail(absl::StrFormat("'%s' token ids must be integers", param), param);
+    }
+    const int64_t id = t.is_number_unsigned() && t.get<uint64_t>() > INT32_MAX
+                           ? -1
+                           : t.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) {
+      return f.Fail(absl::StrFormat("'%s' holds an invalid token id", param), param);
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return true;
+}
+
+bool ParsePrompt(const json& body, GenerationRequest* out, Fields& f) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return f.Fail("'prompt' is required", "prompt");
+  const json& p = *it;
+  if (p.is_string()) {
+    out->prompt_text = p.get<std::string>();
+  } else if (p.is_array()) {
+    if (p.empty()) return f.Fail("'prompt' must not be empty", "prompt");
+    if (p[0].is_number_integer()) {
+      out->prompt_is_tokens = true;
+      if (!ParseTokenList(p, "prompt", &out->prompt_tokens, f)) return false;
+    } else if (p[0].is_string() || p[0].is_array()) {
+      if (p.size() > 1) {
+        return f.Fail("batch prompts are not supported: send one prompt per request", "prompt");
+      }
+      if (p[0].is_string()) {
+        out->prompt_text = p[0].get<std::string>();
+      } else {
+        out->prompt_is_tokens = true;
+        if (!ParseTokenList(p[0], "prompt", &out->prompt_tokens, f)) return false;
+      }
+    } else {
+      return f.Fail("'prompt' must be a string, a list of token ids, or a list holding one of "
+                    "those",
+                    "prompt");
+    }
+  } else {
+    return f.WrongType("prompt", "a string or an array", p);
+  }
+  if (out->prompt_is_tokens ? out->prompt_tokens.empty() : out->prompt_text.empty()) {
+    return f.Fail("'prompt' must not be empty", "prompt");
+  }
+  return true;
+}
+
+bool ParseStop(const json& body, const ParseLimits& limits, GenerationRequest* out, Fields& f) {
+  const json* stop = f.Find("stop");
+  if (stop == nullptr) return true;
+  std::vector<std::string> strings;
+  if (stop->is_string()) {
+    strings.push_back(stop->get<std::string>());
+  } else if (stop->is_array()) {
+    if (stop->size() > static_cast<size_t>(limits.max_stop_strings)) {
+      return f.Fail(absl::StrFormat("'stop' may hold at most %d strings", limits.max_stop_strings),
+                    "stop");
+    }
+    for (const json& s : *stop) {
+      if (!s.is_string()) return f.Fail("'stop' must hold only strings", "stop");
+      strings.push_back(s.get<std::string>());
+    }
+  } else {
+    return f.WrongType("stop", "a string or an array of strings", *stop);
+  }
+  for (const std::string& s : strings) {
+    if (s.empty()) return f.Fail("'stop' strings must not be empty", "stop");
+  }
+  out->stop.stop = std::move(strings);
+  return true;
+}
+
+bool ParseGate(const json& body, GenerationRequest* out, Fields& f) {
+  const json* w = f.Find("witcert");
+  if (w == nullptr) return true;
+  if (!w->is_object()) return f.WrongType("witcert", "an object", *w);
+  for (auto it = w->begin(); it != w->end(); ++it) {
+    const std::string key = it.key();
+    const std::string param = "witcert." + key;
+    const json& v = it.value();
+    if (key == "gate") {
+      if (!v.is_string()) return f.Fail("'witcert.gate' must be a string", param);
+      const std::string mode = v.get<std::string>();
+      if (mode != "off" && mode != "observe" && mode != "repair") {
+        return f.Fail("'witcert.gate' must be one of off, observe, repair", param);
+      }
+      out->gate.mode = mode;
+    } else if (key == "tv_threshold" || key == "v_threshold" || key == "delta") {
+      if (!v.is_number()) return f.Fail(absl::StrCat("'", param, "' must be a number"), param);
+      const double d = v.get<double>();
+      const double hi = key == "v_threshold" ? 1e9 : 1.0;
+      if (!(d > 0.0 && d <= hi)) {
+        return f.Fail(absl::StrFormat("'%s' must be in (0, %g]", param, hi), param);
+      }
+      (key == "tv_threshold" ? out->gate.tv_threshold
+                             : key == "v_threshold" ? out->gate.v_threshold : out->gate.delta) = d;
+    } else if (key == "pagein_budget") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1 << 20) {
+        return f.Fail("'witcert.pagein_budget' must be an integer in [0, 1048576]", param);
+      }
+      out->gate.pagein_budget = static_cast<int32_t>(v.get<int64_t>());
+    } else {
+      return f.Fail(absl::StrCat("unknown field '", param,
+                                 "' (gate, tv_threshold, v_threshold, delta, pagein_budget)"),
+                    param);
+    }
+  }
+  return true;
+}
+
+// Parameters WitCert does not implement: rejected when set to anything but their no-op.
+bool RejectUnsupported(const json& body, Endpoint endpoint, Fields& f) {
+  for (const char* key : {"tools", "functions", "tool_choice", "function_call", "suffix"}) {
+    const json* v = f.Find(key);
+    if (v != nullptr && !(v->is_array() && v->empty()) &&
+        !(v->is_string() && v->get<std::string>() == "none")) {
+      return f.Fail(absl::StrFormat("'%s' is not supported by this server", key), key);
+    }
+  }
+  if (const json* v = f.Find("logit_bias"); v != nullptr && !(v->is_object() && v->empty())) {
+    return f.Fail("'logit_bias' is not supported by this server", "logit_bias");
+  }
+  if (const json* v = f.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return f.Fail("'echo' is not supported by this server", "echo");
+  }
+  if (const json* v = f.Find("best_of");
+      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    return f.Fail("'best_of' must be 1 (only one completion per request is supported)",
+                  "best_of");
+  }
+  if (const json* v = f.Find("response_format"); v != nullptr) {
+    if (!v->is_object() || !v->contains("type") || (*v)["type"] != "text") {
+      return f.Fail("only response_format {\"type\": \"text\"} is supported", "response_format");
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseJsonObject(std::string_view body, nlohmann::json* out, ApiError* error) {
+  try {
+    *out = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    // e.byte locates the problem; the message itself may quote invalid bytes (DumpJson
+    // replaces them).
+    *error = InvalidRequest(
+        absl::StrFormat("the request body is not valid JSON (at byte %d): %s", e.byte, e.what()));
+    return false;
+  }
+  if (!out->is_object()) {
+    *error = InvalidRequest(absl::StrCat("the request body must be a JSON object, got ",
+                                         TypeName(*out)));
+    return false;
+  }
+  return true;
+}
+
+bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const ParseLimits& limits,
+                            GenerationRequest* out, ApiError* error) {
+  json j;
+  if (!ParseJsonObject(body, &j, error)) return false;
+  *out = GenerationRequest();
+  out->endpoint = endpoint;
+  Fields f(j, error);
+
+  if (const json* model = f.Find("model"); model != nullptr) {
+    if (!model->is_string()) return f.WrongType("model", "a string", *model);
+    out->model = model->get<std::string>();
+  }
+  if (endpoint == Endpoint::kChat) {
+    if (!ParseMessages(j, limits, out, f)) return false;
+  } else {
+    if (!ParsePrompt(j, out, f)) return false;
+  }
+  if (!RejectUnsupported(j, endpoint, f)) return false;
+
+  int64_t n = 1;
+  f.Int("n", &n, INT64_MIN, INT64_MAX);
+  if (!f.failed() && n != 1) return f.Fail("only n = 1 is supported", "n");
+
+  f.Bool("stream", &out->stream);
+  if (const json* so = f.Find("stream_options"); so != nullptr) {
+    if (!so->is_object()) return f.WrongType("stream_options", "an object", *so);
+    auto iu = so->find("include_usage");
+    if (iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean()) {
+        return f.Fail("'stream_options.include_usage' must be a boolean",
+                      "stream_options.include_usage");
+      }
+      out->include_usage = iu->get<bool>();
+    }
+  }
+
+  // max_completion_tokens (the newer name) wins over max_tokens when both are given.
+  int64_t max_tokens = limits.default_max_tokens;
+  f.Int("max_tokens", &max_tokens, 1, limits.max_tokens_limit);
+  f.Int("max_completion_tokens", &max_tokens, 1, limits.max_tokens_limit);
+  out->stop.max_tokens = static_cast<int32_t>(max_tokens);
+
+  SamplingParams& s = out->sampling;
+  f.Number("temperature", &s.temperature, 0.0, 2.0);
+  f.Number("top_p", &s.top_p, 0.0, 1.0, /*lo_open=*/true);
+  int64_t top_k = 0;
+  f.Int("top_k", &top_k, -1, 1 << 20);
+  s.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);  // -1 (vLLM) and 0 mean off
+  f.Number("min_p", &s.min_p, 0.0, 1.0);
+  f.Number("presence_penalty", &s.presence_penalty, -2.0, 2.0);
+  f.Number("frequency_penalty", &s.frequency_penalty, -2.0, 2.0);
+  int64_t seed = 0;
+  bool has_seed = false;
+  f.Int("seed", &seed, INT64_MIN, INT64_MAX, &has_seed);
+  if (has_seed) s.seed = static_cast<uint64_t>(seed);
+  f.Bool("ignore_eos", &out->stop.ignore_eos);
+  if (f.failed()) return false;
+
+  if (endpoint == Endpoint::kChat) {
+    f.Bool("logprobs", &out->logprobs);
+    int64_t top = 0;
+    bool has_top = false;
+    f.Int("top_logprobs", &top, 0, 20, &has_top);
+    if (f.failed()) return false;
+    if (has_top && top > 0 && !out->logprobs) {
+      return f.Fail("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    }
+    out->top_logprobs = static_cast<int32_t>(top);
+  } else {
+    // Completions: logprobs is the number of alternatives (0 still returns the chosen
+    // token's logprob).
+    int64_t lp = 0;
+    bool has_lp = false;
+    f.Int("logprobs", &lp, 0, 20, &has_lp);
+    if (f.failed()) return false;
+    out->logprobs = has_lp;
+    out->top_logprobs = static_cast<int32_t>(lp);
+  }
+  s.logprobs = out->logprobs;
+  s.top_logprobs = out->top_logprobs;
+
+  if (!ParseStop(j, limits, out, f)) return false;
+  if (!ParseGate(j, out, f)) return false;
+  return !f.failed();
+}
+
+}  // namespace witcert::http

@@ -1,0 +1,67 @@
+// Parsing and validating OpenAI request bodies (/v1/chat/completions, /v1/completions) into
+// what the engine needs. Pure: no engine, no sockets, so it is unit tested and fuzzed alone.
+//
+// Every rejection names the offending parameter (`param` in the error body), the way
+// OpenAI's API does. Parameters WitCert does not implement (tools, logit_bias, n > 1, batch
+// prompts, echo, suffix, best_of > 1, non-text response_format) are rejected, never silently
+// ignored; unknown extra fields are ignored as vLLM does, so newer clients keep working.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/runtime/sampling_params.h"
+#include "engine/tokenizer/chat_template.h"
+#include "server/http/api_error.h"
+
+namespace witcert::http {
+
+enum class Endpoint { kChat, kCompletion };
+
+// The request's `witcert` object: asks to tighten the gate policy in force.
+struct GateRequest {
+  std::optional<std::string> mode;  // "off" | "observe" | "repair" (validated)
+  std::optional<double> tv_threshold;
+  std::optional<double> v_threshold;
+  std::optional<double> delta;
+  std::optional<int32_t> pagein_budget;
+  bool any() const {
+    return mode || tv_threshold || v_threshold || delta || pagein_budget;
+  }
+};
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;                       // "" when absent
+  std::vector<ChatMessage> messages;       // chat
+  std::string prompt_text;                 // completions, text prompt
+  std::vector<int32_t> prompt_tokens;      // completions, token prompt
+  bool prompt_is_tokens = false;
+  bool stream = false;
+  bool include_usage = false;
+  SamplingParams sampling;
+  StopCondition stop;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  GateRequest gate;
+};
+
+struct ParseLimits {
+  int32_t max_tokens_limit = 4096;
+  int32_t default_max_tokens = 256;
+  int32_t max_stop_strings = 4;
+  int32_t max_messages = 4096;
+};
+
+// Returns true and fills `out`, or false and fills `error` (always a 4xx).
+bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const ParseLimits& limits,
+                            GenerationRequest* out, ApiError* error);
+
+// Parses `body` as a JSON object; false with a 400 error for malformed JSON, invalid UTF-8
+// or a non-object.
+bool ParseJsonObject(std::string_view body, nlohmann::json* out, ApiError* error);
+
+}  // namespace witcert::http

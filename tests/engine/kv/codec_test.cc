@@ -1,0 +1,105 @@
+// Codec registry and per-scheme round-trip error bounds.
+#include "engine/kv/codec.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace witcert {
+namespace {
+
+TEST(CodecRegistry, LookupAndUnknownName) {
+  for (const std::string& name : RegisteredKvCodecs()) {
+    auto c = FindKvCodec(name);
+    ASSERT_TRUE(c.ok()) << name;
+    EXPECT_EQ((*c)->name(), name);
+  }
+  auto bad = FindKvCodec("int3-magic");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("int8-dither"), std::string::npos);
+  EXPECT_FALSE((*FindKvCodec("int4-rtn"))->Validate(48).ok());
+}
+
+TEST(CodecRegistry, BytesAndTiers) {
+  const int d = 128;
+  EXPECT_EQ((*FindKvCodec("fp32"))->BytesPerVector(d), 512);
+  EXPECT_TRUE((*FindKvCodec("fp32"))->is_exact());
+  EXPECT_FALSE((*FindKvCodec("fp16"))->is_exact());
+  EXPECT_EQ((*FindKvCodec("fp16"))->BytesPerVector(d), 256);
+  EXPECT_EQ((*FindKvCodec("fp8-e4m3-raw"))->BytesPerVector(d), 128);
+  EXPECT_EQ((*FindKvCodec("int8-rtn"))->BytesPerVector(d), 130);
+  EXPECT_EQ((*FindKvCodec("int4-rtn"))->BytesPerVector(d), 64 + 8);
+  EXPECT_EQ((*FindKvCodec("int8-dither"))->tier(), Tier::kB);
+  EXPECT_EQ((*FindKvCodec("int8-rtn"))->tier(), Tier::kA);
+}
+
+// Max |x − x̂| relative to absmax (per-token schemes): half a step, step = absmax/levels,
+// plus the bf16 scale's upward rounding (≤ 2^-8).
+TEST(Codecs, RoundTripErrorWithinHalfStep) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  struct Expect { const char* name; float rel; };
+  const Expect expects[] = {{"int8-rtn", 0.5f / 127 * 1.01f}, {"int8-dither", 0.5f / 126 * 1.01f},
+                            {"fp8-e4m3", 0.0625f}, {"fp16", 1.0f / 1024}, {"bf16", 1.0f / 128},
+                            {"int4-rtn", 0.5f / 7 * 1.01f}, {"fp32", 0.0f}};
+  const int d = 64;
+  std::vector<float> x(d), y(d);
+  for (const auto& e : expects) {
+    const KvCodec& c = **FindKvCodec(e.name);
+    std::vector<uint8_t> buf(c.BytesPerVector(d));
+    for (int it = 0; it < 200; ++it) {
+      float amax = 0;
+      for (auto& v : x) amax = std::fmax(amax, std::fabs(v = g(rng)));
+      CodecContext ctx{9, 1, 2, it, false};
+      c.Encode(x.data(), d, ctx, buf.data());
+      c.Decode(buf.data(), d, ctx, y.data());
+      for (int j = 0; j < d; ++j) {
+        // fp8/fp16/bf16 are relative to |x| (floating), integer schemes to the absmax.
+        float ref = std::string(e.name).rfind("int", 0) == 0 ? amax : std::fabs(x[j]) + 1e-6f;
+        if (std::string(e.name) == "int4-rtn") ref = amax;  // group absmax ≤ token absmax
+        ASSERT_LE(std::fabs(x[j] - y[j]), e.rel * ref + 1e-7f) << e.name;
+      }
+    }
+  }
+}
+
+TEST(Codecs, DitherResidualIsUniformOverHalfStep) {
+  // Subtractive dither: r/s is U[−½, ½) whatever x is. 64·2000 samples of a constant-ish
+  // input: the mean of r/s has σ = sqrt(1/12/128000) ≈ 8e-4, allow 5σ; |r/s| ≤ ½ + fp slack.
+  const KvCodec& c = **FindKvCodec("int8-dither");
+  const int d = 64;
+  std::vector<float> x(d, 0.3f), y(d);
+  x[0] = 1.0f;  // fixes the scale at 1/126
+  std::vector<uint8_t> buf(c.BytesPerVector(d));
+  double sum = 0, sum2 = 0;
+  int n = 0;
+  for (int pos = 0; pos < 2000; ++pos) {
+    CodecContext ctx{5, 0, 0, pos, false};
+    c.Encode(x.data(), d, ctx, buf.data());
+    c.Decode(buf.data(), d, ctx, y.data());
+    float s = c.DitherScale(buf.data(), d);
+    for (int j = 1; j < d; ++j) {
+      double r = (x[j] - y[j]) / s;
+      ASSERT_LE(std::fabs(r), 0.5 + 1e-4);
+      sum += r;
+      sum2 += r * r;
+      ++n;
+    }
+  }
+  EXPECT_NEAR(sum / n, 0.0, 5 * 8.1e-4);
+  EXPECT_NEAR(sum2 / n, 1.0 / 12, 0.002);
+}
+
+TEST(Codecs, Fp8RawSaturatesInsteadOfOverflowing) {
+  const KvCodec& c = **FindKvCodec("fp8-e4m3-raw");
+  std::vector<float> x(16, 1000.0f), y(16);
+  std::vector<uint8_t> buf(16);
+  c.Encode(x.data(), 16, {}, buf.data());
+  c.Decode(buf.data(), 16, {}, y.data());
+  for (float v : y) EXPECT_EQ(v, 448.0f);
+}
+
+}  // namespace
+}  // namespace witcert

@@ -1,0 +1,199 @@
+// Soundness, property-based: for every registered scheme, through the real write path
+// (KvCache::Write → GatherHead → MeteredAttention), the long double true TV and output error
+// between exact and stored K/V never exceed the reported bounds (Tier A: zero violations).
+// Tier B (int8-dither): on non-adaptive random queries the violation rate stays ≤ δ.
+// WITCERT_LONG_TESTS=1 adds S = 131072 through the cache and 10^6 Tier B cells.
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "engine/kv/kv_cache.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/metered_attention.h"
+#include "tests/kernels/meter/long_double_reference.h"
+
+namespace witcert {
+namespace {
+
+bool LongTests() { return std::getenv("WITCERT_LONG_TESTS") != nullptr; }
+
+enum class Pattern { kNormal, kOutliers, kHuge, kNearSaturated, kOverflow };
+
+float Sample(std::mt19937& rng, Pattern p, int channel) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  switch (p) {
+    case Pattern::kNormal: return g(rng);
+    case Pattern::kOutliers: return g(rng) * ((channel % 29 == 3) ? 100.0f : 1.0f);
+    case Pattern::kHuge: return g(rng) * 2000.0f;
+    case Pattern::kNearSaturated: {  // every value within a hair of ±absmax
+      float s = (rng() & 1) ? 1.0f : -1.0f;
+      return s * (1.0f - 1e-4f * std::fabs(g(rng)));
+    }
+    case Pattern::kOverflow: return g(rng) * 600.0f;  // past fp8's ±448
+  }
+  return 0.0f;
+}
+
+struct SweepRun {
+  int64_t cells = 0;
+  int64_t violations = 0;
+  double max_ratio = 0;  // true TV / bound
+};
+
+// Writes S tokens with `pattern`, then checks `queries` queries per KV head.
+void CheckScheme(const std::string& scheme, Pattern pattern, int64_t s, int queries,
+                 uint64_t seed, SweepRun* run, RopePairing pairing = RopePairing::kInterleaved) {
+  KvCacheOptions o;
+  o.num_layers = 1;
+  o.num_kv_heads = 2;
+  o.head_dim = 64;
+  o.rope_pairing = pairing;
+  o.num_blocks = (s + 15) / 16 + 1;
+  o.k_scheme = scheme;
+  o.v_scheme = scheme;
+  o.dither_seed = seed;
+  o.backing_store_bytes = int64_t{1} << 33;
+  auto cache_or = KvCache::Create(o);
+  ASSERT_TRUE(cache_or.ok()) << cache_or.status();
+  KvCache& cache = **cache_or;
+  ASSERT_TRUE(cache.AddSequence(1).ok());
+  ASSERT_TRUE(cache.Reserve(1, s).ok());
+  std::mt19937 rng(seed);
+  const int d = o.head_dim;
+  std::vector<float> k(2 * d), v(2 * d);  // [Hkv, d]
+  for (int64_t t = 0; t < s; ++t) {
+    for (int j = 0; j < 2 * d; ++j) {
+      k[j] = Sample(rng, pattern, j % d);
+      v[j] = Sample(rng, pattern == Pattern::kOverflow ? Pattern::kNormal : pattern, j % d);
+    }
+    ASSERT_TRUE(cache.Write(1, 0, t, k.data(), v.data()).ok());
+  }
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int h = 0; h < 2; ++h) {
+    GatheredHead head;
+    ASSERT_TRUE(cache.GatherHead(1, 0, h, s, &head).ok());
+    std::vector<float> ek(s * d), ev(s * d);  // [S, d]
+    ASSERT_TRUE(cache.GatherExactHead(1, 0, h, s, ek.data(), ev.data()).ok());
+    MeteredHeadInputs in;
+    in.head_dim = d;
+    in.num_bands = o.num_bands;
+    in.interleaved = pairing == RopePairing::kInterleaved;
+    in.num_tokens = s;
+    in.k = head.k.data();
+    in.v = head.v.data();
+    in.k_witness = head.k_witness.empty() ? nullptr : head.k_witness.data();
+    in.v_witness = head.v_witness.empty() ? nullptr : head.v_witness.data();
+    in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
+    std::vector<float> q(d), out(d);
+    for (int qi = 0; qi < queries; ++qi) {
+      // Alternate random queries and adversarial ones aligned with a token's key residual.
+      if (qi % 2 == 0) {
+        for (auto& x : q) x = g(rng) * (pattern == Pattern::kHuge ? 0.01f : 1.0f);
+      } else {
+        int64_t t = rng() % s;
+        for (int j = 0; j < d; ++j) q[j] = 4.0f * (ek[t * d + j] - head.k[t * d + j]) + 0.1f * g(rng);
+      }
+      MeteredAttentionOptions opt;
+      opt.num_splits = 1 + qi % 4;
+      opt.delta_loc = 0.0;  // Tier A only here: zero violations allowed
+      MeteredAttentionResult res;
+      MeteredAttention(in, q.data(), opt, out.data(), &res);
+      auto truth = testing::TrueAttentionError(q.data(), ek.data(), ev.data(), head.k.data(),
+                                               head.v.data(), s, d);
+      ++run->cells;
+      if (truth.tv > res.bound.tv || truth.out_err > res.bound.v_bound) {
+        ++run->violations;
+        ADD_FAILURE() << scheme << " S=" << s << " tv " << static_cast<double>(truth.tv)
+                      << " > " << res.bound.tv << " or err " << static_cast<double>(truth.out_err)
+                      << " > " << res.bound.v_bound;
+      }
+      if (res.bound.tv > 0) {
+        run->max_ratio = std::max(run->max_ratio, static_cast<double>(truth.tv / res.bound.tv));
+      }
+    }
+  }
+}
+
+TEST(Soundness, EverySchemeEveryPatternTierA) {
+  const Pattern patterns[] = {Pattern::kNormal, Pattern::kOutliers, Pattern::kHuge,
+                              Pattern::kNearSaturated, Pattern::kOverflow};
+  uint64_t seed = 100;
+  for (const std::string& scheme : RegisteredKvCodecs()) {
+    SweepRun run;
+    for (Pattern p : patterns) {
+      for (int64_t s : {1, 5, 16, 100, 700}) {
+        CheckScheme(scheme, p, s, s > 100 ? 6 : 12, ++seed, &run);
+      }
+    }
+    EXPECT_EQ(run.violations, 0) << scheme;
+    // Not vacuous everywhere: some cells come within 10^3 of their bound.
+    if (scheme != "fp32") EXPECT_GT(run.max_ratio, 1e-3) << scheme;
+  }
+}
+
+TEST(Soundness, HalfSplitPairingModel) {
+  SweepRun run;
+  CheckScheme("int8-rtn", Pattern::kOutliers, 200, 10, 7, &run, RopePairing::kHalfSplit);
+  EXPECT_EQ(run.violations, 0);
+}
+
+TEST(Soundness, LongContextThroughCache) {
+  SweepRun run;
+  CheckScheme("int8-rtn", Pattern::kOutliers, LongTests() ? 131072 : 16384, 2, 3, &run);
+  EXPECT_EQ(run.violations, 0);
+}
+
+// Tier B: fresh keys and dither per cell, query independent of the dither. A violation is
+// a true TV above the bound; the per-cell failure probability is ≤ δ, so over N cells the
+// count is ≤ Binomial(N, δ): we allow δN + 5·sqrt(δN). (Typically 0: u_t is a union bound.)
+TEST(Soundness, TierBViolationRateWithinDelta) {
+  const int64_t cells = LongTests() ? 1000000 : 30000;
+  const double delta = 0.05;
+  const int d = 64, nb = 8, s = 4;
+  const KvCodec& codec = **FindKvCodec("int8-dither");
+  const int32_t bytes = codec.BytesPerVector(d);
+  std::mt19937 rng(77);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> k(s * d), ks(s * d), v(s * d), q(d), out(d), scale(s), kw(s * nb);
+  std::vector<uint8_t> buf(bytes);
+  BandLayout layout{d, nb, RopePairing::kInterleaved};
+  int64_t violations = 0, tier_b_binding = 0;
+  for (int64_t cell = 0; cell < cells; ++cell) {
+    for (int t = 0; t < s; ++t) {
+      for (int j = 0; j < d; ++j) k[t * d + j] = g(rng) * 3.0f;
+      CodecContext ctx{static_cast<uint64_t>(cell), 0, 0, t, false};
+      codec.Encode(&k[t * d], d, ctx, buf.data());
+      codec.Decode(buf.data(), d, ctx, &ks[t * d]);
+      scale[t] = codec.DitherScale(buf.data(), d);
+      uint16_t w[8];
+      ComputeWitness(&k[t * d], &ks[t * d], layout, w);
+      DecodeWitness(w, nb, &kw[t * nb]);
+    }
+    for (auto& x : q) x = g(rng) * 2.0f;
+    for (auto& x : v) x = g(rng);
+    MeteredHeadInputs in;
+    in.head_dim = d;
+    in.num_bands = nb;
+    in.num_tokens = s;
+    in.k = ks.data();
+    in.v = v.data();
+    in.k_witness = kw.data();
+    in.k_dither_scale = scale.data();
+    MeteredAttentionOptions opt;
+    opt.delta_loc = delta;
+    MeteredAttentionResult res, res_a;
+    MeteredAttention(in, q.data(), opt, out.data(), &res);
+    opt.delta_loc = 0.0;
+    MeteredAttention(in, q.data(), opt, out.data(), &res_a);
+    ASSERT_TRUE(res.tier_b);
+    if (res.bound.tv < res_a.bound.tv) ++tier_b_binding;
+    auto p_true = testing::TrueAttentionError(q.data(), k.data(), v.data(), ks.data(), v.data(), s, d);
+    if (p_true.tv > res.bound.tv) ++violations;
+  }
+  const double mean = delta * cells;
+  EXPECT_LE(violations, mean + 5 * std::sqrt(mean));
+  EXPECT_GT(tier_b_binding, cells / 2) << "Tier B should be the tighter bound for dither";
+}
+
+}  // namespace
+}  // namespace witcert

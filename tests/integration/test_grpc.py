@@ -1,0 +1,142 @@
+"""gRPC API over a real port: witcert.v1.Inference (streaming Generate with certificate
+events, unary Chat), grpc.health.v1 and server reflection, against a real `witcert serve`."""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    """Python stubs generated from proto/ by grpcio-tools, into a temporary folder."""
+    from grpc_tools import protoc
+    out = tempfile.mkdtemp(prefix="witcert-proto-")
+    proto_dir = os.path.join(ROOT, "proto")
+    rc = protoc.main(["protoc", f"-I{proto_dir}", f"--python_out={out}", f"--grpc_python_out={out}",
+                      os.path.join(proto_dir, "witcert/v1/inference.proto")])
+    assert rc == 0
+    sys.path.insert(0, out)
+    from witcert.v1 import inference_pb2, inference_pb2_grpc  # noqa: E402
+    return inference_pb2, inference_pb2_grpc
+
+
+@pytest.fixture(scope="module")
+def grpc_server():
+    binary = os.environ.get("WITCERT_BIN", os.path.join(ROOT, "build/server/witcert"))
+    model = os.environ.get("WITCERT_MODEL", os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    http_port, grpc_port = _free_port(), _free_port()
+    proc = subprocess.Popen([binary, "serve", "--model", model, "--port", str(http_port),
+                             "--grpc-port", str(grpc_port), "--ctx-size", "1024",
+                             "--kv-scheme", "int8-rtn", "--gate", "observe"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=60)
+    except grpc.FutureTimeoutError:
+        proc.kill()
+        pytest.fail("gRPC server did not come up: " + proc.stdout.read())
+    yield channel
+    channel.close()
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def test_health_reports_serving(grpc_server):
+    stub = health_pb2_grpc.HealthStub(grpc_server)
+    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_the_inference_service(grpc_server):
+    stub = reflection_pb2_grpc.ServerReflectionStub(grpc_server)
+    responses = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+    names = {s.name for r in responses for s in r.list_services_response.service}
+    assert "witcert.v1.Inference" in names
+
+
+def test_generate_streams_tokens_and_certificate_cells(grpc_server, stubs):
+    pb, pb_grpc = stubs
+    stub = pb_grpc.InferenceStub(grpc_server)
+    request = pb.GenerateRequest(
+        chat=pb.ChatMessages(messages=[pb.ChatMessage(role="user", content="Name a color.")]),
+        sampling=pb.SamplingOptions(temperature=0.0, max_tokens=8),
+        emit_certificates=True)
+    tokens, cert_events, finish = [], [], None
+    for response in stub.Generate(request, timeout=120):
+        kind = response.WhichOneof("event")
+        if kind == "token":
+            tokens.append(response.token)
+        elif kind == "certificates":
+            cert_events.append(response.certificates)
+        else:
+            finish = response.finish
+    assert finish is not None and finish.finish_reason in ("stop", "length")
+    assert 1 <= len(tokens) <= 8
+    assert finish.usage.completion_tokens == len(tokens)
+    # Every decode step after the first token reads the stored (int8) KV: one cell per
+    # (layer, head) = 30 × 9 for SmolLM2.
+    assert len(cert_events) == len(tokens) - 1
+    steps = set()
+    for event in cert_events:
+        assert len(event.cells) == 30 * 9
+        assert {(c.layer, c.head) for c in event.cells} == {(l, h) for l in range(30) for h in range(9)}
+        for c in event.cells:
+            assert 0.0 <= c.tv_bound_after <= c.tv_bound_before <= 1.0
+            assert c.tier == pb.CERTIFICATE_TIER_A
+        steps |= {c.step for c in event.cells}
+    assert len(steps) == len(cert_events)
+    risk = finish.risk
+    assert risk.k_scheme == "int8-rtn" and risk.gate_mode == "observe"
+    assert risk.cells == 30 * 9 * len(cert_events)
+    assert 0.0 <= risk.coverage <= 1.0
+    worst = max(c.tv_bound_before for e in cert_events for c in e.cells)
+    assert abs(risk.max_tv_before - worst) <= 1e-6 * max(1.0, worst)
+
+
+def test_chat_unary_answers_whole(grpc_server, stubs):
+    pb, pb_grpc = stubs
+    stub = pb_grpc.InferenceStub(grpc_server)
+    reply = stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="Say hi.")],
+                                     sampling=pb.SamplingOptions(temperature=0.0, max_tokens=6)),
+                      timeout=120)
+    assert reply.text
+    assert reply.finish.usage.completion_tokens >= 1
+
+
+def test_status_codes_map_from_the_engine(grpc_server, stubs):
+    pb, pb_grpc = stubs
+    stub = pb_grpc.InferenceStub(grpc_server)
+    with pytest.raises(grpc.RpcError) as bad:
+        list(stub.Generate(pb.GenerateRequest(sampling=pb.SamplingOptions(max_tokens=4)), timeout=30))
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as bad_temp:
+        list(stub.Generate(pb.GenerateRequest(prompt="hi", sampling=pb.SamplingOptions(
+            temperature=-1.0, max_tokens=4)), timeout=30))
+    assert bad_temp.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as too_long:
+        list(stub.Generate(pb.GenerateRequest(tokens=pb.TokenIds(ids=[28] * 2000),
+                                              sampling=pb.SamplingOptions(max_tokens=4)), timeout=30))
+    assert too_long.value.code() == grpc.StatusCode.OUT_OF_RANGE
+    # Still serving.
+    reply = stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="ok?")],
+                                     sampling=pb.SamplingOptions(max_tokens=2)), timeout=60)
+    assert reply.finish.usage.completion_tokens >= 1

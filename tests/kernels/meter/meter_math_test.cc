@@ -1,0 +1,101 @@
+// Bit-level helpers of kernels/meter: float formats, the dither hash, band layout.
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "kernels/meter/bands.h"
+#include "kernels/meter/dither_hash.h"
+#include "kernels/meter/float_formats.h"
+
+namespace witcert::meter {
+namespace {
+
+TEST(FloatFormats, HalfRoundTripsEveryFiniteHalf) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    if ((h & 0x7c00u) == 0x7c00u) continue;  // inf / NaN
+    float f = HalfToFloat(static_cast<uint16_t>(h));
+    uint16_t back = FloatToHalf(f);
+    if (f == 0.0f) { EXPECT_EQ(back & 0x7fffu, 0u); continue; }
+    EXPECT_EQ(back, h) << h;
+  }
+}
+
+TEST(FloatFormats, HalfUpIsSmallestHalfAtOrAbove) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> e(-30.0f, 17.0f);
+  for (int i = 0; i < 200000; ++i) {
+    float x = std::exp2(e(rng)) * (1.0f + (rng() % 1000) / 1000.0f);
+    uint16_t h = FloatToHalfUp(x);
+    float up = HalfToFloat(h);
+    ASSERT_GE(up, x) << x;
+    if (h > 0 && h < 0x7c00u) ASSERT_LT(HalfToFloat(static_cast<uint16_t>(h - 1)), x) << x;
+    // nearest rounding differs from up-rounding on about half the inputs: check it is nearest
+    float near = HalfToFloat(FloatToHalf(x));
+    if (near < 65504.0f) ASSERT_LE(std::fabs(near - x), std::fabs(up - x) + 0.0f);
+  }
+  EXPECT_EQ(FloatToHalfUp(70000.0f), 0x7c00u);  // beyond fp16: +inf, still ≥ value
+  EXPECT_EQ(FloatToHalfUp(1e-10f), 0x0001u);    // tiny positive: smallest subnormal, not 0
+}
+
+TEST(FloatFormats, Bf16UpAndNearest) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(1e-30f, 1e30f);
+  for (int i = 0; i < 100000; ++i) {
+    float x = u(rng);
+    ASSERT_GE(Bf16ToFloat(FloatToBf16Up(x)), x);
+    ASSERT_LE(std::fabs(Bf16ToFloat(FloatToBf16(x)) - x), x * (1.0f / 256.0f));
+  }
+}
+
+TEST(FloatFormats, Fp8E4M3RoundTripAndSaturation) {
+  for (uint32_t b = 0; b < 256; ++b) {
+    if ((b & 0x7fu) == 0x7fu) continue;  // NaN
+    float f = Fp8E4M3ToFloat(static_cast<uint8_t>(b));
+    uint8_t back = FloatToFp8E4M3Sat(f);
+    if (f == 0.0f) continue;
+    EXPECT_EQ(back, b) << b;
+  }
+  EXPECT_EQ(Fp8E4M3ToFloat(FloatToFp8E4M3Sat(1e9f)), 448.0f);
+  EXPECT_EQ(Fp8E4M3ToFloat(FloatToFp8E4M3Sat(-500.0f)), -448.0f);
+  // Nearest: 1.0625 sits between 1.0 and 1.125 (tie → even mantissa 1.0).
+  EXPECT_EQ(Fp8E4M3ToFloat(FloatToFp8E4M3Sat(1.0625f)), 1.0f);
+  EXPECT_EQ(Fp8E4M3ToFloat(FloatToFp8E4M3Sat(1.07f)), 1.125f);
+}
+
+TEST(DitherHash, UniformOnHalfOpenInterval) {
+  // 10^5 samples: the mean's standard error is sqrt(1/12/1e5) ≈ 9e-4; allow 5 σ.
+  double sum = 0, sum2 = 0;
+  const int n = 100000;
+  for (int i = 0; i < n; ++i) {
+    float x = DitherValue(42, i % 30, i % 3, i / 90, i % 64, i & 1);
+    ASSERT_GE(x, -0.5f);
+    ASSERT_LT(x, 0.5f);
+    sum += x;
+    sum2 += x * x;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 5 * 9.2e-4);
+  EXPECT_NEAR(sum2 / n, 1.0 / 12.0, 0.003);  // var of x² under U: 1/180 → σ ≈ 2.4e-4
+  EXPECT_EQ(DitherValue(1, 2, 3, 4, 5, false), DitherValue(1, 2, 3, 4, 5, false));
+  EXPECT_NE(DitherValue(1, 2, 3, 4, 5, false), DitherValue(1, 2, 3, 4, 5, true));
+  EXPECT_NE(DitherValue(1, 2, 3, 4, 5, false), DitherValue(2, 2, 3, 4, 5, false));
+}
+
+TEST(Bands, EachBandHoldsWholePairs) {
+  for (bool inter : {true, false}) {
+    const int d = 64, nb = 8;
+    std::vector<int> count(nb, 0);
+    for (int c = 0; c < d; ++c) {
+      int b = BandOfDim(c, d, nb, inter);
+      ASSERT_GE(b, 0);
+      ASSERT_LT(b, nb);
+      ++count[b];
+      int partner = inter ? (c ^ 1) : (c < d / 2 ? c + d / 2 : c - d / 2);
+      EXPECT_EQ(BandOfDim(partner, d, nb, inter), b);
+    }
+    for (int b = 0; b < nb; ++b) EXPECT_EQ(count[b], d / nb);
+  }
+}
+
+}  // namespace
+}  // namespace witcert::meter
