@@ -54,7 +54,7 @@ struct Shape {
   int per_token;       // how many such matmuls one decode step runs
 };
 
-// Mean time of `fn` over the fastest of several ~2 ms batches within `budget` seconds. The
+// Mean time of `fn` over the fastest of many ~0.2 ms batches within `budget` seconds. The
 // minimum filters out preemption on a shared machine: it measures what the kernel does
 // when it has the core, which is what the code controls.
 template <typename F>
@@ -63,7 +63,7 @@ double TimeIt(F&& fn, double budget) {
   const auto t0 = Clock::now();
   fn();
   const double once = std::max(1e-7, Seconds(t0, Clock::now()));
-  const int per_batch = std::max(1, static_cast<int>(2e-3 / once));
+  const int per_batch = std::max(1, static_cast<int>(2e-4 / once));
   double best = 1e30;
   const auto start = Clock::now();
   do {

@@ -33,15 +33,23 @@ constexpr int kMaxArrayNesting = 8;  // arrays of arrays deeper than this are re
 // Encoded size of a fixed-size value type; 0 for string and array.
 size_t FixedSize(GgufValueType type) {
   switch (type) {
-    case GgufValueType::kUint8: case GgufValueType::kInt8: case GgufValueType::kBool:
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kBool:
       return 1;
-    case GgufValueType::kUint16: case GgufValueType::kInt16:
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
       return 2;
-    case GgufValueType::kUint32: case GgufValueType::kInt32: case GgufValueType::kFloat32:
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kFloat32:
       return 4;
-    case GgufValueType::kUint64: case GgufValueType::kInt64: case GgufValueType::kFloat64:
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+    case GgufValueType::kFloat64:
       return 8;
-    case GgufValueType::kString: case GgufValueType::kArray:
+    case GgufValueType::kString:
+    case GgufValueType::kArray:
       return 0;
   }
   return 0;
@@ -62,9 +70,9 @@ class ByteReader {
   size_t remaining() const { return size_ - pos_; }
 
   absl::Status Truncated(std::string_view what, size_t at, uint64_t need) const {
-    return absl::DataLossError(absl::StrCat(path_, ": truncated reading ", Av(what), " at byte offset ",
-                                            at, " (need ", need, " bytes, file has ", size_,
-                                            ")"));
+    return absl::DataLossError(absl::StrCat(path_, ": truncated reading ", Av(what),
+                                            " at byte offset ", at, " (need ", need,
+                                            " bytes, file has ", size_, ")"));
   }
   absl::Status Corrupt(std::string_view msg, size_t at) const {
     return absl::DataLossError(absl::StrCat(path_, ": ", Av(msg), " at byte offset ", at));
@@ -120,17 +128,28 @@ absl::Status ReadWidened(ByteReader& r, std::string_view what, GgufValue* value)
 absl::Status ReadScalar(ByteReader& r, GgufValueType type, std::string_view what,
                         GgufValue* value) {
   switch (type) {
-    case GgufValueType::kUint8: return ReadWidened<uint8_t, uint64_t>(r, what, value);
-    case GgufValueType::kUint16: return ReadWidened<uint16_t, uint64_t>(r, what, value);
-    case GgufValueType::kUint32: return ReadWidened<uint32_t, uint64_t>(r, what, value);
-    case GgufValueType::kUint64: return ReadWidened<uint64_t, uint64_t>(r, what, value);
-    case GgufValueType::kInt8: return ReadWidened<int8_t, int64_t>(r, what, value);
-    case GgufValueType::kInt16: return ReadWidened<int16_t, int64_t>(r, what, value);
-    case GgufValueType::kInt32: return ReadWidened<int32_t, int64_t>(r, what, value);
-    case GgufValueType::kInt64: return ReadWidened<int64_t, int64_t>(r, what, value);
-    case GgufValueType::kFloat32: return ReadWidened<float, double>(r, what, value);
-    case GgufValueType::kFloat64: return ReadWidened<double, double>(r, what, value);
-    case GgufValueType::kBool: return ReadWidened<uint8_t, bool>(r, what, value);  // nonzero = true
+    case GgufValueType::kUint8:
+      return ReadWidened<uint8_t, uint64_t>(r, what, value);
+    case GgufValueType::kUint16:
+      return ReadWidened<uint16_t, uint64_t>(r, what, value);
+    case GgufValueType::kUint32:
+      return ReadWidened<uint32_t, uint64_t>(r, what, value);
+    case GgufValueType::kUint64:
+      return ReadWidened<uint64_t, uint64_t>(r, what, value);
+    case GgufValueType::kInt8:
+      return ReadWidened<int8_t, int64_t>(r, what, value);
+    case GgufValueType::kInt16:
+      return ReadWidened<int16_t, int64_t>(r, what, value);
+    case GgufValueType::kInt32:
+      return ReadWidened<int32_t, int64_t>(r, what, value);
+    case GgufValueType::kInt64:
+      return ReadWidened<int64_t, int64_t>(r, what, value);
+    case GgufValueType::kFloat32:
+      return ReadWidened<float, double>(r, what, value);
+    case GgufValueType::kFloat64:
+      return ReadWidened<double, double>(r, what, value);
+    case GgufValueType::kBool:
+      return ReadWidened<uint8_t, bool>(r, what, value);  // nonzero = true
     case GgufValueType::kString: {
       std::string_view s;
       RETURN_IF_ERROR(r.ReadString(what, &s));
@@ -164,7 +183,8 @@ absl::Status SkipArrayBody(ByteReader& r, std::string_view key, int depth) {
 absl::Status ReadArray(ByteReader& r, std::string_view key, int depth, GgufValue* value) {
   const std::string what = absl::StrCat("array '", Av(key), "'");
   if (depth > kMaxArrayNesting) {
-    return r.Corrupt(absl::StrCat(Av(what), " nests arrays deeper than ", kMaxArrayNesting), r.pos());
+    return r.Corrupt(absl::StrCat(Av(what), " nests arrays deeper than ", kMaxArrayNesting),
+                     r.pos());
   }
   const size_t at = r.pos();
   uint32_t elem_type = 0;
@@ -207,9 +227,7 @@ absl::Status ReadArray(ByteReader& r, std::string_view key, int depth, GgufValue
 }
 
 // Checked a * b for non-negative int64.
-bool MulOverflows(int64_t a, int64_t b, int64_t* out) {
-  return __builtin_mul_overflow(a, b, out);
-}
+bool MulOverflows(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 }  // namespace
 
@@ -280,9 +298,9 @@ absl::Status GgufFile::Parse() {
   if (version_ != 2 && version_ != 3) {
     // A byte-swapped small version number means a big-endian file.
     const bool swapped = (version_ & 0xFFFF) == 0 && (version_ >> 24) <= 3;
-    return absl::InvalidArgumentError(absl::StrCat(
-        path_, ": unsupported GGUF version ", version_, " at byte offset 4",
-        swapped ? " (big-endian GGUF is not supported)" : " (supported: 2, 3)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": unsupported GGUF version ", version_, " at byte offset 4",
+                     swapped ? " (big-endian GGUF is not supported)" : " (supported: 2, 3)"));
   }
   uint64_t tensor_count = 0, kv_count = 0;
   RETURN_IF_ERROR(r.Read("tensor count", &tensor_count));
@@ -325,11 +343,12 @@ absl::Status GgufFile::Parse() {
   if (const GgufValue* a = Find("general.alignment"); a != nullptr) {
     const auto* u = std::get_if<uint64_t>(&a->scalar);
     const auto* s = std::get_if<int64_t>(&a->scalar);
-    const int64_t v = u != nullptr ? (*u > (1u << 30) ? -1 : static_cast<int64_t>(*u))
-                      : s != nullptr ? *s : -1;
+    const int64_t v = u != nullptr   ? (*u > (1u << 30) ? -1 : static_cast<int64_t>(*u))
+                      : s != nullptr ? *s
+                                     : -1;
     if (a->type == GgufValueType::kArray || v <= 0 || v > (1 << 30) || (v & (v - 1)) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path_, ": metadata key 'general.alignment' must be a power of two integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": metadata key 'general.alignment' must be a power of two integer"));
     }
     alignment = static_cast<uint64_t>(v);
   }
@@ -350,8 +369,8 @@ absl::Status GgufFile::Parse() {
     uint32_t n_dims = 0;
     RETURN_IF_ERROR(r.Read(what, &n_dims));
     if (n_dims == 0 || n_dims > kMaxDims) {
-      return r.Corrupt(absl::StrCat(Av(what), " has n_dims ", n_dims, " (must be 1..", kMaxDims, ")"),
-                       dims_at);
+      return r.Corrupt(
+          absl::StrCat(Av(what), " has n_dims ", n_dims, " (must be 1..", kMaxDims, ")"), dims_at);
     }
     int64_t elems = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
@@ -371,22 +390,23 @@ absl::Status GgufFile::Parse() {
     RETURN_IF_ERROR(r.Read(what, &type));
     const GgmlTypeInfo* info = GetGgmlTypeInfo(type);
     if (info == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(path_, ": ", Av(what), " has unknown ggml type ",
-                                                     type, " at byte offset ", type_at));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path_, ": ", Av(what), " has unknown ggml type ", type, " at byte offset ", type_at));
     }
     t.type = static_cast<GgmlType>(type);
     const size_t offset_at = r.pos();
     RETURN_IF_ERROR(r.Read(what, &t.offset));
     if (t.offset % alignment != 0) {
-      return r.Corrupt(absl::StrCat(Av(what), " data offset ", t.offset, " is not a multiple of the ",
-                                    alignment, "-byte alignment"),
+      return r.Corrupt(absl::StrCat(Av(what), " data offset ", t.offset,
+                                    " is not a multiple of the ", alignment, "-byte alignment"),
                        offset_at);
     }
     const size_t row_bytes = GgmlRowBytes(*info, static_cast<size_t>(t.shape[0]));
     if (row_bytes == 0) {
-      return r.Corrupt(absl::StrCat(Av(what), " of type ", Av(info->name), " has ne0 = ", t.shape[0],
-                                    ", not a multiple of the block size ", info->block_elems),
-                       dims_at + 4);
+      return r.Corrupt(
+          absl::StrCat(Av(what), " of type ", Av(info->name), " has ne0 = ", t.shape[0],
+                       ", not a multiple of the block size ", info->block_elems),
+          dims_at + 4);
     }
     uint64_t rows = static_cast<uint64_t>(elems / t.shape[0]);
     if (__builtin_mul_overflow(static_cast<uint64_t>(row_bytes), rows, &t.size_bytes)) {
@@ -404,9 +424,8 @@ absl::Status GgufFile::Parse() {
     if (__builtin_add_overflow(data_start, t.offset, &begin) ||
         __builtin_add_overflow(begin, t.size_bytes, &end) || end > size_) {
       return absl::DataLossError(absl::StrCat(
-          path_, ": tensor '", t.name, "' data [", begin, ", +", t.size_bytes,
-          ") at byte offset ", data_start, " + ", t.offset, " extends past the end of the file (",
-          size_, " bytes)"));
+          path_, ": tensor '", t.name, "' data [", begin, ", +", t.size_bytes, ") at byte offset ",
+          data_start, " + ", t.offset, " extends past the end of the file (", size_, " bytes)"));
     }
     t.data = base_ + begin;
   }
@@ -424,9 +443,9 @@ absl::Status NotFoundKey(const std::string& path, std::string_view key) {
 }
 absl::Status WrongType(const std::string& path, std::string_view key, std::string_view want,
                        const GgufValue& v) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": metadata key '", Av(key), "' is not ", Av(want),
-                                                 " (value type ", static_cast<uint32_t>(v.type),
-                                                 ")"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": metadata key '", Av(key), "' is not ",
+                                                 Av(want), " (value type ",
+                                                 static_cast<uint32_t>(v.type), ")"));
 }
 }  // namespace
 
@@ -440,14 +459,16 @@ absl::StatusOr<std::string_view> GgufFile::GetString(std::string_view key) const
 absl::StatusOr<int64_t> GgufFile::GetInt(std::string_view key) const {
   const GgufValue* v = Find(key);
   if (v == nullptr) return NotFoundKey(path_, key);
-  if (const auto* u = std::get_if<uint64_t>(&v->scalar); u != nullptr && v->type != GgufValueType::kArray) {
+  if (const auto* u = std::get_if<uint64_t>(&v->scalar);
+      u != nullptr && v->type != GgufValueType::kArray) {
     if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return absl::InvalidArgumentError(
           absl::StrCat(path_, ": metadata key '", Av(key), "' value ", *u, " does not fit int64"));
     }
     return static_cast<int64_t>(*u);
   }
-  if (const auto* i = std::get_if<int64_t>(&v->scalar); i != nullptr && v->type != GgufValueType::kArray) {
+  if (const auto* i = std::get_if<int64_t>(&v->scalar);
+      i != nullptr && v->type != GgufValueType::kArray) {
     return *i;
   }
   return WrongType(path_, key, "an integer", *v);

@@ -109,15 +109,15 @@ class ModelBinder {
     const GgufTensorInfo* t = file_.FindTensor(name);
     if (t == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(file_.path(), ": missing tensor '", name,
-                                                     "' (expected shape ",
-                                                     ShapeString(expected), ")"));
+                                                     "' (expected shape ", ShapeString(expected),
+                                                     ")"));
     }
     std::vector<int64_t> actual = t->shape;
     while (actual.size() > expected.size() && actual.back() == 1) actual.pop_back();
     if (actual != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file_.path(), ": tensor '", name, "' has shape ", ShapeString(t->shape),
-          ", expected ", ShapeString(expected), " (GGUF order: ne0 = columns first)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_.path(), ": tensor '", name, "' has shape ", ShapeString(t->shape),
+                       ", expected ", ShapeString(expected), " (GGUF order: ne0 = columns first)"));
     }
     return t;
   }
@@ -147,9 +147,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(std::unique_ptr<Ggu
   // block_count from allocating gigabytes.
   if (static_cast<uint64_t>(c.num_layers) * 9 > file->tensors().size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        file->path(), ": ", c.architecture, ".block_count = ", c.num_layers,
-        " needs at least ", int64_t{c.num_layers} * 9, " tensors but the file holds ",
-        file->tensors().size()));
+        file->path(), ": ", c.architecture, ".block_count = ", c.num_layers, " needs at least ",
+        int64_t{c.num_layers} * 9, " tensors but the file holds ", file->tensors().size()));
   }
   w.layers.resize(c.num_layers);
   for (int32_t i = 0; i < c.num_layers; ++i) {

@@ -17,8 +17,10 @@ namespace witcert {
 
 const char* RopePairingName(RopePairing pairing) {
   switch (pairing) {
-    case RopePairing::kInterleaved: return "interleaved";
-    case RopePairing::kHalfSplit: return "half-split";
+    case RopePairing::kInterleaved:
+      return "interleaved";
+    case RopePairing::kHalfSplit:
+      return "half-split";
   }
   return "unknown";
 }
@@ -34,8 +36,8 @@ absl::StatusOr<int32_t> RequirePositiveInt(const GgufFile& file, const std::stri
   }
   if (!v.ok()) return v.status();
   if (*v <= 0 || *v > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": metadata key '", key,
-                                                   "' = ", *v, " is not a positive int32"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": metadata key '", key, "' = ", *v, " is not a positive int32"));
   }
   return static_cast<int32_t>(*v);
 }
@@ -53,8 +55,8 @@ absl::StatusOr<float> OptionalPositiveFloat(const GgufFile& file, const std::str
   if (file.Find(key) == nullptr) return fallback;
   ASSIGN_OR_RETURN(double v, file.GetFloat(key));
   if (!(v > 0.0) || !std::isfinite(static_cast<float>(v))) {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": metadata key '", key,
-                                                   "' = ", v, " is not a positive finite float"));
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": metadata key '", key, "' = ", v,
+                                                   " is not a positive finite float"));
   }
   return static_cast<float>(v);
 }
@@ -64,15 +66,15 @@ absl::StatusOr<float> OptionalPositiveFloat(const GgufFile& file, const std::str
 absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (c.num_layers <= 0 || c.hidden_dim <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
       c.head_dim <= 0 || c.ffn_dim <= 0 || c.vocab_size <= 0 || c.context_length <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model config has a non-positive dimension: layers=", c.num_layers, " hidden=",
-        c.hidden_dim, " heads=", c.num_heads, " kv_heads=", c.num_kv_heads, " head_dim=",
-        c.head_dim, " ffn=", c.ffn_dim, " vocab=", c.vocab_size, " context=", c.context_length));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config has a non-positive dimension: layers=", c.num_layers,
+                     " hidden=", c.hidden_dim, " heads=", c.num_heads, " kv_heads=", c.num_kv_heads,
+                     " head_dim=", c.head_dim, " ffn=", c.ffn_dim, " vocab=", c.vocab_size,
+                     " context=", c.context_length));
   }
   if (c.num_heads % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("head count ", c.num_heads,
-                                                   " is not a multiple of the KV head count ",
-                                                   c.num_kv_heads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head count ", c.num_heads, " is not a multiple of the KV head count ", c.num_kv_heads));
   }
   if (c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(
@@ -103,8 +105,7 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
     c.qkv_bias = true;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(file.path(), ": unsupported architecture '",
-                                                   c.architecture,
-                                                   "' (supported: llama, qwen2)"));
+                                                   c.architecture, "' (supported: llama, qwen2)"));
   }
   if (absl::StatusOr<std::string_view> name = file.GetString("general.name"); name.ok()) {
     c.name = std::string(*name);
@@ -122,8 +123,8 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
                    OptionalPositiveFloat(file, p + "attention.layer_norm_rms_epsilon", 1e-5f));
 
   if (c.hidden_dim % c.num_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": embedding_length ",
-                                                   c.hidden_dim, " is not a multiple of head_count ",
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": embedding_length ", c.hidden_dim,
+                                                   " is not a multiple of head_count ",
                                                    c.num_heads));
   }
   c.head_dim = c.hidden_dim / c.num_heads;
@@ -139,10 +140,10 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
   if (file.Find(p + "vocab_size") != nullptr) {
     ASSIGN_OR_RETURN(c.vocab_size, RequirePositiveInt(file, p + "vocab_size"));
   } else if (auto tokens = file.GetStringArray("tokenizer.ggml.tokens"); tokens.ok()) {
-    if (tokens->empty() || tokens->size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file.path(), ": 'tokenizer.ggml.tokens' has unusable length ",
-                       tokens->size()));
+    if (tokens->empty() ||
+        tokens->size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": 'tokenizer.ggml.tokens' has unusable length ", tokens->size()));
     }
     c.vocab_size = static_cast<int32_t>(tokens->size());
   } else if (const GgufTensorInfo* embd = file.FindTensor("token_embd.weight");
@@ -150,9 +151,9 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
              embd->shape[1] <= std::numeric_limits<int32_t>::max()) {
     c.vocab_size = static_cast<int32_t>(embd->shape[1]);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": cannot determine the vocabulary size (no '", p,
-        "vocab_size', no 'tokenizer.ggml.tokens', no 2-D 'token_embd.weight')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": cannot determine the vocabulary size (no '", p,
+                     "vocab_size', no 'tokenizer.ggml.tokens', no 2-D 'token_embd.weight')"));
   }
 
   if (absl::Status s = ValidateModelConfig(c); !s.ok()) {

@@ -18,7 +18,6 @@
 namespace witcert {
 namespace {
 
-using matmul_internal::BlockQ8_1x;
 using matmul_internal::BlockQ8_Kx;
 using matmul_internal::kMaxTile;
 using matmul_internal::RowDotFn;
@@ -69,7 +68,7 @@ void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPoo
   size_t act_stride = static_cast<size_t>(cols) * sizeof(float);
   if (plan.act != ActFormat::kF32) {
     act_stride = plan.act == ActFormat::kQ8_1
-                     ? static_cast<size_t>(cols / kQk) * sizeof(BlockQ8_1x)
+                     ? matmul_internal::Q8_1RowBytes(cols)
                      : static_cast<size_t>(cols / kQkK) * sizeof(BlockQ8_Kx);
     if (act_buffer.size() < act_stride * n) act_buffer.resize(act_stride * n);
     uint8_t* buf = act_buffer.data();
@@ -78,7 +77,7 @@ void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPoo
       for (int64_t i = begin; i < end; ++i) {
         if (fmt == ActFormat::kQ8_1) {
           matmul_internal::QuantizeRowQ8_1(
-              x + i * cols, cols, reinterpret_cast<BlockQ8_1x*>(buf + i * act_stride));
+              x + i * cols, cols, buf + i * act_stride);
         } else {
           matmul_internal::QuantizeRowQ8_K(
               x + i * cols, cols, reinterpret_cast<BlockQ8_Kx*>(buf + i * act_stride));

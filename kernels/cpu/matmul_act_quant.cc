@@ -28,13 +28,17 @@ inline float QuantizeSpan(const float* x, int len, int8_t* q) {
 
 }  // namespace
 
-void QuantizeRowQ8_1(const float* x, int64_t cols, BlockQ8_1x* out) {
-  for (int64_t b = 0; b < cols / kQk; ++b) {
-    BlockQ8_1x& blk = out[b];
-    blk.d = QuantizeSpan(x + b * kQk, kQk, blk.qs);
+void QuantizeRowQ8_1(const float* x, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQk;
+  float* d = reinterpret_cast<float*>(out);                     // [nb]
+  float* s = d + nb;                                            // [nb]
+  int8_t* qs = reinterpret_cast<int8_t*>(out + 2 * nb * sizeof(float));  // [nb, 32]
+  for (int64_t b = 0; b < nb; ++b) {
+    int8_t* q = qs + b * kQk;
+    d[b] = QuantizeSpan(x + b * kQk, kQk, q);
     int sum = 0;
-    for (int i = 0; i < kQk; ++i) sum += blk.qs[i];
-    blk.s = blk.d * static_cast<float>(sum);
+    for (int i = 0; i < kQk; ++i) sum += q[i];
+    s[b] = d[b] * static_cast<float>(sum);
   }
 }
 

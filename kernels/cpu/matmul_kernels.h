@@ -30,13 +30,23 @@ void DispatchTile(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx,
 }
 static_assert(kMaxTile == 4, "DispatchTile covers widths 1..4");
 
-// Activation block for the 32-element formats: x ≈ d * qs, and s = d * Σ qs, which
-// carries Q4_1's min term (and Q4_0's -8 offset) without touching the int8 values.
-struct BlockQ8_1x {
-  float d;
-  float s;
-  int8_t qs[kQk];
+// One activation row for the 32-element formats, stored struct-of-arrays so the kernels
+// load 8 block scales as one vector: d[nb], s[nb], then qs[nb][32] (nb = cols / 32).
+// x ≈ d[b]·qs[b][i]; s[b] = d[b]·Σ_i qs[b][i] carries Q4_1's min term (and Q4_0's -8
+// offset) without touching the int8 values.
+struct Q8_1Row {
+  const float* d;    // [nb]
+  const float* s;    // [nb]
+  const int8_t* qs;  // [nb, 32]
 };
+constexpr size_t Q8_1RowBytes(int64_t cols) {
+  return static_cast<size_t>(cols / kQk) * (2 * sizeof(float) + kQk);
+}
+inline Q8_1Row ViewQ8_1Row(const uint8_t* row, int64_t cols) {
+  const int64_t nb = cols / kQk;
+  const float* d = reinterpret_cast<const float*>(row);
+  return {d, d + nb, reinterpret_cast<const int8_t*>(d + 2 * nb)};
+}
 // Activation super-block for the K-quants: x ≈ d * qs; bsums[g] = Σ qs[16g .. 16g+15].
 struct BlockQ8_Kx {
   float d;
@@ -44,13 +54,13 @@ struct BlockQ8_Kx {
   int8_t qs[kQkK];
 };
 
-// x [cols] → out [cols / 32] (resp. [cols / 256]); symmetric: d = max|x| / 127, so every
+// x [cols] → one Q8_1Row (resp. [cols / 256] super-blocks); symmetric: d = max|x| / 127, so every
 // element's error is at most d / 2.
-void QuantizeRowQ8_1(const float* x, int64_t cols, BlockQ8_1x* out);
+void QuantizeRowQ8_1(const float* x, int64_t cols, uint8_t* out);  // out [Q8_1RowBytes]
 void QuantizeRowQ8_K(const float* x, int64_t cols, BlockQ8_Kx* out);
 
 // out[j] = <w_row, x_j> for j < nx, where x_j starts at x + j * x_stride bytes and is
-// BlockQ8_1x[] (Q4_0, Q4_1, Q8_0), BlockQ8_Kx[] (Q4_K, Q6_K) or float[] (F32, F16, BF16).
+// a Q8_1Row (Q4_0, Q4_1, Q8_0), BlockQ8_Kx[] (Q4_K, Q6_K) or float[] (F32, F16, BF16).
 using RowDotFn = void (*)(const uint8_t* w_row, const uint8_t* x, size_t x_stride, int nx,
                           int64_t cols, float* out);
 

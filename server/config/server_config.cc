@@ -122,6 +122,19 @@ class ObjectReader {
 
 constexpr int64_t kMaxInt32 = INT32_MAX;
 
+// Range checks of the gate policy the file may set (the parser already bounded each key;
+// this is what must hold across them).
+absl::Status CheckGate(const GatePolicy& g) {
+  if (!(g.tv_threshold > 0.0f)) return absl::InvalidArgumentError("tv_threshold must be > 0");
+  if (g.v_threshold < 0.0f) return absl::InvalidArgumentError("v_threshold must be >= 0");
+  if (!(g.delta_req >= 0.0 && g.delta_req < 1.0))
+    return absl::InvalidArgumentError("delta must be in [0, 1)");
+  if (g.pagein_budget_per_step < 0) return absl::InvalidArgumentError("pagein_budget must be >= 0");
+  if (!(g.audit_rate >= 0.0 && g.audit_rate <= 1.0))
+    return absl::InvalidArgumentError("audit_rate must be in [0, 1]");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CertLabels> ParseCertLabels(std::string_view text) {
@@ -129,7 +142,7 @@ absl::StatusOr<CertLabels> ParseCertLabels(std::string_view text) {
   if (text == "layer") return CertLabels::kLayer;
   if (text == "off") return CertLabels::kOff;
   return absl::InvalidArgumentError(
-      absl::StrCat("'", text, "' is not one of layer_head, layer, off"));
+      absl::StrCat("'", std::string(text), "' is not one of layer_head, layer, off"));
 }
 
 const char* CertLabelsName(CertLabels labels) {
@@ -208,16 +221,20 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
   top.Object("gate", [&](ObjectReader& r) {
     std::string mode;
     r.String("mode", &mode);
-    if (!mode.empty()) {
-      auto parsed = ParseGateMode(mode);
-      if (!parsed.ok()) r.SetError(absl::StrCat(r.KeyPath("mode"), ": ", parsed.status().message()));
-      else c.engine.gate.mode = *parsed;
-    }
-    r.Number("tv_threshold", &c.engine.gate.tv_threshold, 0.0, 1.0);
-    r.Number("v_threshold", &c.engine.gate.v_threshold, 0.0, 1e9);
+    if (mode == "off") c.engine.gate.mode = GateMode::kOff;
+    else if (mode == "observe") c.engine.gate.mode = GateMode::kObserve;
+    else if (mode == "repair") c.engine.gate.mode = GateMode::kRepair;
+    else if (!mode.empty())
+      r.SetError(absl::StrCat(r.KeyPath("mode"), ": '", mode, "' is not one of off, observe, repair"));
+    double tv = c.engine.gate.tv_threshold, v = c.engine.gate.v_threshold;
+    r.Number("tv_threshold", &tv, 0.0, 1.0);
+    r.Number("v_threshold", &v, 0.0, 1e9);
+    c.engine.gate.tv_threshold = static_cast<float>(tv);
+    c.engine.gate.v_threshold = static_cast<float>(v);
     r.Number("delta", &c.engine.gate.delta_req, 0.0, 1.0);
     r.Integer("pagein_budget", &c.engine.gate.pagein_budget_per_step, 0, kMaxInt32);
     r.Number("audit_rate", &c.engine.gate.audit_rate, 0.0, 1.0);
+    r.Integer("exact_cache_blocks", &c.engine.gate.exact_cache_blocks, 0, int64_t{1} << 30);
   });
   top.Object("scheduler", [&](ObjectReader& r) {
     r.Integer("max_running", &c.engine.scheduler.max_running, 1, 1 << 20);
@@ -225,7 +242,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
   });
   top.Finish();
   if (!error.ok()) return error;
-  if (absl::Status s = ValidateGatePolicy(c.engine.gate); !s.ok()) {
+  if (absl::Status s = CheckGate(c.engine.gate); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("gate: ", s.message()));
   }
   return c;
@@ -255,7 +272,7 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
         "http.default_max_tokens (%d) exceeds http.max_tokens_limit (%d)",
         config.http.default_max_tokens, config.http.max_tokens_limit));
   }
-  if (absl::Status s = ValidateGatePolicy(config.engine.gate); !s.ok()) {
+  if (absl::Status s = CheckGate(config.engine.gate); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("gate: ", s.message()));
   }
   return absl::OkStatus();

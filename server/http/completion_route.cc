@@ -86,6 +86,8 @@ void HandleWhole(server::ServingContext* ctx, std::shared_ptr<Run> run, httplib:
     RequestEvent e = *run->stream->Next();
     if (e.kind == RequestEvent::Kind::kToken) {
       run->OnToken(e, ctx->metrics);
+    } else if (e.kind == RequestEvent::Kind::kCells) {
+      ctx->metrics->ObserveCells(e.cells);
     } else if (e.kind == RequestEvent::Kind::kFinish) {
       run->finish = std::move(e);
       break;
@@ -139,7 +141,10 @@ void HandleStream(server::ServingContext* ctx, std::shared_ptr<Run> run, httplib
           run->pending_lp.clear();
           return write(SseEvent(StreamChunk(run->endpoint, run->meta, e->text, false, lp, nullptr)));
         }
-        if (e->kind != RequestEvent::Kind::kFinish) return true;  // cells: not on this API
+        if (e->kind == RequestEvent::Kind::kCells) {
+          ctx->metrics->ObserveCells(e->cells);
+          return true;
+        }
         run->finish = std::move(*e);
         run->finished = true;
         std::string out;
@@ -254,12 +259,14 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
                                           /*add_bos=*/true);
   }
   request.sampling = p.sampling;
+  // Cells feed the TV-bound histogram; the risk summary itself comes with the finish event.
+  request.emit_cells = cfg.metrics.enabled;
   request.stop = p.stop;
   run->policy = le.engine->policy();
   if (p.gate.any()) {
     GatePolicy want = MakeGateRequest(p.gate, run->policy);
     request.gate = want;
-    run->policy = run->policy.Tighten(want);
+    run->policy = Tighten(run->policy, want);
   }
 
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = le.engine->Submit(std::move(request));

@@ -11,8 +11,8 @@
 #include "engine/model/model_loader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto file = witcert::GgufFile::FromBytes(
-      std::string_view(reinterpret_cast<const char*>(data), size));
+  auto file =
+      witcert::GgufFile::FromBytes(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!file.ok()) return 0;
   volatile uint8_t sink = 0;
   for (const witcert::GgufTensorInfo& t : (*file)->tensors()) {

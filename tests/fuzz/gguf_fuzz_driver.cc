@@ -57,9 +57,21 @@ std::vector<std::string> BuiltinSeeds() {
 
 // Applies 1-4 random edits of the kinds that break length-prefixed formats.
 std::string Mutate(const std::string& in, std::mt19937_64& rng) {
-  static const uint64_t kInteresting[] = {0, 1, 2, 31, 32, 33, 255, 0x7FFFFFFF, 0x80000000,
-                                          0xFFFFFFFF, uint64_t{1} << 32, uint64_t{1} << 62,
-                                          uint64_t{1} << 63, ~uint64_t{0}, ~uint64_t{0} - 7};
+  static const uint64_t kInteresting[] = {0,
+                                          1,
+                                          2,
+                                          31,
+                                          32,
+                                          33,
+                                          255,
+                                          0x7FFFFFFF,
+                                          0x80000000,
+                                          0xFFFFFFFF,
+                                          uint64_t{1} << 32,
+                                          uint64_t{1} << 62,
+                                          uint64_t{1} << 63,
+                                          ~uint64_t{0},
+                                          ~uint64_t{0} - 7};
   std::string s = in;
   const int edits = 1 + static_cast<int>(rng() % 4);
   for (int e = 0; e < edits && !s.empty(); ++e) {
@@ -139,7 +151,7 @@ int main(int argc, char** argv) {
     ++runs;
     for (long i = 0; i < iterations; ++i, ++runs) Feed(Mutate(s, rng));
   }
-  std::printf("gguf_fuzz_driver: %zu seeds (%zu from corpus), %ld inputs, no crash\n",
-              seeds.size(), corpus_files, runs);
+  std::printf("gguf_fuzz_driver: %zu seeds (%zu from corpus), %ld inputs, no crash\n", seeds.size(),
+              corpus_files, runs);
   return 0;
 }

@@ -126,7 +126,12 @@ TEST_P(GgufVersionTest, TensorTableAndData) {
   ASSERT_EQ(ts.size(), 4u);
   // Sizes from the GGUF block geometry: F32 4 B/elem, F16 2 B/elem, Q4_1 20 B per 32,
   // Q8_0 34 B per 32.
-  struct Want { const char* name; GgmlType type; std::vector<int64_t> shape; uint64_t bytes; };
+  struct Want {
+    const char* name;
+    GgmlType type;
+    std::vector<int64_t> shape;
+    uint64_t bytes;
+  };
   const Want want[] = {{"f32", GgmlType::kF32, {4, 3}, 48},
                        {"f16", GgmlType::kF16, {8}, 16},
                        {"q4_1", GgmlType::kQ4_1, {64, 2}, 80},
@@ -251,10 +256,14 @@ size_t TensorFieldAt(const GgufLayout& l, size_t tensor, size_t name_len, size_t
                      int field /*0 n_dims, 1 first dim, 2 type, 3 offset*/) {
   const size_t ndims_at = l.tensor_info_at[tensor] + 8 + name_len;
   switch (field) {
-    case 0: return ndims_at;
-    case 1: return ndims_at + 4;
-    case 2: return ndims_at + 4 + 8 * n_dims;
-    default: return ndims_at + 4 + 8 * n_dims + 4;
+    case 0:
+      return ndims_at;
+    case 1:
+      return ndims_at + 4;
+    case 2:
+      return ndims_at + 4 + 8 * n_dims;
+    default:
+      return ndims_at + 4 + 8 * n_dims + 4;
   }
 }
 
@@ -277,56 +286,87 @@ std::vector<Corruption> Corruptions() {
   };
   using C = absl::StatusCode;
   constexpr uint64_t kHuge = uint64_t{1} << 62;
-  out.push_back({"tensor count", C::kDataLoss, {"tensor count", "byte offset 8"},
+  out.push_back({"tensor count",
+                 C::kDataLoss,
+                 {"tensor count", "byte offset 8"},
                  patched([&](std::string* c) { PatchPod<uint64_t>(c, 8, kHuge); })});
-  out.push_back({"kv count", C::kDataLoss, {"metadata count", "byte offset 16"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, 16, kHuge); })});
+  out.push_back(
+      {"kv count", C::kDataLoss, {"metadata count", "byte offset 16"}, patched([&](std::string* c) {
+         PatchPod<uint64_t>(c, 16, kHuge);
+       })});
   // kv 0 is "t.u8": key length.
-  out.push_back({"key length", C::kDataLoss, {"metadata key #0", "byte offset 24"},
+  out.push_back({"key length",
+                 C::kDataLoss,
+                 {"metadata key #0", "byte offset 24"},
                  patched([&](std::string* c) { PatchPod<uint64_t>(c, l.kv_at[0], kHuge); })});
   // kv 8 is "t.str": value string length.
-  out.push_back({"string length", C::kDataLoss, {"t.str", "byte offset"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, l.kv_value_at[8], ~0ull); })});
+  out.push_back(
+      {"string length", C::kDataLoss, {"t.str", "byte offset"}, patched([&](std::string* c) {
+         PatchPod<uint64_t>(c, l.kv_value_at[8], ~0ull);
+       })});
   // kv 12 is "t.arr_i32": count (after the u32 element type); ~0 would overflow count*4.
-  out.push_back({"array count", C::kDataLoss, {"t.arr_i32", "byte offset"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, l.kv_value_at[12] + 4, ~0ull); })});
-  out.push_back({"array count / 4", C::kDataLoss, {"t.arr_i32"},
-                 patched([&](std::string* c) {
+  out.push_back(
+      {"array count", C::kDataLoss, {"t.arr_i32", "byte offset"}, patched([&](std::string* c) {
+         PatchPod<uint64_t>(c, l.kv_value_at[12] + 4, ~0ull);
+       })});
+  out.push_back({"array count / 4", C::kDataLoss, {"t.arr_i32"}, patched([&](std::string* c) {
                    PatchPod<uint64_t>(c, l.kv_value_at[12] + 4, (~0ull / 4) + 1);
                  })});
-  out.push_back({"string array count", C::kDataLoss, {"t.arr_str"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, l.kv_value_at[15] + 4, kHuge); })});
-  out.push_back({"array element type", C::kDataLoss, {"t.arr_i32", "element type 77"},
-                 patched([&](std::string* c) { PatchPod<uint32_t>(c, l.kv_value_at[12], 77); })});
-  out.push_back({"value type", C::kDataLoss, {"t.u8", "value type 13", "byte offset"},
-                 patched([&](std::string* c) { PatchPod<uint32_t>(c, l.kv_value_at[0] - 4, 13); })});
-  // Tensor 0 "f32" [4, 3]; tensor 3 "q8_0" [32, 3, 1, 2].
-  out.push_back({"n_dims 0", C::kDataLoss, {"'f32'", "n_dims 0", "byte offset"},
-                 patched([&](std::string* c) { PatchPod<uint32_t>(c, TensorFieldAt(l, 0, 3, 2, 0), 0); })});
-  out.push_back({"n_dims 5", C::kDataLoss, {"'f32'", "n_dims 5"},
-                 patched([&](std::string* c) { PatchPod<uint32_t>(c, TensorFieldAt(l, 0, 3, 2, 0), 5); })});
-  out.push_back({"dim 0", C::kDataLoss, {"'f32'", "dimension 0 = 0"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, TensorFieldAt(l, 0, 3, 2, 1), 0); })});
-  out.push_back({"dims overflow", C::kDataLoss, {"'q8_0'", "overflow"},
-                 patched([&](std::string* c) {
-                   const size_t d = TensorFieldAt(l, 3, 4, 4, 1);
-                   PatchPod<uint64_t>(c, d, uint64_t{1} << 40);
-                   PatchPod<uint64_t>(c, d + 8, uint64_t{1} << 30);
+  out.push_back({"string array count", C::kDataLoss, {"t.arr_str"}, patched([&](std::string* c) {
+                   PatchPod<uint64_t>(c, l.kv_value_at[15] + 4, kHuge);
                  })});
-  out.push_back({"ggml type", C::kInvalidArgument, {"'f32'", "ggml type 99", "byte offset"},
-                 patched([&](std::string* c) { PatchPod<uint32_t>(c, TensorFieldAt(l, 0, 3, 2, 2), 99); })});
-  out.push_back({"block multiple", C::kDataLoss, {"'q4_1'", "block size 32"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, TensorFieldAt(l, 2, 4, 2, 1), 48); })});
-  out.push_back({"misaligned offset", C::kDataLoss, {"'f16'", "alignment"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, TensorFieldAt(l, 1, 3, 1, 3), 36); })});
-  out.push_back({"offset past end", C::kDataLoss, {"'f16'", "past the end"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, TensorFieldAt(l, 1, 3, 1, 3), 1 << 20); })});
-  out.push_back({"offset overflow", C::kDataLoss, {"'f16'"},
-                 patched([&](std::string* c) {
+  out.push_back({"array element type",
+                 C::kDataLoss,
+                 {"t.arr_i32", "element type 77"},
+                 patched([&](std::string* c) { PatchPod<uint32_t>(c, l.kv_value_at[12], 77); })});
+  out.push_back(
+      {"value type",
+       C::kDataLoss,
+       {"t.u8", "value type 13", "byte offset"},
+       patched([&](std::string* c) { PatchPod<uint32_t>(c, l.kv_value_at[0] - 4, 13); })});
+  // Tensor 0 "f32" [4, 3]; tensor 3 "q8_0" [32, 3, 1, 2].
+  out.push_back(
+      {"n_dims 0", C::kDataLoss, {"'f32'", "n_dims 0", "byte offset"}, patched([&](std::string* c) {
+         PatchPod<uint32_t>(c, TensorFieldAt(l, 0, 3, 2, 0), 0);
+       })});
+  out.push_back({"n_dims 5", C::kDataLoss, {"'f32'", "n_dims 5"}, patched([&](std::string* c) {
+                   PatchPod<uint32_t>(c, TensorFieldAt(l, 0, 3, 2, 0), 5);
+                 })});
+  out.push_back({"dim 0", C::kDataLoss, {"'f32'", "dimension 0 = 0"}, patched([&](std::string* c) {
+                   PatchPod<uint64_t>(c, TensorFieldAt(l, 0, 3, 2, 1), 0);
+                 })});
+  out.push_back(
+      {"dims overflow", C::kDataLoss, {"'q8_0'", "overflow"}, patched([&](std::string* c) {
+         const size_t d = TensorFieldAt(l, 3, 4, 4, 1);
+         PatchPod<uint64_t>(c, d, uint64_t{1} << 40);
+         PatchPod<uint64_t>(c, d + 8, uint64_t{1} << 30);
+       })});
+  out.push_back(
+      {"ggml type",
+       C::kInvalidArgument,
+       {"'f32'", "ggml type 99", "byte offset"},
+       patched([&](std::string* c) { PatchPod<uint32_t>(c, TensorFieldAt(l, 0, 3, 2, 2), 99); })});
+  out.push_back(
+      {"block multiple", C::kDataLoss, {"'q4_1'", "block size 32"}, patched([&](std::string* c) {
+         PatchPod<uint64_t>(c, TensorFieldAt(l, 2, 4, 2, 1), 48);
+       })});
+  out.push_back(
+      {"misaligned offset", C::kDataLoss, {"'f16'", "alignment"}, patched([&](std::string* c) {
+         PatchPod<uint64_t>(c, TensorFieldAt(l, 1, 3, 1, 3), 36);
+       })});
+  out.push_back(
+      {"offset past end", C::kDataLoss, {"'f16'", "past the end"}, patched([&](std::string* c) {
+         PatchPod<uint64_t>(c, TensorFieldAt(l, 1, 3, 1, 3), 1 << 20);
+       })});
+  out.push_back({"offset overflow", C::kDataLoss, {"'f16'"}, patched([&](std::string* c) {
                    PatchPod<uint64_t>(c, TensorFieldAt(l, 1, 3, 1, 3), ~uint64_t{31});
                  })});
-  out.push_back({"dim makes data too big", C::kDataLoss, {"'q8_0'", "past the end"},
-                 patched([&](std::string* c) { PatchPod<uint64_t>(c, TensorFieldAt(l, 3, 4, 4, 1) + 8, 1000); })});
+  out.push_back({"dim makes data too big",
+                 C::kDataLoss,
+                 {"'q8_0'", "past the end"},
+                 patched([&](std::string* c) {
+                   PatchPod<uint64_t>(c, TensorFieldAt(l, 3, 4, 4, 1) + 8, 1000);
+                 })});
   {
     GgufWriter w = SampleWriter(3);
     w.AddU32("t.u8", 1);

@@ -17,8 +17,18 @@ namespace witcert::testing {
 
 // Value type numbers from the GGUF specification.
 enum GgufType : uint32_t {
-  kGgufU8 = 0, kGgufI8 = 1, kGgufU16 = 2, kGgufI16 = 3, kGgufU32 = 4, kGgufI32 = 5,
-  kGgufF32 = 6, kGgufBool = 7, kGgufString = 8, kGgufArray = 9, kGgufU64 = 10, kGgufI64 = 11,
+  kGgufU8 = 0,
+  kGgufI8 = 1,
+  kGgufU16 = 2,
+  kGgufI16 = 3,
+  kGgufU32 = 4,
+  kGgufI32 = 5,
+  kGgufF32 = 6,
+  kGgufBool = 7,
+  kGgufString = 8,
+  kGgufArray = 9,
+  kGgufU64 = 10,
+  kGgufI64 = 11,
   kGgufF64 = 12,
 };
 
@@ -148,7 +158,7 @@ class GgufWriter {
     l.data_start = out.size();
     for (size_t i = 0; i < tensors_.size(); ++i) {
       out.resize(l.data_start + offsets[i], '\0');  // padding between tensors
-      out += tensors_[i].data;                     // no padding after the last one
+      out += tensors_[i].data;                      // no padding after the last one
     }
     if (layout != nullptr) *layout = std::move(l);
     return out;

@@ -69,7 +69,7 @@ TEST(ModelLoaderTest, TinyLlamaConfigAndBinding) {
   EXPECT_EQ(w.token_embd.type, GgmlType::kQ8_0);
   EXPECT_EQ(w.token_embd.rows, 40);
   EXPECT_EQ(w.token_embd.cols, 64);
-  EXPECT_EQ(w.token_embd.row_bytes, 2u * 34);  // two Q8_0 blocks
+  EXPECT_EQ(w.token_embd.row_bytes, 2u * 34);                             // two Q8_0 blocks
   EXPECT_EQ(w.token_embd.data, g.FindTensor("token_embd.weight")->data);  // no copy
   EXPECT_EQ(w.output.data, w.token_embd.data);
   ExpectNormValues(w.output_norm, 64);
@@ -230,8 +230,7 @@ TEST(ModelLoaderTest, InconsistentConfigsAreRejected) {
     w.AddU32("qwen2.attention.head_count", 0);
     auto m = Load(w);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(Msg(m.status()).find("qwen2.attention.head_count"), std::string::npos)
-        << m.status();
+    EXPECT_NE(Msg(m.status()).find("qwen2.attention.head_count"), std::string::npos) << m.status();
   }
 }
 
@@ -278,10 +277,10 @@ bool RealModelRequired() {
   return env != nullptr && std::string(env) == "1";
 }
 
-#define SKIP_OR_FAIL_WITHOUT_MODEL(path)                                   \
-  if (!std::ifstream(path).good()) {                                      \
+#define SKIP_OR_FAIL_WITHOUT_MODEL(path)                                 \
+  if (!std::ifstream(path).good()) {                                     \
     if (RealModelRequired()) FAIL() << "model file missing: " << (path); \
-    GTEST_SKIP() << "model file not found: " << (path);                   \
+    GTEST_SKIP() << "model file not found: " << (path);                  \
   }
 
 TEST(RealModelTest, SmolLm2ConfigAndTensors) {

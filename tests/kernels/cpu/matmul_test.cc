@@ -114,10 +114,12 @@ std::vector<float> QuantizedActivations(GgmlType t, const std::vector<float>& x,
   std::vector<float> out(x);  // [n, cols]
   const int64_t blk = ActBlock(t);
   if (blk == 32) {
-    std::vector<mi::BlockQ8_1x> q(cols / 32);
+    std::vector<uint8_t> q(mi::Q8_1RowBytes(cols));
+    uint8_t* row = q.data();
     for (int64_t i = 0; i < n; ++i) {
-      mi::QuantizeRowQ8_1(x.data() + i * cols, cols, q.data());
-      for (int64_t c = 0; c < cols; ++c) out[i * cols + c] = q[c / 32].d * q[c / 32].qs[c % 32];
+      mi::QuantizeRowQ8_1(x.data() + i * cols, cols, row);
+      const mi::Q8_1Row v = mi::ViewQ8_1Row(row, cols);
+      for (int64_t c = 0; c < cols; ++c) out[i * cols + c] = v.d[c / 32] * v.qs[c];
     }
   } else if (blk == 256) {
     std::vector<mi::BlockQ8_Kx> q(cols / 256);
@@ -264,15 +266,14 @@ TEST(MatmulScalarTest, ScalarKernelsMatchDispatchedKernels) {
     const std::vector<float> xq = QuantizedActivations(c.type, x, n, cols);
     // Quantized activation bytes, [n, stride].
     const bool k = ActBlock(c.type) == 256;
-    const size_t stride = k ? cols / 256 * sizeof(mi::BlockQ8_Kx) : cols / 32 * sizeof(mi::BlockQ8_1x);
+    const size_t stride = k ? cols / 256 * sizeof(mi::BlockQ8_Kx) : mi::Q8_1RowBytes(cols);
     std::vector<uint8_t> act(stride * n);
     for (int64_t i = 0; i < n; ++i) {
       if (k) {
         mi::QuantizeRowQ8_K(x.data() + i * cols, cols,
                             reinterpret_cast<mi::BlockQ8_Kx*>(act.data() + i * stride));
       } else {
-        mi::QuantizeRowQ8_1(x.data() + i * cols, cols,
-                            reinterpret_cast<mi::BlockQ8_1x*>(act.data() + i * stride));
+        mi::QuantizeRowQ8_1(x.data() + i * cols, cols, act.data() + i * stride);
       }
     }
     const Tolerances tol = ComputeTolerances(c.type, w.view, xq, n);
@@ -291,19 +292,20 @@ TEST(ActivationQuantTest, ErrorWithinHalfStepAndSumsConsistent) {
   std::mt19937 rng(3);
   const int64_t cols = 512;
   const std::vector<float> x = RandomActivations(1, cols, rng);
-  std::vector<mi::BlockQ8_1x> q1(cols / 32);
-  mi::QuantizeRowQ8_1(x.data(), cols, q1.data());
+  std::vector<uint8_t> q1_bytes(mi::Q8_1RowBytes(cols));
+  mi::QuantizeRowQ8_1(x.data(), cols, q1_bytes.data());
+  const mi::Q8_1Row q1 = mi::ViewQ8_1Row(q1_bytes.data(), cols);
   for (int64_t b = 0; b < cols / 32; ++b) {
     float amax = 0.0f;
     int sum = 0;
     for (int i = 0; i < 32; ++i) {
       amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
-      sum += q1[b].qs[i];
+      sum += q1.qs[b * 32 + i];
     }
-    EXPECT_FLOAT_EQ(q1[b].d, amax / 127.0f);
-    EXPECT_FLOAT_EQ(q1[b].s, q1[b].d * sum);
+    EXPECT_FLOAT_EQ(q1.d[b], amax / 127.0f);
+    EXPECT_FLOAT_EQ(q1.s[b], q1.d[b] * sum);
     for (int i = 0; i < 32; ++i) {
-      EXPECT_LE(std::fabs(x[b * 32 + i] - q1[b].d * q1[b].qs[i]), q1[b].d * 0.5f * 1.0001f);
+      EXPECT_LE(std::fabs(x[b * 32 + i] - q1.d[b] * q1.qs[b * 32 + i]), q1.d[b] * 0.5f * 1.0001f);
     }
   }
   std::vector<mi::BlockQ8_Kx> qk(cols / 256);

@@ -1,0 +1,51 @@
+// The gate's policy (certificates.md §6): mode, thresholds, budgets. The operator's policy
+// is swapped atomically on reload (PolicyHolder); a request may only tighten it (Tighten).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+
+namespace witcert {
+
+enum class GateMode { kOff, kObserve, kRepair };  // ordered: looser < stricter
+
+struct GatePolicy {
+  GateMode mode = GateMode::kObserve;
+  float tv_threshold = 0.05f;      // certified: TV bound ≤ this
+  float v_threshold = 0.0f;        // and ‖o−õ‖/‖õ‖ bound ≤ this (0: not checked)
+  double delta_req = 0.0;          // Tier B budget per request (0: Tier B off)
+  int32_t pagein_budget_per_step = 4;  // exact blocks per MeteredDecodeAttention call
+  int64_t exact_cache_blocks = 256;
+  double audit_rate = 0.0;         // fraction of cells audited
+};
+
+// The stricter of each field: mode max, thresholds min (0 = unset for v_threshold), δ min
+// (0 = Tier B off is strictest), page-in budget and audit rate max (more repair / more
+// checking), exact cache size max.
+GatePolicy Tighten(const GatePolicy& base, const GatePolicy& request);
+
+// δ_loc = δ_req / (L · Hq · T) (certificates.md §2).
+double LocalDelta(double delta_req, int32_t num_layers, int32_t num_q_heads, int64_t max_steps);
+
+class PolicyHolder {
+ public:
+  explicit PolicyHolder(GatePolicy initial)
+      : policy_(std::make_shared<const GatePolicy>(initial)) {}
+  std::shared_ptr<const GatePolicy> Get() const {
+    absl::MutexLock lock(&mu_);
+    return policy_;
+  }
+  void Set(GatePolicy next) {
+    auto p = std::make_shared<const GatePolicy>(next);
+    absl::MutexLock lock(&mu_);
+    policy_.swap(p);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const GatePolicy> policy_;
+};
+
+}  // namespace witcert

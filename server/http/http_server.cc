@@ -1,0 +1,275 @@
+#include "server/http/http_server.h"
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+#include "server/http/api_error.h"
+#include "server/http/openai_response.h"
+#include "server/metrics/exposition.h"
+
+namespace witcert::http {
+namespace {
+
+using nlohmann::json;
+
+void SendJson(const json& body, httplib::Response& res, int status = 200) {
+  res.status = status;
+  res.set_content(DumpJson(body), "application/json");
+}
+
+bool NeedsAuth(const std::string& path) {
+  return absl::StartsWith(path, "/v1/") || path == "/tokenize" || path == "/detokenize" ||
+         absl::StartsWith(path, "/admin/");
+}
+
+}  // namespace
+
+std::string RouteLabel(const std::string& path) {
+  static const char* kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models",
+                                  "/health", "/metrics", "/tokenize", "/detokenize",
+                                  "/admin/reload", "/admin/config"};
+  for (const char* r : kRoutes) {
+    if (path == r) return r;
+  }
+  if (absl::StartsWith(path, "/v1/models/")) return "/v1/models/{id}";
+  return "other";
+}
+
+HttpServer::HttpServer(server::ServingContext* context, config::HttpConfig http)
+    : ctx_(context), http_(std::move(http)), completions_(context) {
+  api_key_ = http_.api_key;
+  if (const char* env = std::getenv("WITCERT_API_KEY"); env != nullptr && *env != '\0') {
+    api_key_ = env;
+  }
+  const size_t threads = static_cast<size_t>(std::max(1, http_.threads));
+  server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_.set_payload_max_length(static_cast<size_t>(http_.max_body_bytes));
+  server_.set_read_timeout(http_.read_timeout_s, 0);
+  server_.set_write_timeout(http_.write_timeout_s, 0);
+  server_.set_keep_alive_timeout(5);
+  RegisterRoutes();
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+bool HttpServer::Authorized(const httplib::Request& req) const {
+  if (api_key_.empty()) return true;
+  return req.get_header_value("Authorization") == "Bearer " + api_key_;
+}
+
+void HttpServer::RegisterRoutes() {
+  server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (NeedsAuth(req.path) && !Authorized(req)) {
+      ApiError e;
+      e.http_status = 401;
+      e.type = "authentication_error";
+      e.code = "invalid_api_key";
+      e.message = "missing or invalid API key (send `Authorization: Bearer <key>`)";
+      SendError(e, res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  // httplib answers some requests itself (no route, body too large, unreadable request):
+  // give those the OpenAI error shape too. Handlers that already wrote a body keep it.
+  server_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    e.http_status = res.status;
+    switch (res.status) {
+      case 404:
+        e.type = "not_found_error";
+        e.message = absl::StrFormat("no route for %s %s", req.method, req.path);
+        break;
+      case 413:
+        e.message = "the request body is larger than this server accepts (http.max_body_bytes)";
+        e.code = "request_too_large";
+        break;
+      case 400:
+        e.message = "malformed HTTP request";
+        break;
+      default:
+        e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
+        e.message = absl::StrFormat("HTTP %d", res.status);
+    }
+    SendError(e, res);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  server_.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("request handler threw: {}", what);
+        ApiError e;
+        e.http_status = 500;
+        e.type = "server_error";
+        e.message = "internal error";
+        SendError(e, res);
+      });
+
+  server_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    ctx_->metrics->HttpResponse(RouteLabel(req.path), res.status);
+    spdlog::debug("{} {} → {}", req.method, req.path, res.status);
+  });
+
+  server_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completions_.Handle(Endpoint::kChat, req, res);
+  });
+  server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completions_.Handle(Endpoint::kCompletion, req, res);
+  });
+
+  auto model_json = [this] {
+    return json{{"id", ctx_->model_id},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "witcert"},
+                {"max_model_len", ctx_->engine->engine->config().context_length}};
+  };
+  server_.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
+    SendJson({{"object", "list"}, {"data", json::array({model_json()})}}, res);
+  });
+  server_.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req,
+                                                       httplib::Response& res) {
+    if (req.matches[1] != ctx_->model_id) {
+      ApiError e;
+      e.http_status = 404;
+      e.param = "model";
+      e.code = "model_not_found";
+      e.message = absl::StrFormat("The model '%s' does not exist", std::string(req.matches[1]));
+      return SendError(e, res);
+    }
+    SendJson(model_json(), res);
+  });
+
+  server_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    SendJson({{"status", "ok"}}, res);
+  });
+
+  server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    if (!ctx_->config->current().metrics.enabled) {
+      return SendError(ErrorFromStatus(absl::NotFoundError("metrics are disabled")), res);
+    }
+    res.set_content(ctx_->metrics->Render(), metrics::kExpositionContentType);
+  });
+
+  server_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    json body;
+    ApiError error;
+    if (!ParseJsonObject(req.body, &body, &error)) return SendError(error, res);
+    const LoadedEngine& le = *ctx_->engine;
+    std::vector<int32_t> tokens;
+    auto prompt = body.find("prompt");
+    auto messages = body.find("messages");
+    bool add_special = true;
+    if (auto it = body.find("add_special_tokens"); it != body.end() && !it->is_null()) {
+      if (!it->is_boolean()) {
+        return SendError(InvalidRequest("'add_special_tokens' must be a boolean",
+                                        "add_special_tokens"), res);
+      }
+      add_special = it->get<bool>();
+    }
+    if (prompt != body.end() && prompt->is_string()) {
+      tokens = le.tokenizer->Encode(prompt->get<std::string>(), /*parse_special=*/false,
+                                    /*add_bos=*/add_special);
+    } else if (messages != body.end()) {
+      // Reuse the chat parser for the messages (and its validation).
+      json chat = {{"messages", *messages}};
+      GenerationRequest parsed;
+      if (!ParseGenerationRequest(DumpJson(chat), Endpoint::kChat, ParseLimits(), &parsed,
+                                  &error)) {
+        return SendError(error, res);
+      }
+      bool gen_prompt = true;
+      if (auto it = body.find("add_generation_prompt"); it != body.end() && it->is_boolean()) {
+        gen_prompt = it->get<bool>();
+      }
+      tokens = le.tokenizer->Encode(le.chat_template.Apply(parsed.messages, gen_prompt),
+                                    /*parse_special=*/true);
+    } else {
+      return SendError(InvalidRequest("'prompt' (a string) or 'messages' is required", "prompt"),
+                       res);
+    }
+    SendJson({{"tokens", tokens},
+              {"count", tokens.size()},
+              {"max_model_len", le.engine->config().context_length}},
+             res);
+  });
+
+  server_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    json body;
+    ApiError error;
+    if (!ParseJsonObject(req.body, &body, &error)) return SendError(error, res);
+    auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array()) {
+      return SendError(InvalidRequest("'tokens' (an array of token ids) is required", "tokens"),
+                       res);
+    }
+    const int32_t vocab = ctx_->engine->tokenizer->vocab_size();
+    std::vector<int32_t> ids;
+    for (const json& t : *it) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab) {
+        return SendError(
+            InvalidRequest(absl::StrFormat("'tokens' must hold token ids in [0, %d)", vocab),
+                           "tokens"),
+            res);
+      }
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    SendJson({{"prompt", ctx_->engine->tokenizer->Decode(ids)}}, res);
+  });
+
+  auto config_json = [this] {
+    const config::ServerConfig c = ctx_->config->current();
+    const GatePolicy p = ctx_->engine->engine->policy();
+    return json{{"log", {{"level", c.log.level}}},
+                {"gate", GatePolicyJson(p)},
+                {"reloads", ctx_->config->reloads()},
+                {"config_file", ctx_->config->path()}};
+  };
+  server_.Get("/admin/config", [config_json](const httplib::Request&, httplib::Response& res) {
+    SendJson(config_json(), res);
+  });
+  server_.Post("/admin/reload", [this, config_json](const httplib::Request&,
+                                                    httplib::Response& res) {
+    absl::Status s = ctx_->reload();
+    if (!s.ok()) {
+      ApiError e = ErrorFromStatus(s);
+      e.code = "invalid_config";
+      return SendError(e, res);
+    }
+    json body = config_json();
+    body["status"] = "reloaded";
+    SendJson(body, res);
+  });
+}
+
+absl::Status HttpServer::Start() {
+  if (!server_.bind_to_port(http_.host, http_.port)) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on %s:%d (address in use or not available)", http_.host,
+                        http_.port));
+  }
+  listener_ = std::thread([this] { server_.listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  if (server_.is_running()) server_.stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+std::string HttpServer::Address() const {
+  return absl::StrFormat("http://%s:%d", http_.host, http_.port);
+}
+
+}  // namespace witcert::http
