@@ -83,7 +83,8 @@ double ReadBandwidth(ThreadPool& pool, size_t bytes) {
       __m256i acc = _mm256_setzero_si256();
       for (int64_t l = b; l < e; ++l) {
         const __m256i* p = reinterpret_cast<const __m256i*>(buf.data() + 64 * l);
-        acc = _mm256_add_epi8(acc, _mm256_add_epi8(_mm256_loadu_si256(p), _mm256_loadu_si256(p + 1)));
+        acc =
+            _mm256_add_epi8(acc, _mm256_add_epi8(_mm256_loadu_si256(p), _mm256_loadu_si256(p + 1)));
       }
       sink[(b * 16 / std::max<int64_t>(1, lines)) % sink.size()] += _mm256_extract_epi8(acc, 0);
     });
@@ -97,10 +98,7 @@ void Run(int threads) {
               ReadBandwidth(pool, size_t{512} << 20));
   std::vector<int64_t> touched(1024);
   const double dispatch = TimeIt(
-      [&] {
-        pool.ParallelFor(1024, 1, [&](int64_t b, int64_t e) { touched[b] += e - b; });
-      },
-      0.2);
+      [&] { pool.ParallelFor(1024, 1, [&](int64_t b, int64_t e) { touched[b] += e - b; }); }, 0.2);
   std::printf("ParallelFor dispatch (near-empty body): %.2f us\n", dispatch * 1e6);
   const Shape shapes[] = {
       {"attn_q/o Q4_1 [576->576]", GgmlType::kQ4_1, 576, 576, 2},
@@ -111,8 +109,8 @@ void Run(int threads) {
   };
   constexpr int kLayers = 30;
   double token_hot = 0, token_cold = 0;
-  std::printf("%-30s %9s %9s %9s %9s %11s\n", "shape", "hot us", "hot GB/s", "cold us",
-              "cold GB/s", "n=64 GFLOP/s");
+  std::printf("%-30s %9s %9s %9s %9s %11s\n", "shape", "hot us", "hot GB/s", "cold us", "cold GB/s",
+              "n=64 GFLOP/s");
   for (const Shape& s : shapes) {
     const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(s.type));
     const size_t row_bytes = GgmlRowBytes(*info, s.cols);
@@ -126,7 +124,8 @@ void Run(int threads) {
     }
     const int64_t n_big = 64;
     std::vector<float> x(n_big * s.cols), y(n_big * s.rows);  // [64, cols], [64, rows]
-    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 2003) / 1000.0f - 1.0f;
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<float>((i * 7919) % 2003) / 1000.0f - 1.0f;
 
     const double hot = TimeIt([&] { Matmul(x.data(), 1, mats[0], y.data(), &pool); }, 0.3);
     int next = 0;
@@ -144,9 +143,10 @@ void Run(int threads) {
     token_hot += count * hot;
     token_cold += count * cold;
   }
-  std::printf("decode step, matmuls only (30 layers + head): hot %.2f ms (%.0f tok/s), "
-              "cold %.2f ms (%.0f tok/s)\n",
-              token_hot * 1e3, 1.0 / token_hot, token_cold * 1e3, 1.0 / token_cold);
+  std::printf(
+      "decode step, matmuls only (30 layers + head): hot %.2f ms (%.0f tok/s), "
+      "cold %.2f ms (%.0f tok/s)\n",
+      token_hot * 1e3, 1.0 / token_hot, token_cold * 1e3, 1.0 / token_cold);
 }
 
 }  // namespace

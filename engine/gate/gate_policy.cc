@@ -1,6 +1,9 @@
 #include "engine/gate/gate_policy.h"
 
 #include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
 
 namespace witcert {
 
@@ -17,6 +20,51 @@ GatePolicy Tighten(const GatePolicy& base, const GatePolicy& req) {
   r.exact_cache_blocks = std::max(base.exact_cache_blocks, req.exact_cache_blocks);
   r.audit_rate = std::max(base.audit_rate, req.audit_rate);
   return r;
+}
+
+GatePolicy LoosestGatePolicy() {
+  GatePolicy p;
+  p.mode = GateMode::kOff;
+  p.tv_threshold = std::numeric_limits<float>::infinity();
+  p.v_threshold = 0.0f;  // "not checked": Tighten keeps the base's
+  p.delta_req = 1.0;
+  p.pagein_budget_per_step = 0;
+  p.exact_cache_blocks = 0;
+  p.audit_rate = 0.0;
+  return p;
+}
+
+const char* GateModeName(GateMode mode) {
+  switch (mode) {
+    case GateMode::kOff: return "off";
+    case GateMode::kObserve: return "observe";
+    case GateMode::kRepair: return "repair";
+  }
+  return "off";
+}
+
+absl::StatusOr<GateMode> ParseGateMode(std::string_view name) {
+  if (name == "off") return GateMode::kOff;
+  if (name == "observe") return GateMode::kObserve;
+  if (name == "repair") return GateMode::kRepair;
+  return absl::InvalidArgumentError(
+      absl::StrCat("gate mode must be off, observe or repair, got '", std::string(name), "'"));
+}
+
+absl::Status ValidateGatePolicy(const GatePolicy& p) {
+  if (!(p.tv_threshold >= 0.0f && p.tv_threshold <= 1.0f))
+    return absl::InvalidArgumentError("tv_threshold must be in [0, 1]");
+  if (!(p.v_threshold >= 0.0f && p.v_threshold < 1e30f))
+    return absl::InvalidArgumentError("v_threshold must be >= 0");
+  if (!(p.delta_req >= 0.0 && p.delta_req < 1.0))
+    return absl::InvalidArgumentError("delta must be in [0, 1)");
+  if (p.pagein_budget_per_step < 0)
+    return absl::InvalidArgumentError("pagein_budget must be >= 0");
+  if (p.exact_cache_blocks < 0)
+    return absl::InvalidArgumentError("exact_cache_blocks must be >= 0");
+  if (!(p.audit_rate >= 0.0 && p.audit_rate <= 1.0))
+    return absl::InvalidArgumentError("audit_rate must be in [0, 1]");
+  return absl::OkStatus();
 }
 
 double LocalDelta(double delta_req, int32_t num_layers, int32_t num_q_heads, int64_t max_steps) {

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <memory>
 
+#include <string_view>
+
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
 namespace witcert {
@@ -25,6 +28,16 @@ struct GatePolicy {
 // (0 = Tier B off is strictest), page-in budget and audit rate max (more repair / more
 // checking), exact cache size max.
 GatePolicy Tighten(const GatePolicy& base, const GatePolicy& request);
+
+// The policy that tightens nothing: Tighten(base, Loosest()) == base. Requests start from it
+// and set only the fields they mean to tighten.
+GatePolicy LoosestGatePolicy();
+
+const char* GateModeName(GateMode mode);  // "off", "observe", "repair"
+absl::StatusOr<GateMode> ParseGateMode(std::string_view name);
+// Ranges: thresholds in [0, 1] (v_threshold ≥ 0), δ in [0, 1), budgets ≥ 0,
+// audit_rate in [0, 1]. The message names the offending field.
+absl::Status ValidateGatePolicy(const GatePolicy& policy);
 
 // δ_loc = δ_req / (L · Hq · T) (certificates.md §2).
 double LocalDelta(double delta_req, int32_t num_layers, int32_t num_q_heads, int64_t max_steps);

@@ -45,6 +45,15 @@ KvCache::KvCache(const KvCacheOptions& o, const KvCodec* k_codec, const KvCodec*
   for (int32_t l = 0; l < o.num_layers; ++l) storage_.emplace_back(new uint8_t[layer_bytes]());
 }
 
+absl::StatusOr<int64_t> KvCache::BytesPerTokenFor(const KvCacheOptions& options) {
+  KvCacheOptions probe = options;
+  probe.num_blocks = 1;
+  probe.backing_store_bytes = 0;
+  probe.exact_cache_blocks = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, Create(probe));
+  return cache->BytesPerToken();
+}
+
 int64_t KvCache::BytesPerToken() const {
   return static_cast<int64_t>(options_.num_layers) * options_.num_kv_heads * slot_bytes_;
 }

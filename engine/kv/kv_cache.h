@@ -94,6 +94,10 @@ class KvCache {
   int64_t num_total_blocks() const { return pool_.num_total(); }
   // All layers, K+V, codes + scales + witnesses, per token.
   int64_t BytesPerToken() const;
+  // BytesPerToken() of a cache that `options` would create (num_blocks is ignored); lets the
+  // caller size the pool from a memory budget before creating it.
+  static absl::StatusOr<int64_t> BytesPerTokenFor(const KvCacheOptions& options);
+  int32_t block_size() const { return options_.block_size; }
   // One layer, one KV head: K slot and V slot bytes (codes + scales + witness).
   int32_t KBytesPerHead() const { return k_bytes_ + k_wit_bytes_; }
   int32_t VBytesPerHead() const { return v_bytes_ + v_wit_bytes_; }

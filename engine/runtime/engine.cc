@@ -84,15 +84,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(Request request) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the engine is shutting down");
     auto seq = std::make_unique<Sequence>(next_seq_id_++, std::move(request), stream, tokenizer_);
-    seq->policy = seq->request.gate ? policy_.Tighten(*seq->request.gate) : policy_;
+    seq->policy = seq->request.gate ? Tighten(policy_, *seq->request.gate) : policy_;
     // δ_loc = δ_req / (L · Hq · T), T = the request's decode steps (prefill chunks that read
     // the store are covered by the slack of one extra step per preemption-free chunk).
     const ModelConfig& c = backend_->config();
-    const double steps = static_cast<double>(seq->request.stop.max_tokens) +
-                         std::ceil(static_cast<double>(prompt_len) /
-                                   std::max(1, options_.scheduler.max_batched_tokens));
-    seq->delta_loc = seq->policy.delta_req / (static_cast<double>(c.num_layers) *
-                                              c.num_heads * steps);
+    const int64_t steps = seq->request.stop.max_tokens +
+                          (prompt_len + options_.scheduler.max_batched_tokens - 1) /
+                              std::max(1, options_.scheduler.max_batched_tokens);
+    seq->delta_loc = LocalDelta(seq->policy.delta_req, c.num_layers, c.num_heads, steps);
     incoming_.push_back(std::move(seq));
   }
   cv_.notify_one();
@@ -257,8 +256,8 @@ void Engine::Step() {
     if (!cells.empty()) {
       ++seq->decode_steps;
       for (const CellRecord& cell : cells) {
-        seq->risk.Add(cell);
-        layer_head_stats_.Add(cell);
+        seq->risk.Add(cell, seq->delta_loc, seq->policy.tv_threshold);
+        layer_head_stats_.Add(cell, seq->policy.tv_threshold);
       }
     }
     if (!items[i].compute_logits) continue;

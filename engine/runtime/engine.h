@@ -62,7 +62,7 @@ class Engine {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   Backend& backend() { return *backend_; }
   // Per-(layer, head) certificate counters, for metrics.
-  const LayerHeadStats& layer_head_stats() const { return layer_head_stats_; }
+  const RiskCounters& layer_head_stats() const { return layer_head_stats_; }
 
  private:
   void Loop();
@@ -76,7 +76,7 @@ class Engine {
   const Tokenizer& tokenizer_;
   EngineOptions options_;
   Scheduler scheduler_;
-  LayerHeadStats layer_head_stats_;
+  RiskCounters layer_head_stats_;
 
   mutable std::mutex mu_;  // guards incoming_, policy_, stopping_
   std::condition_variable cv_;

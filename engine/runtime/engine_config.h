@@ -27,7 +27,7 @@ struct EngineConfig {
   int32_t threads = 0;         // 0 → all cores
   int32_t max_context = 0;     // 0 → the model's context length
   KvConfig kv;
-  GatePolicy gate;
+  GatePolicy gate{.mode = GateMode::kObserve, .tv_threshold = 0.05f, .delta_req = 0.01};
   SchedulerOptions scheduler;
 };
 

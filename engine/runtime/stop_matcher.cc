@@ -1,5 +1,7 @@
 #include "engine/runtime/stop_matcher.h"
 
+#include <utility>
+
 #include <algorithm>
 
 namespace witcert {

@@ -32,15 +32,24 @@ struct Plan {
 Plan PlanFor(GgmlType type) {
   namespace mi = matmul_internal;
   switch (type) {
-    case GgmlType::kF32: return {mi::DotF32, ActFormat::kF32};
-    case GgmlType::kF16: return {mi::DotF16, ActFormat::kF32};
-    case GgmlType::kBF16: return {mi::DotBF16, ActFormat::kF32};
-    case GgmlType::kQ4_0: return {mi::DotQ4_0, ActFormat::kQ8_1};
-    case GgmlType::kQ4_1: return {mi::DotQ4_1, ActFormat::kQ8_1};
-    case GgmlType::kQ8_0: return {mi::DotQ8_0, ActFormat::kQ8_1};
-    case GgmlType::kQ4_K: return {mi::DotQ4_K, ActFormat::kQ8_K};
-    case GgmlType::kQ6_K: return {mi::DotQ6_K, ActFormat::kQ8_K};
-    default: return {};
+    case GgmlType::kF32:
+      return {mi::DotF32, ActFormat::kF32};
+    case GgmlType::kF16:
+      return {mi::DotF16, ActFormat::kF32};
+    case GgmlType::kBF16:
+      return {mi::DotBF16, ActFormat::kF32};
+    case GgmlType::kQ4_0:
+      return {mi::DotQ4_0, ActFormat::kQ8_1};
+    case GgmlType::kQ4_1:
+      return {mi::DotQ4_1, ActFormat::kQ8_1};
+    case GgmlType::kQ8_0:
+      return {mi::DotQ8_0, ActFormat::kQ8_1};
+    case GgmlType::kQ4_K:
+      return {mi::DotQ4_K, ActFormat::kQ8_K};
+    case GgmlType::kQ6_K:
+      return {mi::DotQ6_K, ActFormat::kQ8_K};
+    default:
+      return {};
   }
 }
 
@@ -54,8 +63,8 @@ void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPoo
   const int64_t rows = w.rows, cols = w.cols;
   if (n <= 0 || rows <= 0) return;
   const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(w.type));
-  const bool shape_ok = info != nullptr && GgmlRowBytes(*info, cols) == w.row_bytes &&
-                        w.row_bytes != 0;
+  const bool shape_ok =
+      info != nullptr && GgmlRowBytes(*info, cols) == w.row_bytes && w.row_bytes != 0;
   if (plan.dot == nullptr || !shape_ok) {
     // Unsupported format or broken precondition: loud garbage, never plausible numbers.
     std::fill(y, y + n * rows, std::numeric_limits<float>::quiet_NaN());
@@ -76,15 +85,15 @@ void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPoo
     auto quantize = [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         if (fmt == ActFormat::kQ8_1) {
-          matmul_internal::QuantizeRowQ8_1(
-              x + i * cols, cols, buf + i * act_stride);
+          matmul_internal::QuantizeRowQ8_1(x + i * cols, cols, buf + i * act_stride);
         } else {
-          matmul_internal::QuantizeRowQ8_K(
-              x + i * cols, cols, reinterpret_cast<BlockQ8_Kx*>(buf + i * act_stride));
+          matmul_internal::QuantizeRowQ8_K(x + i * cols, cols,
+                                           reinterpret_cast<BlockQ8_Kx*>(buf + i * act_stride));
         }
       }
     };
-    const int64_t min_rows = std::max<int64_t>(1, kMinMacsPerChunk / 8 / std::max<int64_t>(1, cols));
+    const int64_t min_rows =
+        std::max<int64_t>(1, kMinMacsPerChunk / 8 / std::max<int64_t>(1, cols));
     if (pool != nullptr && n >= 2 * min_rows) {
       pool->ParallelFor(n, min_rows, quantize);
     } else {

@@ -30,8 +30,8 @@ inline float QuantizeSpan(const float* x, int len, int8_t* q) {
 
 void QuantizeRowQ8_1(const float* x, int64_t cols, uint8_t* out) {
   const int64_t nb = cols / kQk;
-  float* d = reinterpret_cast<float*>(out);                     // [nb]
-  float* s = d + nb;                                            // [nb]
+  float* d = reinterpret_cast<float*>(out);                              // [nb]
+  float* s = d + nb;                                                     // [nb]
   int8_t* qs = reinterpret_cast<int8_t*>(out + 2 * nb * sizeof(float));  // [nb, 32]
   for (int64_t b = 0; b < nb; ++b) {
     int8_t* q = qs + b * kQk;

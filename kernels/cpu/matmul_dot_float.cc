@@ -52,8 +52,7 @@ struct BF16Load {
 };
 
 template <typename L>
-void DotFloat(const uint8_t* w, const uint8_t* x, size_t stride, int nx, int64_t cols,
-              float* out) {
+void DotFloat(const uint8_t* w, const uint8_t* x, size_t stride, int nx, int64_t cols, float* out) {
 #ifdef WITCERT_MATMUL_AVX2
   const float* xr[kMaxTile];  // nx × [cols]
   __m256 acc0[kMaxTile], acc1[kMaxTile];

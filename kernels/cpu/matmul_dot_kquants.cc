@@ -58,8 +58,7 @@ void DotQ4_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
         isum += s.sc[2 * c] * lo + s.sc[2 * c + 1] * hi;
       }
       sum = std::fma(F16ToF32(w[b].d) * xb[b].d, static_cast<float>(isum), sum);
-      sum = std::fma(-F16ToF32(w[b].dmin) * xb[b].d, static_cast<float>(Q4KMinSum(s, xb[b])),
-                     sum);
+      sum = std::fma(-F16ToF32(w[b].dmin) * xb[b].d, static_cast<float>(Q4KMinSum(s, xb[b])), sum);
     }
     out[j] = sum;
   }
@@ -100,8 +99,7 @@ namespace {
 
 template <int NX>
 struct Q4KAvx2 {
-  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols,
-                  float* out) {
+  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
     const BlockQ4_K* w = reinterpret_cast<const BlockQ4_K*>(w_row);  // [cols / 256]
     const BlockQ8_Kx* xb[NX];                                        // NX × [cols / 256]
     __m256 acc[NX];
@@ -118,7 +116,7 @@ struct Q4KAvx2 {
       for (int j = 0; j < NX; ++j) sumi[j] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
-        const __m256i lo = _mm256_and_si256(q, low4);                      // sub-block 2c
+        const __m256i lo = _mm256_and_si256(q, low4);                        // sub-block 2c
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);  // sub-block 2c+1
         const __m256i sc_lo = _mm256_set1_epi16(s.sc[2 * c]);
         const __m256i sc_hi = _mm256_set1_epi16(s.sc[2 * c + 1]);
@@ -134,10 +132,10 @@ struct Q4KAvx2 {
       const float d = F16ToF32(w[b].d);
       const float dmin = F16ToF32(w[b].dmin);
       for (int j = 0; j < NX; ++j) {
-        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]),
-                                 acc[j]);
-        min_acc[j] = std::fma(dmin * xb[j][b].d, static_cast<float>(Q4KMinSum(s, xb[j][b])),
-                              min_acc[j]);
+        acc[j] =
+            _mm256_fmadd_ps(_mm256_set1_ps(d * xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+        min_acc[j] =
+            std::fma(dmin * xb[j][b].d, static_cast<float>(Q4KMinSum(s, xb[j][b])), min_acc[j]);
       }
     }
     for (int j = 0; j < NX; ++j) out[j] = HSum(acc[j]) - min_acc[j];
@@ -151,8 +149,7 @@ inline __m256i ScalePair(int8_t a, int8_t b) {
 
 template <int NX>
 struct Q6KAvx2 {
-  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols,
-                  float* out) {
+  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
     const BlockQ6_K* w = reinterpret_cast<const BlockQ6_K*>(w_row);  // [cols / 256]
     const BlockQ8_Kx* xb[NX];                                        // NX × [cols / 256]
     __m256 acc[NX];

@@ -8,8 +8,8 @@
 // Speed: the decode GEMV is bound by instructions per block, not by the integer dot itself.
 // Converting each block's fp16 scale (and min) one at a time cost ~8 of ~24 uops per block,
 // so the AVX2 kernels convert 8 blocks' scales at once, multiply them by the 8 activation
-// scales in one vector op, and fold the min term in as one vector FMA per 8 blocks (a last
-// partial group uses masked loads). Two
+// scales in one vector op, and fold the min term in as one vector FMA per 8 blocks (the
+// last nb % 8 blocks take the one-at-a-time path). Two
 // accumulator chains (even / odd blocks) hide the FMA latency.
 #include <cmath>
 #include <cstring>
@@ -43,8 +43,8 @@ void DotQ4Scalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, 
   }
 }
 
-void DotQ8_0ScalarImpl(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx,
-                       int64_t cols, float* out) {
+void DotQ8_0ScalarImpl(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                       float* out) {
   const BlockQ8_0* w = reinterpret_cast<const BlockQ8_0*>(w_row);  // [cols / 32]
   for (int j = 0; j < nx; ++j) {
     const Q8_1Row xr = ViewQ8_1Row(x + j * stride, cols);
@@ -78,29 +78,15 @@ struct Traits<Fmt::kQ8_0> {
 
 // The first 4 bytes of 8 consecutive blocks: fp16 d in the low half of each lane (and, for
 // Q4_1, fp16 m in the high half). Plain loads, not a gather (slow on some CPUs).
-// Lanes >= count are zero (so their scales and mins are 0). The full case builds the vector
-// from registers: 8 narrow stores then a wide reload would stall store forwarding.
+// Built from registers: 8 narrow stores then a wide reload would stall store forwarding.
 template <typename Block>
-inline __m256i LoadHeads(const Block* w, int count) {
+inline __m256i LoadHeads(const Block* w) {
   auto head = [&](int k) {
     int32_t h;
     std::memcpy(&h, &w[k], 4);
     return h;
   };
-  if (count == 8) {
-    return _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6),
-                             head(7));
-  }
-  int32_t h[8] = {};
-  for (int k = 0; k < count; ++k) h[k] = head(k);
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
-}
-
-// Loads p[0..count) and zeros the other lanes.
-inline __m256 LoadFirst(const float* p, int count) {
-  if (count == 8) return _mm256_loadu_ps(p);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(count), lane));
+  return _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7));
 }
 
 // Integer dot of weight block b with activation block b, as 8 float lanes.
@@ -128,69 +114,71 @@ inline __m256 BlockDot(__m256i wq, const int8_t* xq) {
 
 template <Fmt F, int NX>
 struct DotAvx2 {
-  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols,
-                  float* out) {
+  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
     using Block = typename Traits<F>::Block;
     constexpr bool kHasMin = F != Fmt::kQ8_0;
     const Block* w = reinterpret_cast<const Block*>(w_row);  // [nb]
     const int64_t nb = cols / kQk;
     Q8_1Row xr[NX];
     __m256 acc[2][NX];
-    __m256 min_acc[NX];  // Σ m_w·s_x, 8 blocks per lane group
+    __m256 min_acc[NX];  // Σ m_w·s_x over full groups of 8 blocks
+    float min_tail[NX];  // and over the last nb % 8 blocks
     for (int j = 0; j < NX; ++j) {
       xr[j] = ViewQ8_1Row(x + j * stride, cols);
       acc[0][j] = acc[1][j] = min_acc[j] = _mm256_setzero_ps();
+      min_tail[j] = 0.0f;
     }
     alignas(32) float scale[NX][8];  // d_w·d_x for the current group of blocks
-    for (int64_t g = 0; g < nb; g += 8) {
-      const int count = static_cast<int>(nb - g < 8 ? nb - g : 8);
-      const __m256i heads = LoadHeads(w + g, count);
+    int64_t g = 0;
+    for (; g + 8 <= nb; g += 8) {
+      const __m256i heads = LoadHeads(w + g);
       const __m256i lo = _mm256_and_si256(heads, _mm256_set1_epi32(0xFFFF));
       // [d0..d3 m0..m3 | d4..d7 m4..m7] → [d0..d7 | m0..m7]
-      const __m256i dm = _mm256_permute4x64_epi64(
-          _mm256_packus_epi32(lo, _mm256_srli_epi32(heads, 16)), 0xD8);
+      const __m256i dm =
+          _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, _mm256_srli_epi32(heads, 16)), 0xD8);
       const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
       for (int j = 0; j < NX; ++j) {
-        _mm256_store_ps(scale[j], _mm256_mul_ps(dw, LoadFirst(xr[j].d + g, count)));
+        _mm256_store_ps(scale[j], _mm256_mul_ps(dw, _mm256_loadu_ps(xr[j].d + g)));
       }
       if constexpr (kHasMin) {
         const __m256 mw = F == Fmt::kQ4_1 ? _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1))
                                           : _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f));
         for (int j = 0; j < NX; ++j) {
-          min_acc[j] = _mm256_fmadd_ps(mw, LoadFirst(xr[j].s + g, count), min_acc[j]);
+          min_acc[j] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xr[j].s + g), min_acc[j]);
         }
       }
       // Even blocks feed acc[0], odd ones acc[1] (constant indices keep them in registers).
-      auto block = [&](int k, __m256* chain) {
+      for (int k = 0; k < 8; ++k) {
         const __m256i wq = WeightBlock<F>(w[g + k]);
         for (int j = 0; j < NX; ++j) {
           const __m256 p = BlockDot<F>(wq, xr[j].qs + (g + k) * kQk);
-          chain[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[j][k]), p, chain[j]);
+          acc[k & 1][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[j][k]), p, acc[k & 1][j]);
         }
-      };
-      if (count == 8) {
-        for (int k = 0; k < 8; k += 2) {
-          block(k, acc[0]);
-          block(k + 1, acc[1]);
-        }
-      } else {
-        for (int k = 0; k < count; k += 2) {
-          block(k, acc[0]);
-          if (k + 1 < count) block(k + 1, acc[1]);
-        }
+      }
+    }
+    for (int64_t b = g; b < nb; ++b) {  // the last nb % 8 blocks, one scale at a time
+      const float dw = F16ToF32(w[b].d);
+      const __m256i wq = WeightBlock<F>(w[b]);
+      for (int j = 0; j < NX; ++j) {
+        const __m256 p = BlockDot<F>(wq, xr[j].qs + b * kQk);
+        acc[0][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[j].d[b]), p, acc[0][j]);
+        if constexpr (kHasMin) min_tail[j] = std::fma(MinTerm(w[b]), xr[j].s[b], min_tail[j]);
       }
     }
     for (int j = 0; j < NX; ++j) {
       float sum = HSum(_mm256_add_ps(acc[0][j], acc[1][j]));
-      if constexpr (kHasMin) sum += HSum(min_acc[j]);
+      if constexpr (kHasMin) sum += HSum(min_acc[j]) + min_tail[j];
       out[j] = sum;
     }
   }
 };
 
-template <int NX> struct Q4_0K : DotAvx2<Fmt::kQ4_0, NX> {};
-template <int NX> struct Q4_1K : DotAvx2<Fmt::kQ4_1, NX> {};
-template <int NX> struct Q8_0K : DotAvx2<Fmt::kQ8_0, NX> {};
+template <int NX>
+struct Q4_0K : DotAvx2<Fmt::kQ4_0, NX> {};
+template <int NX>
+struct Q4_1K : DotAvx2<Fmt::kQ4_1, NX> {};
+template <int NX>
+struct Q8_0K : DotAvx2<Fmt::kQ8_0, NX> {};
 #endif
 
 }  // namespace

@@ -22,10 +22,18 @@ template <template <int> class K>
 void DispatchTile(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
                   float* out) {
   switch (nx) {
-    case 1: K<1>::Run(w_row, x, stride, cols, out); return;
-    case 2: K<2>::Run(w_row, x, stride, cols, out); return;
-    case 3: K<3>::Run(w_row, x, stride, cols, out); return;
-    default: K<4>::Run(w_row, x, stride, cols, out); return;
+    case 1:
+      K<1>::Run(w_row, x, stride, cols, out);
+      return;
+    case 2:
+      K<2>::Run(w_row, x, stride, cols, out);
+      return;
+    case 3:
+      K<3>::Run(w_row, x, stride, cols, out);
+      return;
+    default:
+      K<4>::Run(w_row, x, stride, cols, out);
+      return;
   }
 }
 static_assert(kMaxTile == 4, "DispatchTile covers widths 1..4");

@@ -12,8 +12,9 @@
 // Memory ordering: `job` packs (num_chunks << 32 | next_chunk). The caller writes fn/n and
 // resets `done`, then publishes `job` (seq_cst store, a release). A participant owns chunk k
 // only after a successful CAS next k → k+1 on the current word (acq_rel: it synchronizes
-// with the publication), then reads fn/n; those stay valid until `done` reaches num_chunks, which cannot happen before its own chunk is finished.
-// A participant holding an old word value simply fails its CAS.
+// with the publication), then reads fn/n; those stay valid until `done` reaches num_chunks, which
+// cannot happen before its own chunk is finished. A participant holding an old word value simply
+// fails its CAS.
 #include "kernels/cpu/parallel.h"
 
 #include <algorithm>
@@ -133,8 +134,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
                              const std::function<void(int64_t begin, int64_t end)>& fn) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
-  const int64_t num_chunks = std::min<int64_t>(kChunksPerThread * impl_->num_threads,
-                                               std::max<int64_t>(1, n / min_chunk));
+  const int64_t num_chunks =
+      std::min<int64_t>(kChunksPerThread * impl_->num_threads, std::max<int64_t>(1, n / min_chunk));
   if (num_chunks == 1 || impl_->workers.empty()) {
     fn(0, n);
     return;

@@ -102,8 +102,8 @@ inline uint16_t F32ToF16Portable(float f) {
     return sign | 0x7C00 | (abs > 0x7F800000u ? 0x200 | ((abs >> 13) & 0x3FF) : 0);
   }
   if (abs >= 0x477FF000u) return sign | 0x7C00;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {                        // result is subnormal or zero
-    if (abs < 0x33000000u) return sign;           // < 2^-25 rounds to zero
+  if (abs < 0x38800000u) {                       // result is subnormal or zero
+    if (abs < 0x33000000u) return sign;          // < 2^-25 rounds to zero
     const uint32_t e = abs >> 23;
     const uint32_t mant = (abs & 0x7FFFFF) | 0x800000;
     const uint32_t shift = 126 - e;  // 14..24

@@ -23,9 +23,10 @@ void DeclareEngineFlags(Args& args) {
   args.Flag("block-size", "16", "tokens per KV block");
   args.Flag("gate", "observe", "certificate gate: off | observe | repair");
   args.Flag("tv-threshold", "0.05", "TV bound above which a cell is uncertified");
-  args.Flag("v-threshold", "0.1", "relative value-error bound above which a cell is uncertified");
-  args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates");
-  args.Flag("pagein-budget", "16", "exact blocks paged in per cell per step (repair mode)");
+  args.Flag("v-threshold", "0", "relative value-error bound above which a cell is uncertified "
+                                "(0 = not checked)");
+  args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates (0 = Tier A only)");
+  args.Flag("pagein-budget", "4", "exact blocks paged in per cell per step (repair mode)");
   args.Flag("audit-rate", "0", "fraction of cells also checked against exact attention");
   args.Flag("max-running", "64", "max sequences decoded together");
   args.Flag("max-batched-tokens", "512", "max tokens per forward pass (prefill chunk budget)");

@@ -43,7 +43,7 @@ std::string SummaryLine(const StreamedResult& result) {
       "certificate: %d cells, coverage %.1f%%, max TV bound %.3g (after gate %.3g), "
       "%d page-ins, %d uncertified]",
       f.usage.prompt_tokens, f.usage.completion_tokens, FinishReasonName(f.finish_reason),
-      f.time_to_first_token_s * 1e3, tps, r.cells, 100.0 * r.coverage(), r.max_tv_before,
+      f.time_to_first_token_s * 1e3, tps, r.cells, 100.0 * r.coverage, r.max_tv_before,
       r.max_tv_after, r.pageins, r.uncertified_cells);
 }
 

@@ -32,7 +32,7 @@ void FillSampling(const v1::SamplingOptions& in, Request* out) {
 absl::Status FillGate(const v1::GateOverride& in, Request* out) {
   if (in.mode().empty() && !in.has_tv_threshold() && !in.has_v_threshold() && !in.has_delta())
     return absl::OkStatus();
-  GatePolicy tighter = GatePolicy::Loosest();  // fields the request leaves unset
+  GatePolicy tighter = LoosestGatePolicy();  // fields the request leaves unset
   if (!in.mode().empty()) {
     auto mode = ParseGateMode(in.mode());
     if (!mode.ok()) return mode.status();
@@ -57,7 +57,7 @@ void FillCell(const CellRecord& c, v1::CertificateCell* out) {
   out->set_v_bound_after(c.v_after);
   out->set_pageins(c.pageins);
   out->set_certified(c.certified);
-  out->set_tier(c.tier == CertTier::kB ? v1::CERTIFICATE_TIER_B : v1::CERTIFICATE_TIER_A);
+  out->set_tier(c.tier == 'B' ? v1::CERTIFICATE_TIER_B : v1::CERTIFICATE_TIER_A);
 }
 
 void FillFinish(const RequestEvent& e, const EngineConfig& config, v1::Finish* out) {
@@ -73,14 +73,14 @@ void FillFinish(const RequestEvent& e, const EngineConfig& config, v1::Finish* o
   risk->set_gate_mode(GateModeName(config.gate.mode));
   risk->set_delta_spent(r.delta_spent);
   risk->set_cells(r.cells);
-  risk->set_coverage(r.coverage());
+  risk->set_coverage(r.coverage);
   risk->set_max_tv_before(r.max_tv_before);
-  risk->set_mean_tv_before(r.mean_tv_before());
+  risk->set_mean_tv_before(r.mean_tv_before);
   risk->set_max_tv_after(r.max_tv_after);
-  risk->set_mean_tv_after(r.mean_tv_after());
+  risk->set_mean_tv_after(r.mean_tv_after);
   risk->set_pageins(r.pageins);
   risk->set_uncertified_cells(r.uncertified_cells);
-  for (const auto& [layer, head] : r.uncertified_pairs) {
+  for (const auto& [layer, head] : r.uncertified_heads) {
     v1::LayerHead* lh = risk->add_uncertified();
     lh->set_layer(layer);
     lh->set_head(head);

@@ -92,7 +92,7 @@ absl::Status CpuBackend::StoredAttention(const ForwardItem& item, int64_t first_
       cell_out = cells->data() + base;
     }
     request.cells = cell_out;
-    RETURN_IF_ERROR(MeteredDecodeAttention(*kv_, request, config_.num_heads, &pool_));
+    RETURN_IF_ERROR(MeteredDecodeAttention(*kv_, request, config_.num_heads));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,7 @@
 // Dequantization vs an independent implementation (python-gguf fixtures, bit-exact), and
 // the F16C half conversions vs the portable fallback.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -7,8 +9,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -50,9 +50,8 @@ TEST_P(DequantFixtureTest, MatchesPythonGgufBitExact) {
   }
 
   // DequantizeRow over a matrix view of the same bytes agrees row by row.
-  const int64_t cols = static_cast<int64_t>(info->block_elems) * (fx.type == GgmlType::kF16 ||
-                                                                   fx.type == GgmlType::kBF16
-                                                               ? 64 : 1);
+  const int64_t cols = static_cast<int64_t>(info->block_elems) *
+                       (fx.type == GgmlType::kF16 || fx.type == GgmlType::kBF16 ? 64 : 1);
   if (count % cols == 0) {
     QuantMatrix m{fx.type, count / cols, cols, GgmlRowBytes(*info, cols), raw.data()};
     std::vector<float> row(cols);  // [cols]
@@ -68,8 +67,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Fixture{"q4_0", GgmlType::kQ4_0}, Fixture{"q4_1", GgmlType::kQ4_1},
                       Fixture{"q8_0", GgmlType::kQ8_0}, Fixture{"q4_k", GgmlType::kQ4_K},
                       Fixture{"q6_k", GgmlType::kQ6_K}, Fixture{"f16", GgmlType::kF16},
-                      Fixture{"bf16", GgmlType::kBF16},
-                      Fixture{"model_q4_1", GgmlType::kQ4_1},
+                      Fixture{"bf16", GgmlType::kBF16}, Fixture{"model_q4_1", GgmlType::kQ4_1},
                       Fixture{"model_q8_0", GgmlType::kQ8_0}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -101,9 +99,10 @@ TEST(HalfConversionTest, F16ToF32PortableMatchesHardwareForAllHalves) {
 
 TEST(HalfConversionTest, F32ToF16PortableMatchesHardware) {
   std::mt19937 rng(7);
-  std::vector<float> probes = {0.0f, -0.0f, 65504.0f, 65519.996f, 65520.0f, 1e9f, -1e9f,
-                               5.960464e-8f, 2.98e-8f, 2.9802322e-8f, 1e-10f, 6.1035156e-5f,
-                               6.1e-5f, 1.0f / 3.0f, INFINITY, -INFINITY, NAN};
+  std::vector<float> probes = {
+      0.0f,    -0.0f,        65504.0f, 65519.996f,    65520.0f, 1e9f,
+      -1e9f,   5.960464e-8f, 2.98e-8f, 2.9802322e-8f, 1e-10f,   6.1035156e-5f,
+      6.1e-5f, 1.0f / 3.0f,  INFINITY, -INFINITY,     NAN};
   std::uniform_int_distribution<uint32_t> bits;
   for (int i = 0; i < 200000; ++i) {
     uint32_t u = bits(rng);

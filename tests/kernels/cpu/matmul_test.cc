@@ -11,15 +11,16 @@
 // The tight check compares against the reference run on the *dequantized int8 activations*,
 // so only tol_fp applies there; a wrong nibble order or scale shows up as O(1/sqrt(cols))
 // relative error, far above tol_fp (≤ 6e-4 relative at cols = 4096).
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/parallel.h"
 
@@ -51,21 +52,27 @@ OwnedMatrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int64_t b = 0; b < nblocks; ++b, p += info->block_bytes) {
     switch (type) {
-      case GgmlType::kQ4_0: reinterpret_cast<BlockQ4_0*>(p)->d = RandomHalf(rng, 0.02f); break;
+      case GgmlType::kQ4_0:
+        reinterpret_cast<BlockQ4_0*>(p)->d = RandomHalf(rng, 0.02f);
+        break;
       case GgmlType::kQ4_1: {
         auto* blk = reinterpret_cast<BlockQ4_1*>(p);
         blk->d = RandomHalf(rng, 0.02f);
         blk->m = RandomHalf(rng, 0.1f);
         break;
       }
-      case GgmlType::kQ8_0: reinterpret_cast<BlockQ8_0*>(p)->d = RandomHalf(rng, 0.002f); break;
+      case GgmlType::kQ8_0:
+        reinterpret_cast<BlockQ8_0*>(p)->d = RandomHalf(rng, 0.002f);
+        break;
       case GgmlType::kQ4_K: {
         auto* blk = reinterpret_cast<BlockQ4_K*>(p);
         blk->d = RandomHalf(rng, 0.002f);
         blk->dmin = RandomHalf(rng, 0.002f);
         break;
       }
-      case GgmlType::kQ6_K: reinterpret_cast<BlockQ6_K*>(p)->d = RandomHalf(rng, 0.0005f); break;
+      case GgmlType::kQ6_K:
+        reinterpret_cast<BlockQ6_K*>(p)->d = RandomHalf(rng, 0.0005f);
+        break;
       case GgmlType::kF32: {
         const float v = nd(rng) * 0.1f;
         std::memcpy(p, &v, 4);
@@ -84,7 +91,8 @@ OwnedMatrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937
         std::memcpy(p, &h, 2);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   m.view = QuantMatrix{type, rows, cols, row_bytes, m.bytes.data()};
@@ -102,9 +110,15 @@ std::vector<float> RandomActivations(int64_t n, int64_t cols, std::mt19937& rng)
 
 int64_t ActBlock(GgmlType t) {
   switch (t) {
-    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ8_0: return 32;
-    case GgmlType::kQ4_K: case GgmlType::kQ6_K: return 256;
-    default: return 0;  // fp32 activations
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+      return 32;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K:
+      return 256;
+    default:
+      return 0;  // fp32 activations
   }
 }
 
@@ -178,9 +192,11 @@ std::string TypeName(GgmlType t) {
 TEST_P(MatmulTest, MatchesReferenceAcrossShapes) {
   const GgmlType type = GetParam();
   const bool kquant = ActBlock(type) == 256;
+  // Float formats have block size 1: also try widths that leave 16- and 8-lane tails.
   const std::vector<int64_t> col_set =
-      kquant ? std::vector<int64_t>{256, 512, 1536, 4096}
-             : std::vector<int64_t>{32, 64, 96, 576, 1536, 4096};
+      kquant                 ? std::vector<int64_t>{256, 512, 1536, 4096}
+      : ActBlock(type) == 32 ? std::vector<int64_t>{32, 64, 96, 576, 1536, 4096}
+                             : std::vector<int64_t>{1, 13, 37, 64, 96, 576, 1536, 4096};
   std::mt19937 rng(1234 + static_cast<int>(type));
   ThreadPool pool(3);
   for (int64_t cols : col_set) {
@@ -189,7 +205,7 @@ TEST_P(MatmulTest, MatchesReferenceAcrossShapes) {
         SCOPED_TRACE(TypeName(type) + " cols=" + std::to_string(cols) +
                      " rows=" + std::to_string(rows) + " n=" + std::to_string(n));
         const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
-        const std::vector<float> x = RandomActivations(n, cols, rng);    // [n, cols]
+        const std::vector<float> x = RandomActivations(n, cols, rng);  // [n, cols]
         const std::vector<float> xq = QuantizedActivations(type, x, n, cols);
         std::vector<float> y(n * rows), y_ref(n * rows), y_ref_q(n * rows);  // [n, rows]
         Matmul(x.data(), n, w.view, y.data(), &pool);
@@ -214,7 +230,7 @@ TEST_P(MatmulTest, ThreadCountAndBatchSizeDoNotChangeBits) {
   std::mt19937 rng(99);
   const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
   const std::vector<float> x = RandomActivations(n, cols, rng);  // [n, cols]
-  std::vector<float> y0(n * rows);                                // [n, rows]
+  std::vector<float> y0(n * rows);                               // [n, rows]
   Matmul(x.data(), n, w.view, y0.data(), nullptr);
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);

@@ -2,6 +2,8 @@
 // sleep/wake cycles and shutdown.
 #include "kernels/cpu/parallel.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,8 +11,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace witcert {
 namespace {

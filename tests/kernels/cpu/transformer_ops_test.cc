@@ -5,12 +5,12 @@
 // absolute floor where the true value can be ~0.
 #include "kernels/cpu/transformer_ops.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_blocks.h"

@@ -1,0 +1,203 @@
+#include "server/http/openai_request.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace witcert::http {
+namespace {
+
+GenerationRequest ParseOk(const std::string& body, Endpoint endpoint = Endpoint::kChat) {
+  GenerationRequest out;
+  ApiError error;
+  EXPECT_TRUE(ParseGenerationRequest(body, endpoint, ParseLimits(), &out, &error))
+      << body << " → " << error.message;
+  return out;
+}
+
+// Rejected with 400 and the given param.
+void ExpectRejected(const std::string& body, const std::string& param,
+                    Endpoint endpoint = Endpoint::kChat) {
+  GenerationRequest out;
+  ApiError error;
+  ASSERT_FALSE(ParseGenerationRequest(body, endpoint, ParseLimits(), &out, &error)) << body;
+  EXPECT_EQ(error.http_status, 400) << body;
+  EXPECT_EQ(error.type, "invalid_request_error");
+  EXPECT_EQ(error.param, param) << body << " → " << error.message;
+  EXPECT_FALSE(error.message.empty());
+}
+
+constexpr char kMsg[] = R"("messages": [{"role": "user", "content": "hi"}])";
+
+std::string Chat(const std::string& extra) {
+  return std::string("{") + kMsg + (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+TEST(OpenAiRequest, MinimalChatGetsDefaults) {
+  GenerationRequest r = ParseOk(Chat(""));
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].role, "user");
+  EXPECT_EQ(r.messages[0].content, "hi");
+  EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.stop.max_tokens, ParseLimits().default_max_tokens);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_FALSE(r.sampling.seed.has_value());
+}
+
+TEST(OpenAiRequest, ReadsEverySamplingField) {
+  GenerationRequest r = ParseOk(Chat(
+      R"("model": "m", "temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+         "seed": 42, "presence_penalty": 0.5, "frequency_penalty": -0.5, "max_tokens": 17,
+         "stop": ["\n\n", "END"], "stream": true, "stream_options": {"include_usage": true},
+         "logprobs": true, "top_logprobs": 3, "n": 1)"));
+  EXPECT_EQ(r.model, "m");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.stop.max_tokens, 17);
+  EXPECT_EQ(r.stop.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.sampling.logprobs);
+  EXPECT_EQ(r.sampling.top_logprobs, 3);
+}
+
+TEST(OpenAiRequest, MaxCompletionTokensWins) {
+  EXPECT_EQ(ParseOk(Chat(R"("max_tokens": 5, "max_completion_tokens": 9)")).stop.max_tokens, 9);
+  EXPECT_EQ(ParseOk(Chat(R"("max_completion_tokens": 3)")).stop.max_tokens, 3);
+  EXPECT_EQ(ParseOk(Chat(R"("max_tokens": null)")).stop.max_tokens, 256);
+}
+
+TEST(OpenAiRequest, ContentPartsAndDeveloperRole) {
+  GenerationRequest r = ParseOk(R"({"messages": [
+      {"role": "developer", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]})");
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "ab");
+}
+
+TEST(OpenAiRequest, CompletionPrompts) {
+  GenerationRequest r = ParseOk(R"({"prompt": "Once"})", Endpoint::kCompletion);
+  EXPECT_EQ(r.prompt_text, "Once");
+  EXPECT_FALSE(r.prompt_is_tokens);
+  r = ParseOk(R"({"prompt": [1, 2, 3]})", Endpoint::kCompletion);
+  EXPECT_TRUE(r.prompt_is_tokens);
+  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  r = ParseOk(R"({"prompt": ["solo"]})", Endpoint::kCompletion);
+  EXPECT_EQ(r.prompt_text, "solo");
+  r = ParseOk(R"({"prompt": [[5, 6]], "logprobs": 2})", Endpoint::kCompletion);
+  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 2);
+}
+
+TEST(OpenAiRequest, RejectsBatchAndBadPrompts) {
+  ExpectRejected(R"({"prompt": ["a", "b"]})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": [[1], [2]]})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": ""})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": []})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": [1, -2]})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": [1, "x"]})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": 12})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({})", "prompt", Endpoint::kCompletion);
+}
+
+TEST(OpenAiRequest, RejectsBadMessages) {
+  ExpectRejected(R"({})", "messages");
+  ExpectRejected(R"({"messages": []})", "messages");
+  ExpectRejected(R"({"messages": "hi"})", "messages");
+  ExpectRejected(R"({"messages": [{"content": "x"}]})", "messages[0].role");
+  ExpectRejected(R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role");
+  ExpectRejected(R"({"messages": [{"role": "user"}]})", "messages[0].content");
+  ExpectRejected(R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content");
+  ExpectRejected(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+                 "messages[0].content[0].type");
+}
+
+TEST(OpenAiRequest, RejectsWrongTypesAndRanges) {
+  ExpectRejected(Chat(R"("temperature": "hot")"), "temperature");
+  ExpectRejected(Chat(R"("temperature": -0.1)"), "temperature");
+  ExpectRejected(Chat(R"("temperature": 2.5)"), "temperature");
+  ExpectRejected(Chat(R"("top_p": 0)"), "top_p");
+  ExpectRejected(Chat(R"("top_p": 1.5)"), "top_p");
+  ExpectRejected(Chat(R"("top_k": -2)"), "top_k");
+  ExpectRejected(Chat(R"("min_p": 2)"), "min_p");
+  ExpectRejected(Chat(R"("presence_penalty": 3)"), "presence_penalty");
+  ExpectRejected(Chat(R"("frequency_penalty": -3)"), "frequency_penalty");
+  ExpectRejected(Chat(R"("max_tokens": 0)"), "max_tokens");
+  ExpectRejected(Chat(R"("max_tokens": -5)"), "max_tokens");
+  ExpectRejected(Chat(R"("max_tokens": 1e12)"), "max_tokens");
+  ExpectRejected(Chat(R"("max_tokens": 99999999)"), "max_tokens");
+  ExpectRejected(Chat(R"("max_completion_tokens": "10")"), "max_completion_tokens");
+  ExpectRejected(Chat(R"("seed": 1.5)"), "seed");
+  ExpectRejected(Chat(R"("stream": "yes")"), "stream");
+  ExpectRejected(Chat(R"("stream_options": {"include_usage": 1})"), "stream_options.include_usage");
+  ExpectRejected(Chat(R"("model": 7)"), "model");
+  ExpectRejected(Chat(R"("logprobs": 1)"), "logprobs");
+  ExpectRejected(Chat(R"("top_logprobs": 2)"), "top_logprobs");  // needs logprobs: true
+  ExpectRejected(Chat(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
+}
+
+TEST(OpenAiRequest, StopLimits) {
+  EXPECT_EQ(ParseOk(Chat(R"("stop": "x")")).stop.stop, std::vector<std::string>{"x"});
+  ExpectRejected(Chat(R"("stop": ["a", "b", "c", "d", "e"])"), "stop");
+  ExpectRejected(Chat(R"("stop": [1])"), "stop");
+  ExpectRejected(Chat(R"("stop": "")"), "stop");
+  ExpectRejected(Chat(R"("stop": {"a": 1})"), "stop");
+}
+
+TEST(OpenAiRequest, OnlyNOne) {
+  ParseOk(Chat(R"("n": 1)"));
+  ExpectRejected(Chat(R"("n": 2)"), "n");
+  ExpectRejected(Chat(R"("n": 0)"), "n");
+  ExpectRejected(Chat(R"("n": "1")"), "n");
+}
+
+TEST(OpenAiRequest, UnsupportedFeaturesAreRejectedNotIgnored) {
+  ExpectRejected(Chat(R"("tools": [{"type": "function"}])"), "tools");
+  ExpectRejected(Chat(R"("logit_bias": {"5": 10})"), "logit_bias");
+  ExpectRejected(Chat(R"("response_format": {"type": "json_object"})"), "response_format");
+  ExpectRejected(R"({"prompt": "x", "echo": true})", "echo", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": "x", "best_of": 3})", "best_of", Endpoint::kCompletion);
+  // No-op values of those parameters are fine, and unknown extras are ignored.
+  ParseOk(Chat(R"("tools": [], "logit_bias": {}, "response_format": {"type": "text"},
+                  "user": "u", "some_future_field": 1)"));
+}
+
+TEST(OpenAiRequest, WitcertGateOverride) {
+  GenerationRequest r =
+      ParseOk(Chat(R"("witcert": {"tv_threshold": 0.01, "delta": 0.001, "gate": "repair"})"));
+  ASSERT_TRUE(r.gate.any());
+  EXPECT_EQ(r.gate.mode, "repair");
+  EXPECT_DOUBLE_EQ(*r.gate.tv_threshold, 0.01);
+  EXPECT_DOUBLE_EQ(*r.gate.delta, 0.001);
+  EXPECT_FALSE(ParseOk(Chat("")).gate.any());
+  ExpectRejected(Chat(R"("witcert": {"gate": "strict"})"), "witcert.gate");
+  ExpectRejected(Chat(R"("witcert": {"tv_threshold": 0})"), "witcert.tv_threshold");
+  ExpectRejected(Chat(R"("witcert": {"tv_threshold": "low"})"), "witcert.tv_threshold");
+  ExpectRejected(Chat(R"("witcert": {"bogus": 1})"), "witcert.bogus");
+  ExpectRejected(Chat(R"("witcert": 1)"), "witcert");
+}
+
+TEST(OpenAiRequest, MalformedBodies) {
+  const std::vector<std::string> bodies = {"", "{", "nul", "[1,2]", "\"str\"",
+                                           "{\"messages\": [}",
+                                           "{\"messages\": \"\xff\xfe\"}",
+                                           "{\"a\": \"\xc3\"}"};
+  for (const std::string& body : bodies) {
+    GenerationRequest out;
+    ApiError error;
+    EXPECT_FALSE(ParseGenerationRequest(body, Endpoint::kChat, ParseLimits(), &out, &error))
+        << body;
+    EXPECT_EQ(error.http_status, 400);
+    // The error body must itself be valid JSON even when the input bytes were not UTF-8.
+    EXPECT_NO_THROW(nlohmann::json::parse(error.Body()));
+  }
+}
+
+}  // namespace
+}  // namespace witcert::http
