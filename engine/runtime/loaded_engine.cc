@@ -51,7 +51,8 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
                    ChatTemplate::FromGguf(*loaded->model->gguf(), config.chat_template));
   ASSIGN_OR_RETURN(KvCacheOptions kv_options, MakeKvOptions(mc, config.kv));
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
-                   CpuBackend::Create(*loaded->model, kv_options, config.threads));
+                   CpuBackend::Create(*loaded->model, kv_options,
+                                      CpuBackend::Options{.num_threads = config.threads}));
   say(absl::StrFormat("kv cache: K %s, V %s, %d blocks of %d tokens (%d tokens), gate %s",
                       config.kv.k_scheme, config.kv.v_scheme, kv_options.num_blocks,
                       kv_options.block_size, kv_options.num_blocks * kv_options.block_size,

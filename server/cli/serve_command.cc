@@ -136,7 +136,7 @@ int RunServe(const std::vector<std::string>& argv) {
     serving_metrics.ConfigReload(s.ok());
     if (!s.ok()) {
       spdlog::error("config reload rejected, the previous config stays in force: {}",
-                    s.message());
+                    std::string(s.message()));
       return s;
     }
     spdlog::info("config reloaded from {}", live.path().empty() ? "(defaults)" : live.path());

@@ -7,6 +7,7 @@
 #include "spdlog/spdlog.h"
 #include "server/http/api_error.h"
 #include "server/http/openai_response.h"
+#include "server/http/risk_report.h"
 #include "server/metrics/exposition.h"
 
 namespace witcert::http {
@@ -75,7 +76,8 @@ void HttpServer::RegisterRoutes() {
 
   // httplib answers some requests itself (no route, body too large, unreadable request):
   // give those the OpenAI error shape too. Handlers that already wrote a body keep it.
-  server_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  server_.set_error_handler(httplib::Server::HandlerWithResponse(
+      [](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     e.http_status = res.status;
@@ -97,7 +99,7 @@ void HttpServer::RegisterRoutes() {
     }
     SendError(e, res);
     return httplib::Server::HandlerResponse::Handled;
-  });
+  }));
 
   server_.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {

@@ -1,10 +1,22 @@
 #include "server/http/risk_report.h"
 
+#include <charconv>
+#include <cstdlib>
+
 #include "absl/strings/str_format.h"
 
 namespace witcert::http {
 
 using nlohmann::json;
+
+namespace {
+// A float threshold as the decimal the operator wrote (0.05, not 0.0500000007).
+double Shortest(float f) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), f);
+  return std::strtod(std::string(buf, end).c_str(), nullptr);
+}
+}  // namespace
 
 const char* GateModeText(GateMode mode) {
   switch (mode) {
@@ -31,8 +43,8 @@ GatePolicy MakeGateRequest(const GateRequest& r, const GatePolicy& base) {
 
 json GatePolicyJson(const GatePolicy& p) {
   return {{"mode", GateModeText(p.mode)},
-          {"tv_threshold", p.tv_threshold},
-          {"v_threshold", p.v_threshold},
+          {"tv_threshold", Shortest(p.tv_threshold)},
+          {"v_threshold", Shortest(p.v_threshold)},
           {"delta", p.delta_req},
           {"pagein_budget", p.pagein_budget_per_step},
           {"exact_cache_blocks", p.exact_cache_blocks},
@@ -47,7 +59,7 @@ json RiskReport(const RiskSummary& r, const GatePolicy& policy, const std::strin
           {"k_scheme", k_scheme},
           {"v_scheme", v_scheme},
           {"gate", GateModeText(policy.mode)},
-          {"tv_threshold", policy.tv_threshold},
+          {"tv_threshold", Shortest(policy.tv_threshold)},
           {"delta", policy.delta_req},
           {"delta_spent", r.delta_spent},
           {"cells", r.cells},

@@ -50,7 +50,7 @@ void ServingMetrics::BindEngine(Engine* engine, config::CertLabels cert_labels) 
   Family& steps = registry_.Counter("witcert_engine_steps_total", "Forward passes run.");
   Family& preemptions = registry_.Counter(
       "witcert_num_preemptions_total", "Sequences preempted (KV blocks freed, recomputed later).");
-  Family& blocks_total = registry_.Gauge("witcert_kv_blocks_total", "KV pool blocks.");
+  Family& blocks_total = registry_.Gauge("witcert_kv_blocks", "KV pool blocks (capacity).");
   Family& blocks_free = registry_.Gauge("witcert_kv_blocks_free", "Free KV pool blocks.");
   Family& usage = registry_.Gauge("witcert_kv_cache_usage_ratio",
                                   "Fraction of KV pool blocks in use (0 to 1).");

@@ -23,18 +23,30 @@ void AddBias(float* rows, int64_t n, const QuantMatrix& bias) {
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
                                                                const KvCacheOptions& kv_options,
-                                                               int num_threads) {
+                                                               Options options) {
   const ModelConfig& c = model.config();
   if (kv_options.num_layers != c.num_layers || kv_options.num_kv_heads != c.num_kv_heads ||
       kv_options.head_dim != c.head_dim) {
     return absl::InvalidArgumentError("KV cache options do not match the model's shape");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, KvCache::Create(kv_options));
-  return std::unique_ptr<CpuBackend>(new CpuBackend(model, std::move(kv), num_threads));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(model, std::move(kv), options));
 }
 
-CpuBackend::CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, int num_threads)
-    : model_(model), config_(model.config()), kv_(std::move(kv)), pool_(num_threads) {}
+CpuBackend::CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, Options options)
+    : model_(model),
+      config_(model.config()),
+      kv_(std::move(kv)),
+      pool_(options.num_threads),
+      exact_matmul_(options.exact_matmul) {}
+
+void CpuBackend::MatmulRows(const float* x, int64_t n, const QuantMatrix& w, float* y) {
+  if (exact_matmul_) {
+    MatmulReference(x, n, w, y);
+  } else {
+    Matmul(x, n, w, y, &pool_);
+  }
+}
 
 void CpuBackend::FreshCausalAttention(int64_t first_row, int64_t num_tokens) {
   const int64_t d = config_.head_dim;
@@ -136,9 +148,9 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
   for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
     RmsNorm(x_.data(), F32(lw.attn_norm), total, hidden, config_.rms_norm_eps, xn_.data());
-    Matmul(xn_.data(), total, lw.wq, q_.data(), &pool_);
-    Matmul(xn_.data(), total, lw.wk, k_.data(), &pool_);
-    Matmul(xn_.data(), total, lw.wv, v_.data(), &pool_);
+    MatmulRows(xn_.data(), total, lw.wq, q_.data());
+    MatmulRows(xn_.data(), total, lw.wk, k_.data());
+    MatmulRows(xn_.data(), total, lw.wv, v_.data());
     AddBias(q_.data(), total, lw.bq);
     AddBias(k_.data(), total, lw.bk);
     AddBias(v_.data(), total, lw.bv);
@@ -164,14 +176,14 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
                                         item.policy ? &result->cells[b] : nullptr));
       }
     }
-    Matmul(attn_.data(), total, lw.wo, proj_.data(), &pool_);
+    MatmulRows(attn_.data(), total, lw.wo, proj_.data());
     AddInPlace(x_.data(), proj_.data(), total * hidden);
 
     RmsNorm(x_.data(), F32(lw.ffn_norm), total, hidden, config_.rms_norm_eps, xn_.data());
-    Matmul(xn_.data(), total, lw.w_gate, gate_.data(), &pool_);
-    Matmul(xn_.data(), total, lw.w_up, up_.data(), &pool_);
+    MatmulRows(xn_.data(), total, lw.w_gate, gate_.data());
+    MatmulRows(xn_.data(), total, lw.w_up, up_.data());
     SwiGlu(gate_.data(), up_.data(), total * ffn, gate_.data());
-    Matmul(gate_.data(), total, lw.w_down, proj_.data(), &pool_);
+    MatmulRows(gate_.data(), total, lw.w_down, proj_.data());
     AddInPlace(x_.data(), proj_.data(), total * hidden);
   }
 
@@ -187,7 +199,7 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
   if (num_logits > 0) {
     RmsNorm(last.data(), F32(w.output_norm), num_logits, hidden, config_.rms_norm_eps,
             last.data());
-    Matmul(last.data(), num_logits, w.output, result->logits.data(), &pool_);
+    MatmulRows(last.data(), num_logits, w.output, result->logits.data());
   }
   return absl::OkStatus();
 }

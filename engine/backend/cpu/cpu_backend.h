@@ -9,15 +9,26 @@
 #include "engine/backend/backend.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/quant_matrix.h"
 
 namespace witcert {
 
 class CpuBackend : public Backend {
  public:
-  // `model` must outlive the backend. `num_threads` <= 0 → all cores.
+  struct Options {
+    int num_threads = 0;  // <= 0 → all cores
+    // Multiply by dequantized weights in double (MatmulReference) instead of quantizing
+    // activations to 8 bits: slow, for tests that compare against an exact evaluation.
+    bool exact_matmul = false;
+  };
+  // `model` must outlive the backend.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model,
                                                             const KvCacheOptions& kv_options,
-                                                            int num_threads = 0);
+                                                            Options options);
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model,
+                                                            const KvCacheOptions& kv_options) {
+    return Create(model, kv_options, Options{});
+  }
 
   absl::Status Forward(absl::Span<const ForwardItem> batch, ForwardResult* result) override;
   const ModelConfig& config() const override { return config_; }
@@ -25,7 +36,8 @@ class CpuBackend : public Backend {
   const char* name() const override { return "cpu"; }
 
  private:
-  CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, int num_threads);
+  CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, Options options);
+  void MatmulRows(const float* x, int64_t n, const QuantMatrix& w, float* y);
 
   // Causal attention of a prompt chunk that starts at position 0 over its own fresh K/V
   // (exact: nothing has been stored yet, so there is no certificate cell to record).
@@ -37,6 +49,7 @@ class CpuBackend : public Backend {
   const ModelConfig& config_;
   std::unique_ptr<KvCache> kv_;
   ThreadPool pool_;
+  const bool exact_matmul_;
 
   // Scratch, grown to the batch's token count N.
   std::vector<float> x_;       // [N, hidden] residual stream

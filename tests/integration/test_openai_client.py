@@ -1,0 +1,159 @@
+"""The official `openai` Python client against a real `witcert serve`."""
+import openai
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    models = client.models.list().data
+    assert len(models) == 1
+    return models[0].id
+
+
+MSG = [{"role": "user", "content": "Name a color."}]
+
+
+def test_chat(client, model):
+    r = client.chat.completions.create(model=model, messages=MSG, max_tokens=8, temperature=0)
+    assert r.id.startswith("chatcmpl-")
+    assert r.object == "chat.completion"
+    choice = r.choices[0]
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str) and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert 1 <= r.usage.completion_tokens <= 8
+    assert r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    report = r.model_extra["witcert"]
+    for key in ("scheme", "gate", "delta_spent", "tv_bound", "coverage", "pageins",
+                "uncertified_cells", "uncertified_heads"):
+        assert key in report
+    assert report["cells"] > 0
+    assert report["tv_bound"]["max_before"] >= report["tv_bound"]["mean_before"] >= 0
+
+
+def test_chat_stream_with_usage(client, model):
+    whole = client.chat.completions.create(model=model, messages=MSG, max_tokens=6, temperature=0)
+    stream = client.chat.completions.create(model=model, messages=MSG, max_tokens=6,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    # Greedy decoding: streamed and whole responses agree.
+    assert text == whole.choices[0].message.content
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage.completion_tokens == whole.usage.completion_tokens
+    assert "witcert" in last.model_extra
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_completions_text_and_tokens(client, model, server):
+    r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
+                                  temperature=0)
+    assert r.id.startswith("cmpl-")
+    assert r.object == "text_completion"
+    assert r.choices[0].text
+    status, body = server.post("/tokenize", {"prompt": "The capital of France is"})
+    assert status == 200
+    import json
+    tokens = json.loads(body)["tokens"]
+    r2 = client.completions.create(model=model, prompt=tokens, max_tokens=5, temperature=0)
+    assert r2.choices[0].text == r.choices[0].text
+    assert r2.usage.prompt_tokens == len(tokens)
+
+
+def test_completions_stream(client, model):
+    chunks = list(client.completions.create(model=model, prompt="One, two, three,",
+                                            max_tokens=4, temperature=0, stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert "".join(c.choices[0].text for c in chunks)
+
+
+def test_stop(client, model):
+    base = client.completions.create(model=model, prompt="Count: 1, 2, 3, 4,", max_tokens=12,
+                                     temperature=0).choices[0].text
+    assert len(base) > 4
+    stop = base[len(base) // 2:len(base) // 2 + 2]
+    cut = base.index(stop)
+    r = client.completions.create(model=model, prompt="Count: 1, 2, 3, 4,", max_tokens=12,
+                                  temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == base[:cut]
+
+
+def test_seed_reproducible(client, model):
+    kw = dict(model=model, messages=[{"role": "user", "content": "Tell me a story."}],
+              max_tokens=12, temperature=1.0, top_p=0.95, seed=1234)
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b
+
+
+def test_max_completion_tokens_and_sampling_params(client, model):
+    r = client.chat.completions.create(model=model, messages=MSG, max_completion_tokens=3,
+                                       temperature=0.5, top_p=0.9, seed=7,
+                                       presence_penalty=0.5, frequency_penalty=0.5,
+                                       extra_body={"top_k": 20, "min_p": 0.05})
+    assert r.usage.completion_tokens <= 3
+
+
+def test_chat_logprobs(client, model):
+    r = client.chat.completions.create(model=model, messages=MSG, max_tokens=4, temperature=0,
+                                       logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for t in content:
+        assert t.logprob <= 0
+        assert len(t.top_logprobs) == 2
+        # Greedy: the chosen token is the most likely one.
+        assert t.logprob >= t.top_logprobs[0].logprob - 1e-5
+        assert bytes(t.bytes).decode("utf-8", "replace") == t.token or t.bytes
+
+
+def test_completion_logprobs(client, model):
+    r = client.completions.create(model=model, prompt="Hello", max_tokens=3, temperature=0,
+                                  logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == r.usage.completion_tokens
+    assert all(len(t) <= 2 for t in lp.top_logprobs)
+
+
+def test_gate_tightening_in_request(client, model):
+    tight = client.chat.completions.create(model=model, messages=MSG, max_tokens=2,
+                                           extra_body={"witcert": {"tv_threshold": 0.001}})
+    assert tight.model_extra["witcert"]["tv_threshold"] == pytest.approx(0.001)
+    loose = client.chat.completions.create(model=model, messages=MSG, max_tokens=2,
+                                           extra_body={"witcert": {"tv_threshold": 0.9}})
+    # Looser than the config's 0.05: ignored.
+    assert loose.model_extra["witcert"]["tv_threshold"] == pytest.approx(0.05)
+
+
+def test_errors_then_still_serving(client, model):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=MSG, max_tokens=2)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=MSG, max_tokens=2, temperature=5)
+    assert e.value.body["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=MSG, max_tokens=2, n=2)
+    assert e.value.body["param"] == "n"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=model, messages=MSG, max_tokens=-1)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=model, prompt=["a", "b"], max_tokens=2)
+    r = client.chat.completions.create(model=model, messages=MSG, max_tokens=2)
+    assert r.choices[0].message.content is not None
+
+
+def test_context_length_exceeded(client, model):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model, prompt=[1] * 9000, max_tokens=2)
+    assert e.value.body["code"] == "context_length_exceeded"
