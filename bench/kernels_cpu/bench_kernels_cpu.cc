@@ -29,8 +29,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Fills a matrix with random codes and small finite fp16 scales (every block format here
-// starts with an fp16 scale, except Q6_K which is not benchmarked).
+// Fills a matrix with random codes and small finite fp16 scales (at the start of each block,
+// or at its end for Q6_K; Q4_1's min and Q4_K's dmin follow d).
 std::vector<uint8_t> MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
   const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(type));
   std::vector<uint8_t> bytes(GgmlRowBytes(*info, cols) * rows);
@@ -41,8 +41,12 @@ std::vector<uint8_t> MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint
   }
   const uint16_t d = F32ToF16(0.01f);
   for (size_t b = 0; b + info->block_bytes <= bytes.size(); b += info->block_bytes) {
+    if (type == GgmlType::kQ6_K) {
+      std::memcpy(&bytes[b + info->block_bytes - 2], &d, 2);
+      continue;
+    }
     std::memcpy(&bytes[b], &d, 2);
-    if (type == GgmlType::kQ4_1) std::memcpy(&bytes[b + 2], &d, 2);
+    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K) std::memcpy(&bytes[b + 2], &d, 2);
   }
   return bytes;
 }
@@ -51,7 +55,7 @@ struct Shape {
   const char* name;
   GgmlType type;
   int64_t cols, rows;  // y[n, rows] = x[n, cols] · Wᵀ
-  int per_token;       // how many such matmuls one decode step runs
+  int per_token;       // per layer in one decode step; 0: once per step; -1: not in the model
 };
 
 // Mean time of `fn` over the fastest of many ~0.2 ms batches within `budget` seconds. The
@@ -106,6 +110,9 @@ void Run(int threads) {
       {"ffn_gate/up Q4_1 [576->1536]", GgmlType::kQ4_1, 576, 1536, 2},
       {"ffn_down Q4_1 [1536->576]", GgmlType::kQ4_1, 1536, 576, 1},
       {"output Q8_0 [576->49152]", GgmlType::kQ8_0, 576, 49152, 0},
+      // K-quants need cols % 256 == 0, so the 135M model can only use them here.
+      {"(other) Q4_K [1536->576]", GgmlType::kQ4_K, 1536, 576, -1},
+      {"(other) Q6_K [1536->576]", GgmlType::kQ6_K, 1536, 576, -1},
   };
   constexpr int kLayers = 30;
   double token_hot = 0, token_cold = 0;
@@ -139,6 +146,7 @@ void Run(int threads) {
     const double gflops = 2.0 * s.rows * s.cols * n_big / big / 1e9;
     std::printf("%-30s %9.1f %9.1f %9.1f %9.1f %11.1f\n", s.name, hot * 1e6, mat_bytes / hot / 1e9,
                 cold * 1e6, mat_bytes / cold / 1e9, gflops);
+    if (s.per_token < 0) continue;  // not part of the default model's decode step
     const int count = s.per_token == 0 ? 1 : s.per_token * kLayers;
     token_hot += count * hot;
     token_cold += count * cold;

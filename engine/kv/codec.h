@@ -50,6 +50,31 @@ class KvCodec {
   virtual void Decode(const uint8_t* in, int32_t d, const CodecContext& ctx, float* x) const = 0;
   // Tier B: the dither step s of this stored vector (0 for Tier A codecs).
   virtual float DitherScale(const uint8_t* in, int32_t d) const { return 0.0f; }
+
+  // ---- Side-specific schemes -------------------------------------------------------------
+  // A scheme that stores values differently from keys (kivi2: keys per-channel over a token
+  // group, values per-token) returns its value-side codec here; the cache stores V with
+  // ForValues() of the V scheme. Default: one codec for both sides.
+  virtual const KvCodec* ForValues() const { return this; }
+
+  // ---- Group-encoded schemes (kivi2 keys) ------------------------------------------------
+  // A group-encoded codec needs statistics over a whole block of G = block_size tokens (per-
+  // channel scales). The cache keeps a block's rows exact until every token of it is written,
+  // then calls EncodeGroup once and (re)computes the witnesses; rows are read back with
+  // DecodeInGroup. Its per-vector Encode/Decode are never used by the cache.
+  virtual bool group_encoded() const { return false; }
+  // Bytes of the per-(block, KV head) parameters of a group of `group` tokens (0: none).
+  virtual int32_t GroupParamBytes(int32_t d, int32_t group) const { return 0; }
+  // x [n, d] (row stride d) → row i's codes at codes + i·code_stride (BytesPerVector(d) bytes
+  // each) and the group parameters at params [GroupParamBytes(d, n)]. Row i's context is
+  // `ctx` with pos = ctx.pos + i. Default: per-row Encode (params untouched).
+  virtual void EncodeGroup(const float* x, int32_t n, int32_t d, const CodecContext& ctx,
+                           uint8_t* codes, int64_t code_stride, uint8_t* params) const;
+  // in [BytesPerVector(d)], params [GroupParamBytes] (null when 0) → x [d]. Default: Decode.
+  virtual void DecodeInGroup(const uint8_t* in, const uint8_t* params, int32_t d,
+                             const CodecContext& ctx, float* x) const {
+    Decode(in, d, ctx, x);
+  }
 };
 
 // Name → codec (a process-wide static table). Unknown names → InvalidArgument listing the
@@ -66,5 +91,6 @@ std::unique_ptr<KvCodec> MakeFp8ScaledCodec();
 std::unique_ptr<KvCodec> MakeInt8RtnCodec();
 std::unique_ptr<KvCodec> MakeInt8DitherCodec();
 std::unique_ptr<KvCodec> MakeInt4RtnCodec();
+std::unique_ptr<KvCodec> MakeKivi2Codec();  // keys per-channel (group), values per-token
 
 }  // namespace witcert

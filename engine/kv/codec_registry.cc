@@ -22,6 +22,7 @@ constexpr Entry kCodecTable[] = {
     {"int8-rtn", MakeInt8RtnCodec},
     {"int8-dither", MakeInt8DitherCodec},  // Tier B
     {"int4-rtn", MakeInt4RtnCodec},
+    {"kivi2", MakeKivi2Codec},  // K group-encoded; V per-token (ForValues)
 };
 
 const std::vector<std::unique_ptr<KvCodec>>& Instances() {
@@ -40,6 +41,15 @@ absl::Status KvCodec::Validate(int32_t d) const {
     return absl::InvalidArgumentError(absl::StrCat("head_dim must be positive and even, got ", d));
   }
   return absl::OkStatus();
+}
+
+void KvCodec::EncodeGroup(const float* x, int32_t n, int32_t d, const CodecContext& ctx,
+                          uint8_t* codes, int64_t code_stride, uint8_t* /*params*/) const {
+  for (int32_t i = 0; i < n; ++i) {
+    CodecContext row = ctx;
+    row.pos = ctx.pos + i;
+    Encode(x + static_cast<int64_t>(i) * d, d, row, codes + i * code_stride);
+  }
 }
 
 absl::StatusOr<const KvCodec*> FindKvCodec(std::string_view name) {

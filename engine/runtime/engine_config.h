@@ -26,6 +26,9 @@ struct EngineConfig {
   std::string chat_template;   // "" → from the model's metadata; "chatml" / "llama3"
   int32_t threads = 0;         // 0 → all cores
   int32_t max_context = 0;     // 0 → the model's context length
+  // Reference arithmetic (dequantized weights, double accumulation): slow; for verifying
+  // the fast path against an exact evaluation.
+  bool exact_matmul = false;
   KvConfig kv;
   GatePolicy gate{.mode = GateMode::kObserve, .tv_threshold = 0.05f, .delta_req = 0.01};
   SchedulerOptions scheduler;

@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   ASSIGN_OR_RETURN(KvCacheOptions kv_options, MakeKvOptions(mc, config.kv));
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
                    CpuBackend::Create(*loaded->model, kv_options,
-                                      CpuBackend::Options{.num_threads = config.threads}));
+                                      CpuBackend::Options{.num_threads = config.threads,
+                                                          .exact_matmul = config.exact_matmul}));
   say(absl::StrFormat("kv cache: K %s, V %s, %d blocks of %d tokens (%d tokens), gate %s",
                       config.kv.k_scheme, config.kv.v_scheme, kv_options.num_blocks,
                       kv_options.block_size, kv_options.num_blocks * kv_options.block_size,

@@ -57,6 +57,49 @@ class ExactLlama:
         out[..., 1::2] = x0 * s + x1 * c
         return out
 
+    def greedy(self, ids, steps, eog):
+        """Greedy continuation in float64 with a K/V cache; returns tokens and top-2 margins."""
+        d, hq, hkv = self.head_dim, self.heads, self.kv_heads
+        emb = self.weight("token_embd.weight")
+        out_w = self.weight("output.weight") if "output.weight" in self.tensors else emb
+        cache_k = [np.zeros((0, hkv, d)) for _ in range(self.layers)]
+        cache_v = [np.zeros((0, hkv, d)) for _ in range(self.layers)]
+        tokens, margins, pending, start = [], [], list(ids), 0
+        for _ in range(steps):
+            n = len(pending)
+            x = emb[np.asarray(pending)]
+            pos = np.arange(start, start + n, dtype=np.float64)
+            for l in range(self.layers):
+                p = f"blk.{l}."
+                h = self.rms(x, self.weight(p + "attn_norm.weight"))
+                q = self.rope((h @ self.weight(p + "attn_q.weight").T).reshape(n, hq, d), pos)
+                k = self.rope((h @ self.weight(p + "attn_k.weight").T).reshape(n, hkv, d), pos)
+                v = (h @ self.weight(p + "attn_v.weight").T).reshape(n, hkv, d)
+                cache_k[l] = np.concatenate([cache_k[l], k])
+                cache_v[l] = np.concatenate([cache_v[l], v])
+                total = cache_k[l].shape[0]
+                mask = np.where(np.arange(total)[None, :] <= pos[:, None], 0.0, -np.inf)
+                att = np.zeros((n, hq, d))
+                for head in range(hq):
+                    g = head // (hq // hkv)
+                    s = q[:, head] @ cache_k[l][:, g].T / np.sqrt(d) + mask
+                    s = np.exp(s - s.max(-1, keepdims=True))
+                    att[:, head] = (s / s.sum(-1, keepdims=True)) @ cache_v[l][:, g]
+                x = x + att.reshape(n, hq * d) @ self.weight(p + "attn_output.weight").T
+                h = self.rms(x, self.weight(p + "ffn_norm.weight"))
+                gate = h @ self.weight(p + "ffn_gate.weight").T
+                up = h @ self.weight(p + "ffn_up.weight").T
+                x = x + (gate / (1.0 + np.exp(-gate)) * up) @ self.weight(p + "ffn_down.weight").T
+            logits = out_w @ self.rms(x[-1], self.weight("output_norm.weight"))
+            order = np.argsort(-logits)[:2]
+            tokens.append(int(order[0]))
+            margins.append(float(logits[order[0]] - logits[order[1]]))
+            start += n
+            pending = [tokens[-1]]
+            if tokens[-1] in eog:
+                break
+        return tokens, margins
+
     def last_logits(self, ids):
         n, d, hq, hkv = len(ids), self.head_dim, self.heads, self.kv_heads
         emb = self.weight("token_embd.weight")
@@ -88,6 +131,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--fixture", default="tests/golden/logits.json")
+    ap.add_argument("--greedy", default="tests/golden/greedy.json")
     args = ap.parse_args()
     model = ExactLlama(args.model)
     with open(args.fixture) as f:
@@ -105,6 +149,21 @@ def main():
     with open(args.fixture, "w") as f:
         json.dump(fixture, f, ensure_ascii=False, indent=1)
     print(f"max |llama.cpp - exact| over top-10 logits: {worst:.4f}")
+
+    # Exact greedy continuations of the chat prompts (same EOG rule as make_golden.py).
+    with open(args.greedy) as f:
+        greedy = json.load(f)
+    eog = {2, 0}  # <|im_end|>, <|endoftext|> in SmolLM2
+    for case in greedy["cases"]:
+        tokens, margins = model.greedy(case["prompt_ids"], len(case["greedy_ids"]), eog)
+        case["exact_greedy_ids"] = tokens
+        case["exact_top2_margins"] = margins
+        same = next((i for i, (a, b) in enumerate(zip(tokens, case["greedy_ids"])) if a != b),
+                    min(len(tokens), len(case["greedy_ids"])))
+        print(f"exact greedy agrees with llama.cpp for {same} of {len(tokens)} tokens")
+    greedy["exact_generator"] = fixture["exact_generator"]
+    with open(args.greedy, "w") as f:
+        json.dump(greedy, f, ensure_ascii=False, indent=1)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,17 @@ CpuBackend::CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, Options 
 
 void CpuBackend::MatmulRows(const float* x, int64_t n, const QuantMatrix& w, float* y) {
   if (exact_matmul_) {
-    MatmulReference(x, n, w, y);
+    // Reference arithmetic, split over rows of W: each thread multiplies a row slice into
+    // its own [n, slice] buffer and scatters it into y [n, rows].
+    pool_.ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
+      QuantMatrix slice = w;
+      slice.data = w.row(begin);
+      slice.rows = end - begin;
+      std::vector<float> part(static_cast<size_t>(n * slice.rows));
+      MatmulReference(x, n, slice, part.data());
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(&part[i * slice.rows], &part[(i + 1) * slice.rows], &y[i * w.rows + begin]);
+    });
   } else {
     Matmul(x, n, w, y, &pool_);
   }

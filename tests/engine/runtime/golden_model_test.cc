@@ -244,6 +244,52 @@ void ExpectTeacherForcedGreedyMatches(CpuBackend& backend, const GatePolicy* pol
   EXPECT_EQ(backend.kv_cache().num_free_blocks(), backend.kv_cache().num_total_blocks());
 }
 
+// The whole engine (scheduler, sampler, detokenizer, metered exact KV) in exact-matmul mode,
+// running free, must reproduce the float64 evaluation's greedy continuation token for token,
+// up to a step whose exact top-2 margin is below kExactAtol (a tie at fp32 resolution).
+TEST_F(GoldenModelTest, ExactModeGreedyMatchesFloat64TokenForToken) {
+  nlohmann::json fixture = LoadFixture("greedy.json");
+  EngineConfig config;
+  config.model_path = testing::DefaultModelPath();
+  config.kv.k_scheme = config.kv.v_scheme = "fp32";
+  config.kv.memory_bytes = 64ll << 20;
+  config.exact_matmul = true;
+  auto loaded = LoadEngine(config);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  int compared = 0, index = 0;
+  for (const auto& c : fixture["cases"]) {
+    const auto expected = c["exact_greedy_ids"].get<std::vector<TokenId>>();
+    const auto margins = c["exact_top2_margins"].get<std::vector<double>>();
+    size_t safe = 0;
+    while (safe < expected.size() && margins[safe] >= kExactAtol) ++safe;
+    Request request;
+    request.id = "exact-" + std::to_string(index++);
+    request.prompt = c["prompt_ids"].get<std::vector<TokenId>>();
+    request.sampling.temperature = 0.0f;
+    request.stop.max_tokens = static_cast<int32_t>(expected.size());
+    auto stream = (*loaded)->engine->Submit(request);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    std::vector<TokenId> got;
+    while (true) {
+      RequestEvent e = *(*stream)->Next();
+      if (e.kind == RequestEvent::Kind::kToken) got.push_back(e.token.token);
+      if (e.kind == RequestEvent::Kind::kFinish) break;
+    }
+    if (safe == expected.size()) {
+      EXPECT_EQ(got, expected) << request.id;
+    } else {
+      ASSERT_GE(got.size(), safe) << request.id;
+      EXPECT_EQ(std::vector<TokenId>(got.begin(), got.begin() + safe),
+                std::vector<TokenId>(expected.begin(), expected.begin() + safe))
+          << request.id;
+    }
+    compared += static_cast<int>(std::min(safe, expected.size()));
+  }
+  std::printf("exact-mode engine matched the float64 greedy continuation on %d tokens\n",
+              compared);
+  EXPECT_GE(compared, 150) << "the fixture should exercise at least 150 decided tokens";
+}
+
 TEST_F(GoldenModelTest, GreedyMatchesLlamaCppWithFp16Kv) {
   auto backend = MakeBackend("fp16");
   GatePolicy observe;
