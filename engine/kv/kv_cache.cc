@@ -1,5 +1,6 @@
 #include "engine/kv/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -18,11 +19,14 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
     return absl::InvalidArgumentError(absl::StrCat("num_bands ", o.num_bands,
                                                    " must divide head_dim/2 = ", o.head_dim / 2));
   }
-  if (o.outlier_channels != 0) {
-    return absl::UnimplementedError("outlier channel bypass is not implemented yet");
+  if (o.outlier_channels < 0 || o.outlier_channels >= o.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("outlier_channels ", o.outlier_channels,
+                                                   " must be in [0, head_dim = ", o.head_dim,
+                                                   ")"));
   }
   ASSIGN_OR_RETURN(const KvCodec* k, FindKvCodec(o.k_scheme));
-  ASSIGN_OR_RETURN(const KvCodec* v, FindKvCodec(o.v_scheme));
+  ASSIGN_OR_RETURN(const KvCodec* v_scheme, FindKvCodec(o.v_scheme));
+  const KvCodec* v = v_scheme->ForValues();
   RETURN_IF_ERROR(k->Validate(o.head_dim));
   RETURN_IF_ERROR(v->Validate(o.head_dim));
   return std::unique_ptr<KvCache>(new KvCache(o, k, v));
@@ -33,16 +37,72 @@ KvCache::KvCache(const KvCacheOptions& o, const KvCodec* k_codec, const KvCodec*
       k_codec_(k_codec),
       v_codec_(v_codec),
       bands_{o.head_dim, o.num_bands, o.rope_pairing},
-      k_bytes_(k_codec->BytesPerVector(o.head_dim)),
-      k_wit_bytes_(k_codec->is_exact() ? 0 : bands_.witness_bytes()),
-      v_bytes_(v_codec->BytesPerVector(o.head_dim)),
-      v_wit_bytes_(v_codec->is_exact() ? 0 : bands_.witness_bytes()),
-      slot_bytes_(k_bytes_ + k_wit_bytes_ + v_bytes_ + v_wit_bytes_),
       pool_(o.num_blocks),
       backing_(o.backing_store_bytes, o.num_layers, o.block_size, o.num_kv_heads, o.head_dim),
-      exact_cache_(o.exact_cache_blocks) {
+      exact_cache_(o.exact_cache_blocks),
+      outliers_(o.num_layers, o.num_kv_heads, o.head_dim, o.outlier_channels) {
+  const KvCodec* codecs[2] = {k_codec, v_codec};
+  int32_t offset = 0, param_offset = 0;
+  group_ = false;
+  for (int side = 0; side < 2; ++side) {
+    SideLayout& sl = side_[side];
+    const KvCodec* c = codecs[side];
+    sl.codec = c;
+    sl.offset = offset;
+    sl.code_bytes = c->BytesPerVector(o.head_dim);
+    sl.outlier_bytes = c->is_exact() ? 0 : 4 * o.outlier_channels;
+    sl.witness_bytes = c->is_exact() ? 0 : bands_.witness_bytes();
+    sl.param_offset = param_offset;
+    sl.param_bytes = c->group_encoded() ? c->GroupParamBytes(o.head_dim, o.block_size) : 0;
+    offset += sl.slot_bytes();
+    param_offset += sl.param_bytes;
+    group_ = group_ || c->group_encoded();
+  }
+  slot_bytes_ = offset;
+  group_param_bytes_ = param_offset;
   const int64_t layer_bytes = o.num_blocks * o.block_size * o.num_kv_heads * slot_bytes_;
-  for (int32_t l = 0; l < o.num_layers; ++l) storage_.emplace_back(new uint8_t[layer_bytes]());
+  const int64_t param_bytes = o.num_blocks * o.num_kv_heads * group_param_bytes_;
+  for (int32_t l = 0; l < o.num_layers; ++l) {
+    storage_.emplace_back(new uint8_t[layer_bytes]());
+    params_.emplace_back(param_bytes > 0 ? new uint8_t[param_bytes]() : nullptr);
+  }
+}
+
+absl::StatusOr<KvCapacity> KvCache::CapacityFor(const KvCacheOptions& options) {
+  KvCacheOptions probe = options;
+  probe.num_blocks = 1;
+  probe.backing_store_bytes = 0;
+  probe.exact_cache_blocks = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, Create(probe));
+  return cache->Capacity();
+}
+
+KvCapacity KvCache::Capacity() const {
+  const KvCacheOptions& o = options_;
+  KvCapacity c;
+  c.k_code_bytes = side_[0].code_bytes;
+  c.k_outlier_bytes = side_[0].outlier_bytes;
+  c.k_witness_bytes = side_[0].witness_bytes;
+  c.v_code_bytes = side_[1].code_bytes;
+  c.v_outlier_bytes = side_[1].outlier_bytes;
+  c.v_witness_bytes = side_[1].witness_bytes;
+  c.k_group_param_bytes = side_[0].param_bytes;
+  c.v_group_param_bytes = side_[1].param_bytes;
+  c.block_size = o.block_size;
+  c.bytes_per_token_per_kv_head =
+      slot_bytes_ + static_cast<double>(group_param_bytes_) / o.block_size;
+  c.bytes_per_block = BytesPerBlock();
+  const bool stages = group_ || o.outlier_channels > 0;
+  c.staging_bytes_per_block =
+      stages ? 2 * int64_t{o.block_size} * o.num_kv_heads * o.head_dim * int64_t{sizeof(float)}
+             : 0;
+  c.fixed_bytes = outliers_.table_bytes();
+  return c;
+}
+
+int64_t KvCache::BytesPerBlock() const {
+  return static_cast<int64_t>(options_.num_layers) * options_.num_kv_heads *
+         (static_cast<int64_t>(options_.block_size) * slot_bytes_ + group_param_bytes_);
 }
 
 absl::StatusOr<int64_t> KvCache::BytesPerTokenFor(const KvCacheOptions& options) {
@@ -55,7 +115,7 @@ absl::StatusOr<int64_t> KvCache::BytesPerTokenFor(const KvCacheOptions& options)
 }
 
 int64_t KvCache::BytesPerToken() const {
-  return static_cast<int64_t>(options_.num_layers) * options_.num_kv_heads * slot_bytes_;
+  return (BytesPerBlock() + options_.block_size - 1) / options_.block_size;
 }
 
 KvCache::Sequence* KvCache::Find(SeqId seq) const {
@@ -68,6 +128,15 @@ uint8_t* KvCache::Slot(int32_t layer, int32_t block, int32_t offset, int32_t kv_
   const int64_t idx = (static_cast<int64_t>(block) * options_.block_size + offset) *
                           options_.num_kv_heads + kv_head;
   return storage_[layer].get() + idx * slot_bytes_;
+}
+
+uint8_t* KvCache::GroupParams(int32_t layer, int32_t block, int32_t kv_head, int side) const {
+  const int64_t idx = static_cast<int64_t>(block) * options_.num_kv_heads + kv_head;
+  return params_[layer].get() + idx * group_param_bytes_ + side_[side].param_offset;
+}
+
+bool KvCache::NeedsStaging(int32_t layer) const {
+  return group_ || !outliers_.chosen(layer);
 }
 
 absl::Status KvCache::AddSequence(SeqId seq) {
@@ -123,20 +192,13 @@ absl::Status KvCache::Write(SeqId seq, int32_t layer, int64_t pos, const float* 
   const int64_t logical = pos / options_.block_size;
   const int32_t offset = static_cast<int32_t>(pos % options_.block_size);
   const int32_t block = s->table.physical(logical);
-  std::vector<float> xhat(d);  // [d]
-  for (int32_t h = 0; h < options_.num_kv_heads; ++h) {
-    uint8_t* slot = Slot(layer, block, offset, h);
-    for (int side = 0; side < 2; ++side) {
-      const KvCodec& codec = side == 0 ? *k_codec_ : *v_codec_;
-      const float* x = (side == 0 ? k : v) + static_cast<int64_t>(h) * d;
-      uint8_t* codes = side == 0 ? slot : slot + k_bytes_ + k_wit_bytes_;
-      CodecContext ctx{options_.dither_seed, layer, h, pos, side == 1};
-      codec.Encode(x, d, ctx, codes);
-      if (codec.is_exact()) continue;
-      codec.Decode(codes, d, ctx, xhat.data());
-      uint16_t w[64];
-      ComputeWitness(x, xhat.data(), bands_, w);
-      std::memcpy(codes + codec.BytesPerVector(d), w, bands_.witness_bytes());
+  backing_.Write(block, layer, offset, k, v);
+  if (s->staged[layer].contains(logical) || NeedsStaging(layer)) {
+    RETURN_IF_ERROR(WriteStaged(*s, layer, logical, block, offset, k, v));
+  } else {
+    for (int32_t h = 0; h < options_.num_kv_heads; ++h) {
+      EncodeRows(layer, block, h, 0, k + static_cast<int64_t>(h) * d, 1, offset, pos);
+      EncodeRows(layer, block, h, 1, v + static_cast<int64_t>(h) * d, 1, offset, pos);
     }
   }
   // A rewritten token of a promoted block must not be served from the stale exact copy.
@@ -144,30 +206,146 @@ absl::Status KvCache::Write(SeqId seq, int32_t layer, int64_t pos, const float* 
     s->table.SetExact(layer, logical, false);
     exact_cache_.InvalidateBlock(block);
   }
-  backing_.Write(block, layer, offset, k, v);
   writes_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::Status KvCache::WriteStaged(Sequence& s, int32_t layer, int64_t logical, int32_t block,
+                                  int32_t offset, const float* k, const float* v) {
+  const int32_t bs = options_.block_size, d = options_.head_dim, hkv = options_.num_kv_heads;
+  const int64_t row = static_cast<int64_t>(hkv) * d;
+  auto& staged = s.staged[layer];
+  auto it = staged.find(logical);
+  if (it == staged.end()) {
+    StagedBlock fresh;
+    fresh.k.assign(bs * row, 0.0f);
+    fresh.v.assign(bs * row, 0.0f);
+    fresh.written.assign(bs, 0);
+    const std::vector<uint8_t>& done = s.group_done[layer];
+    if (logical < static_cast<int64_t>(done.size()) && done[logical]) {
+      // Rewriting a token of an already encoded group: re-encode the whole group from its
+      // exact copy (which already holds the new token).
+      if (!backing_.Has(block)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot rewrite a token of encoded group ", logical, ": its exact copy is gone"));
+      }
+      std::vector<float> kb(static_cast<size_t>(bs) * d), vb(kb.size());  // [bs, d]
+      for (int32_t h = 0; h < hkv; ++h) {
+        if (!backing_.Read(block, layer, h, kb.data(), vb.data())) {
+          return absl::FailedPreconditionError("exact copy vanished during a group rewrite");
+        }
+        for (int32_t t = 0; t < bs; ++t) {
+          std::memcpy(&fresh.k[t * row + h * d], &kb[t * d], sizeof(float) * d);
+          std::memcpy(&fresh.v[t * row + h * d], &vb[t * d], sizeof(float) * d);
+        }
+      }
+      std::fill(fresh.written.begin(), fresh.written.end(), 1);
+      fresh.num_written = bs;
+    }
+    it = staged.emplace(logical, std::move(fresh)).first;
+  }
+  StagedBlock& sb = it->second;
+  std::memcpy(&sb.k[offset * row], k, sizeof(float) * row);
+  std::memcpy(&sb.v[offset * row], v, sizeof(float) * row);
+  if (!sb.written[offset]) {
+    sb.written[offset] = 1;
+    ++sb.num_written;
+  }
+  if (sb.num_written < bs) return absl::OkStatus();
+  EncodeStaged(layer, block, logical, sb);
+  staged.erase(it);
+  if (group_) {
+    std::vector<uint8_t>& done = s.group_done[layer];
+    if (static_cast<int64_t>(done.size()) <= logical) done.resize(logical + 1, 0);
+    done[logical] = 1;
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::EncodeStaged(int32_t layer, int32_t block, int64_t logical,
+                           const StagedBlock& sb) {
+  const int32_t bs = options_.block_size, d = options_.head_dim, hkv = options_.num_kv_heads;
+  if (outliers_.count() > 0) outliers_.ChooseOnce(layer, sb.k.data(), sb.v.data(), bs);
+  std::vector<float> rows(static_cast<size_t>(bs) * d);  // [bs, d] one head, one side
+  for (int32_t h = 0; h < hkv; ++h) {
+    for (int side = 0; side < 2; ++side) {
+      const std::vector<float>& src = side == 0 ? sb.k : sb.v;
+      for (int32_t t = 0; t < bs; ++t) {
+        std::memcpy(&rows[t * d], &src[(static_cast<int64_t>(t) * hkv + h) * d],
+                    sizeof(float) * d);
+      }
+      EncodeRows(layer, block, h, side, rows.data(), bs, 0, logical * bs);
+    }
+  }
+  groups_encoded_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void KvCache::EncodeRows(int32_t layer, int32_t block, int32_t kv_head, int side,
+                         const float* x, int32_t n, int32_t offset0, int64_t pos0) {
+  const SideLayout& sl = side_[side];
+  const KvCodec& codec = *sl.codec;
+  const int32_t d = options_.head_dim, m = sl.outlier_bytes / 4;
+  const bool is_value = side == 1;
+  std::vector<float> filled;  // [n, d] outlier channels replaced (bypass only)
+  const float* in = x;
+  if (m > 0) {
+    filled.resize(static_cast<size_t>(n) * d);
+    for (int32_t i = 0; i < n; ++i) {
+      outliers_.Fill(layer, kv_head, is_value, x + i * d, &filled[i * d]);
+    }
+    in = filled.data();
+  }
+  const int64_t stride = static_cast<int64_t>(options_.num_kv_heads) * slot_bytes_;
+  uint8_t* codes0 = Slot(layer, block, offset0, kv_head) + sl.offset;
+  uint8_t* params = sl.param_bytes > 0 ? GroupParams(layer, block, kv_head, side) : nullptr;
+  const CodecContext ctx{options_.dither_seed, layer, kv_head, pos0, is_value};
+  codec.EncodeGroup(in, n, d, ctx, codes0, stride, params);
+  if (codec.is_exact()) return;
+  const int32_t* channels = m > 0 ? outliers_.channels(layer, kv_head, is_value) : nullptr;
+  std::vector<float> xhat(d);  // [d]
+  for (int32_t i = 0; i < n; ++i) {
+    uint8_t* codes = codes0 + i * stride;
+    const float* xi = x + i * d;
+    CodecContext row = ctx;
+    row.pos = pos0 + i;
+    codec.DecodeInGroup(codes, params, d, row, xhat.data());
+    for (int32_t j = 0; j < m; ++j) {  // exact beside the codes: zero residual there
+      xhat[channels[j]] = xi[channels[j]];
+      std::memcpy(codes + sl.code_bytes + 4 * j, &xi[channels[j]], 4);
+    }
+    uint16_t w[64];
+    ComputeWitness(xi, xhat.data(), bands_, w);
+    std::memcpy(codes + sl.code_bytes + sl.outlier_bytes, w, sl.witness_bytes);
+  }
 }
 
 void KvCache::DecodeRow(int32_t layer, int32_t block, int32_t offset, int32_t kv_head,
                         int64_t pos, GatheredHead* out, int64_t row) const {
   const int32_t d = options_.head_dim, nb = options_.num_bands;
   const uint8_t* slot = Slot(layer, block, offset, kv_head);
-  CodecContext kctx{options_.dither_seed, layer, kv_head, pos, false};
-  k_codec_->Decode(slot, d, kctx, &out->k[row * d]);
-  if (k_wit_bytes_ > 0) {
-    uint16_t w[64];
-    std::memcpy(w, slot + k_bytes_, k_wit_bytes_);
-    DecodeWitness(w, nb, &out->k_witness[row * nb]);
-  }
-  if (!out->k_dither_scale.empty()) out->k_dither_scale[row] = k_codec_->DitherScale(slot, d);
-  const uint8_t* vslot = slot + k_bytes_ + k_wit_bytes_;
-  CodecContext vctx{options_.dither_seed, layer, kv_head, pos, true};
-  v_codec_->Decode(vslot, d, vctx, &out->v[row * d]);
-  if (v_wit_bytes_ > 0) {
-    uint16_t w[64];
-    std::memcpy(w, vslot + v_bytes_, v_wit_bytes_);
-    DecodeWitness(w, nb, &out->v_witness[row * nb]);
+  for (int side = 0; side < 2; ++side) {
+    const SideLayout& sl = side_[side];
+    const uint8_t* codes = slot + sl.offset;
+    const uint8_t* params =
+        sl.param_bytes > 0 ? GroupParams(layer, block, kv_head, side) : nullptr;
+    const CodecContext ctx{options_.dither_seed, layer, kv_head, pos, side == 1};
+    float* x = side == 0 ? &out->k[row * d] : &out->v[row * d];
+    sl.codec->DecodeInGroup(codes, params, d, ctx, x);
+    const int32_t m = sl.outlier_bytes / 4;
+    if (m > 0) {
+      const int32_t* channels = outliers_.channels(layer, kv_head, side == 1);
+      for (int32_t j = 0; j < m; ++j) {
+        std::memcpy(&x[channels[j]], codes + sl.code_bytes + 4 * j, 4);
+      }
+    }
+    if (sl.witness_bytes > 0) {
+      uint16_t w[64];
+      std::memcpy(w, codes + sl.code_bytes + sl.outlier_bytes, sl.witness_bytes);
+      DecodeWitness(w, nb, side == 0 ? &out->k_witness[row * nb] : &out->v_witness[row * nb]);
+    }
+    if (side == 0 && !out->k_dither_scale.empty()) {
+      out->k_dither_scale[row] = sl.codec->DitherScale(codes, d);
+    }
   }
 }
 
@@ -183,13 +361,24 @@ absl::Status KvCache::GatherHead(SeqId seq, int32_t layer, int32_t kv_head, int6
   out->num_tokens = context_len;
   out->k.resize(context_len * d);
   out->v.resize(context_len * d);
-  out->k_witness.assign(k_wit_bytes_ > 0 ? context_len * nb : 0, 0.0f);
-  out->v_witness.assign(v_wit_bytes_ > 0 ? context_len * nb : 0, 0.0f);
+  out->k_witness.assign(side_[0].witness_bytes > 0 ? context_len * nb : 0, 0.0f);
+  out->v_witness.assign(side_[1].witness_bytes > 0 ? context_len * nb : 0, 0.0f);
   out->k_dither_scale.assign(k_codec_->tier() == Tier::kB ? context_len : 0, 0.0f);
   out->token_exact.assign(context_len, 0);
   for (int64_t lb = 0; lb * bs < context_len; ++lb) {
     const int32_t block = s->table.physical(lb);
     const int64_t begin = lb * bs, end = std::min<int64_t>(context_len, begin + bs);
+    auto staged = s->staged[layer].find(lb);
+    if (staged != s->staged[layer].end()) {  // not encoded yet: exact rows, witness 0
+      const int64_t row = static_cast<int64_t>(options_.num_kv_heads) * d;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t src = (t - begin) * row + static_cast<int64_t>(kv_head) * d;
+        std::memcpy(&out->k[t * d], &staged->second.k[src], sizeof(float) * d);
+        std::memcpy(&out->v[t * d], &staged->second.v[src], sizeof(float) * d);
+        out->token_exact[t] = 1;
+      }
+      continue;
+    }
     std::shared_ptr<const ExactBlock> exact;
     if (s->table.IsExact(layer, lb)) {
       exact = exact_cache_.Lookup(block, layer, kv_head);
@@ -261,6 +450,7 @@ KvCacheStats KvCache::stats() const {
   st.writes = writes_.load();
   st.promotions = promotions_.load();
   st.exact_cache_hits = exact_hits_.load();
+  st.groups_encoded = groups_encoded_.load();
   st.backing = backing_.stats();
   return st;
 }

@@ -2,7 +2,16 @@
 // backing store + exact-block cache, behind one object.
 //
 // Storage: one byte array per layer, [num_blocks, block_size, num_kv_heads, slot] with
-// slot = K codes | K witness (fp16 × B) | V codes | V witness; exact codecs carry no witness.
+// slot = K codes | K outliers (fp32 × m) | K witness (fp16 × B) | V codes | V outliers |
+// V witness; exact codecs carry neither outliers nor witness (m = 0: no outlier fields).
+// Group-encoded codecs (kivi2 keys) add one per-layer array of group parameters,
+// [num_blocks, num_kv_heads, K params | V params]; other schemes have none.
+//
+// Staging: while a block cannot be encoded yet — its codec is group-encoded and the block is
+// not full, or outlier channels are on and not yet chosen for the layer — its rows are kept
+// exact per sequence and read exact (token_exact = 1, witness 0, ε = 0). The write that fills
+// the block encodes it whole and computes its witnesses. A block that never fills (the tail
+// of a sequence) stays exact; that memory is per sequence, see KvCapacity::staging_*.
 //
 // Concurrency: Write, GatherHead, PromoteBlock and GatherExactHead may run concurrently for
 // DIFFERENT sequences (the backend parallelizes over sequences): they take the sequence map's
@@ -26,6 +35,7 @@
 #include "engine/kv/block_table.h"
 #include "engine/kv/codec.h"
 #include "engine/kv/exact_block_cache.h"
+#include "engine/kv/outlier_channels.h"
 #include "engine/kv/witness.h"
 #include "engine/model/model_config.h"
 
@@ -41,7 +51,7 @@ struct KvCacheOptions {
   std::string k_scheme = "fp16";
   std::string v_scheme = "fp16";
   int32_t num_bands = 8;
-  int32_t outlier_channels = 0;   // not implemented yet: must be 0
+  int32_t outlier_channels = 0;   // m: top-m channels per (layer, KV head) kept exact
   uint64_t dither_seed = 0;
   int64_t backing_store_bytes = int64_t{1} << 30;
   int64_t exact_cache_blocks = 256;  // (block, layer, kv head) entries
@@ -58,10 +68,29 @@ struct GatheredHead {
   std::vector<uint8_t> token_exact;         // [S]; 1 where the row is an exact copy
 };
 
+// Exact storage accounting (all sizes in bytes).
+struct KvCapacity {
+  // Per (layer, KV head, token), each side: codes + scales, exact outlier values, witness.
+  int32_t k_code_bytes = 0, k_outlier_bytes = 0, k_witness_bytes = 0;
+  int32_t v_code_bytes = 0, v_outlier_bytes = 0, v_witness_bytes = 0;
+  // Per (layer, KV head, block): group parameters (kivi2 keys), amortized over block_size.
+  int32_t k_group_param_bytes = 0, v_group_param_bytes = 0;
+  int32_t block_size = 0;
+  // Everything above for one token of one KV head of one layer, group params / block_size
+  // (exact: a fraction when block_size does not divide them).
+  double bytes_per_token_per_kv_head = 0;
+  int64_t bytes_per_block = 0;  // all layers and KV heads, exact
+  // Exact fp32 rows held for one staged (not yet encoded) block of one layer of one sequence
+  // (K+V, all KV heads); 0 when the schemes never stage.
+  int64_t staging_bytes_per_block = 0;
+  int64_t fixed_bytes = 0;  // outlier channel tables
+};
+
 struct KvCacheStats {
   int64_t writes = 0;
   int64_t promotions = 0;         // blocks paged into the exact cache
   int64_t exact_cache_hits = 0;   // promoted blocks read exact on a later gather
+  int64_t groups_encoded = 0;     // staged blocks encoded whole (group codecs / outliers)
   BackingStoreStats backing;
 };
 
@@ -92,15 +121,20 @@ class KvCache {
 
   int64_t num_free_blocks() const { return pool_.num_free(); }
   int64_t num_total_blocks() const { return pool_.num_total(); }
-  // All layers, K+V, codes + scales + witnesses, per token.
+  // All layers, K+V, codes + scales + outliers + witnesses, per token; group parameters
+  // amortized over block_size and rounded up (BytesPerBlock() is exact).
   int64_t BytesPerToken() const;
+  int64_t BytesPerBlock() const;
+  KvCapacity Capacity() const;
+  static absl::StatusOr<KvCapacity> CapacityFor(const KvCacheOptions& options);
   // BytesPerToken() of a cache that `options` would create (num_blocks is ignored); lets the
   // caller size the pool from a memory budget before creating it.
   static absl::StatusOr<int64_t> BytesPerTokenFor(const KvCacheOptions& options);
   int32_t block_size() const { return options_.block_size; }
-  // One layer, one KV head: K slot and V slot bytes (codes + scales + witness).
-  int32_t KBytesPerHead() const { return k_bytes_ + k_wit_bytes_; }
-  int32_t VBytesPerHead() const { return v_bytes_ + v_wit_bytes_; }
+  // One layer, one KV head, one token: K slot and V slot bytes (codes + scales + outliers +
+  // witness; group parameters excluded, see Capacity()).
+  int32_t KBytesPerHead() const { return side_[0].slot_bytes(); }
+  int32_t VBytesPerHead() const { return side_[1].slot_bytes(); }
 
   const KvCacheOptions& options() const { return options_; }
   const KvCodec& k_codec() const { return *k_codec_; }
@@ -108,15 +142,49 @@ class KvCache {
   const BandLayout& band_layout() const { return bands_; }
   KvCacheStats stats() const;
   const BlockPool& pool() const { return pool_; }
+  const OutlierChannels& outliers() const { return outliers_; }
 
  private:
+  // One block's exact rows awaiting encoding.
+  struct StagedBlock {
+    std::vector<float> k, v;       // [block_size, Hkv, d] each
+    std::vector<uint8_t> written;  // [block_size]
+    int32_t num_written = 0;
+  };
   struct Sequence {
-    explicit Sequence(int32_t block_size, int32_t num_layers) : table(block_size, num_layers) {}
+    explicit Sequence(int32_t block_size, int32_t num_layers)
+        : table(block_size, num_layers), staged(num_layers), group_done(num_layers) {}
     BlockTable table;
+    // Per layer (layers of one sequence may be written concurrently: disjoint maps).
+    std::vector<absl::flat_hash_map<int64_t, StagedBlock>> staged;  // [L] logical → rows
+    std::vector<std::vector<uint8_t>> group_done;  // [L][logical]: encoded whole (group codec)
+  };
+  // Where one side (K or V) lives inside a slot and in the group-parameter array.
+  struct SideLayout {
+    const KvCodec* codec = nullptr;
+    int32_t offset = 0;         // of the codes inside the slot
+    int32_t code_bytes = 0;     // BytesPerVector(d)
+    int32_t outlier_bytes = 0;  // 4·m (0 for exact codecs)
+    int32_t witness_bytes = 0;  // 2·B (0 for exact codecs)
+    int32_t param_offset = 0;   // inside one (block, head) record of the group-parameter array
+    int32_t param_bytes = 0;    // GroupParamBytes(d, block_size)
+    int32_t slot_bytes() const { return code_bytes + outlier_bytes + witness_bytes; }
   };
   KvCache(const KvCacheOptions& options, const KvCodec* k_codec, const KvCodec* v_codec);
   Sequence* Find(SeqId seq) const;
   uint8_t* Slot(int32_t layer, int32_t block, int32_t offset, int32_t kv_head) const;
+  uint8_t* GroupParams(int32_t layer, int32_t block, int32_t kv_head, int side) const;
+  bool NeedsStaging(int32_t layer) const;
+  // Encodes rows x [n, d] of one side of one head into offsets [offset0, offset0 + n) of
+  // `block` (a group codec needs n == block_size), then their outliers and witnesses.
+  void EncodeRows(int32_t layer, int32_t block, int32_t kv_head, int side, const float* x,
+                  int32_t n, int32_t offset0, int64_t pos0);
+  // Encodes a full staged block (choosing outlier channels first if needed).
+  void EncodeStaged(int32_t layer, int32_t block, int64_t logical, const StagedBlock& staged);
+  // Stages token `offset` of `logical`; encodes the block when it is full.
+  [[nodiscard]] absl::Status WriteStaged(Sequence& s, int32_t layer, int64_t logical,
+                                         int32_t block, int32_t offset, const float* k,
+                                         const float* v);
   void DecodeRow(int32_t layer, int32_t block, int32_t offset, int32_t kv_head, int64_t pos,
                  GatheredHead* out, int64_t row) const;
 
@@ -124,14 +192,19 @@ class KvCache {
   const KvCodec* k_codec_;
   const KvCodec* v_codec_;
   BandLayout bands_;
-  int32_t k_bytes_, k_wit_bytes_, v_bytes_, v_wit_bytes_, slot_bytes_;
+  SideLayout side_[2];  // K, V
+  int32_t slot_bytes_;
+  int32_t group_param_bytes_;  // per (block, head), K + V
+  bool group_;                 // some side is group-encoded
   BlockPool pool_;
   BackingStore backing_;
   ExactBlockCache exact_cache_;
+  OutlierChannels outliers_;
   std::vector<std::unique_ptr<uint8_t[]>> storage_;  // [L] × [blocks, bs, Hkv, slot]
+  std::vector<std::unique_ptr<uint8_t[]>> params_;   // [L] × [blocks, Hkv, group params]
   mutable absl::Mutex seq_mu_;
   absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> seqs_ ABSL_GUARDED_BY(seq_mu_);
-  std::atomic<int64_t> writes_{0}, promotions_{0}, exact_hits_{0};
+  std::atomic<int64_t> writes_{0}, promotions_{0}, exact_hits_{0}, groups_encoded_{0};
 };
 
 }  // namespace witcert

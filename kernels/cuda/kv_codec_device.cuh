@@ -1,0 +1,152 @@
+// Device decode functions, one struct per KV scheme: what the decode kernel is templated on.
+//
+// Each lane of the decode kernel owns 8 consecutive channels [ch0, ch0+8) of one cached
+// vector and loads their codes with one vector load of kBytes (= bits per channel) bytes.
+// Decode8 turns them into CODE-DOMAIN floats x_c with the stored value k̃_c = s·x_c, where s
+// is the lane's bf16 scale (1 for unscaled formats). Products of a bf16 scale and an int8,
+// int4 or fp8 code are exact in fp32, so s·Σ q_c x_c is q·k̃ up to the dot's own rounding
+// (covered by η, cert_math.h); for int8-dither x_c = fl(m_c − ξ_c), the CPU's rounding.
+// Every conversion is exact (hardware fp16/fp8 converts, the 2^23 magic for integers).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/kv_scheme_cuda.h"
+#include "kernels/meter/partial_sum.h"
+
+namespace witcert::cuda_kv {
+
+// Loads `BYTES` (4, 8, 16 or 32) bytes at a suitably aligned address.
+template <int BYTES>
+__device__ __forceinline__ void LoadChunk(const uint8_t* p, uint32_t (&w)[BYTES / 4]) {
+  if constexpr (BYTES == 32) {
+    uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
+    uint4 b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+  } else if constexpr (BYTES == 16) {
+    uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+  } else if constexpr (BYTES == 8) {
+    uint2 a = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = a.x; w[1] = a.y;
+  } else {
+    w[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+  }
+}
+
+// Signed byte → float, exact: 2^23 + (b + 128) − (2^23 + 128).
+__device__ __forceinline__ float SignedByteToFloat(uint32_t word, int j) {
+  uint32_t biased = ((word >> (8 * j)) & 0xffu) ^ 0x80u;
+  return __uint_as_float(0x4B000000u | biased) - 8388736.0f;
+}
+
+struct DecodeCtx {
+  uint64_t token_hash;  // DitherTokenHash of this vector (int8-dither only)
+  int32_t ch0;          // first channel of the lane
+  bool is_value;
+};
+
+struct DevFp32 {
+  static constexpr KvScheme kScheme = KvScheme::kFp32;
+  static constexpr int kBytes = 32;
+  static constexpr bool kScaled = false, kTierB = false, kExact = true, kWideRange = true;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = __uint_as_float(w[i]);
+  }
+};
+
+struct DevFp16 {
+  static constexpr KvScheme kScheme = KvScheme::kFp16;
+  static constexpr int kBytes = 16;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  }
+};
+
+struct DevBf16 {
+  static constexpr KvScheme kScheme = KvScheme::kBf16;
+  static constexpr int kBytes = 16;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = true;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[2 * i] = __uint_as_float(w[i] << 16);
+      x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+};
+
+__device__ __forceinline__ void Fp8x8ToFloat(const uint32_t* w, float* x) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>((w[i / 2] >> (16 * (i & 1))) & 0xffffu);
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+struct DevFp8Raw {
+  static constexpr KvScheme kScheme = KvScheme::kFp8Raw;
+  static constexpr int kBytes = 8;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) { Fp8x8ToFloat(w, x); }
+};
+
+struct DevFp8Scaled {
+  static constexpr KvScheme kScheme = KvScheme::kFp8Scaled;
+  static constexpr int kBytes = 8;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) { Fp8x8ToFloat(w, x); }
+};
+
+struct DevInt8Rtn {
+  static constexpr KvScheme kScheme = KvScheme::kInt8Rtn;
+  static constexpr int kBytes = 8;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = SignedByteToFloat(w[i / 4], i % 4);
+  }
+};
+
+struct DevInt8Dither {
+  static constexpr KvScheme kScheme = KvScheme::kInt8Dither;
+  static constexpr int kBytes = 8;
+  static constexpr bool kScaled = true, kTierB = true, kExact = false, kWideRange = false;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float xi = meter::DitherFromTokenHash(ctx.token_hash, static_cast<uint32_t>(ctx.ch0 + i),
+                                            ctx.is_value);
+      x[i] = __fsub_rn(SignedByteToFloat(w[i / 4], i % 4), xi);
+    }
+  }
+};
+
+struct DevInt4Rtn {
+  static constexpr KvScheme kScheme = KvScheme::kInt4Rtn;
+  static constexpr int kBytes = 4;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      x[i] = __uint_as_float(0x4B000000u | ((w[0] >> (4 * i)) & 0xfu)) - 8388616.0f;  // n − 8
+    }
+  }
+};
+
+}  // namespace witcert::cuda_kv

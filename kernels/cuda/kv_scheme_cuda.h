@@ -1,0 +1,68 @@
+// The KV schemes the CUDA kernels store, by name, with their storage sizes.
+//
+// The names and byte formats are those of the CPU codecs (engine/kv/codec_*.cc); the GPU
+// pool splits each vector's CPU slot into separate arrays (codes, scales, witness) so the
+// decode kernel reads codes with wide coalesced loads (paged_kv_cuda.h has the layout).
+// Adding a scheme = one enumerator + one row here + one device codec in kv_codec_device.cuh
+// + one line in the dispatch table (kv_dispatch.cuh); no kernel changes.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace witcert {
+
+enum class KvScheme : int32_t {
+  kFp32 = 0,      // exact reference: no witness
+  kFp16,
+  kBf16,
+  kFp8Raw,        // fp8-e4m3-raw
+  kFp8Scaled,     // fp8-e4m3, bf16 per-token scale
+  kInt8Rtn,
+  kInt8Dither,    // Tier B
+  kInt4Rtn,       // group 32, bf16 scale per group
+  kCount,
+};
+
+struct KvSchemeInfo {
+  const char* name;
+  int32_t bits_per_channel;   // code bits per channel
+  int32_t scale_group;        // channels per bf16 scale; 0: no scale
+  bool exact;                 // no witness (the reference precision)
+  bool tier_b;                // dither scale gives the Tier B bound
+};
+
+inline constexpr KvSchemeInfo kKvSchemeInfo[] = {
+    {"fp32", 32, 0, true, false},
+    {"fp16", 16, 0, false, false},
+    {"bf16", 16, 0, false, false},
+    {"fp8-e4m3-raw", 8, 0, false, false},
+    {"fp8-e4m3", 8, -1, false, false},   // -1: one scale per vector
+    {"int8-rtn", 8, -1, false, false},
+    {"int8-dither", 8, -1, false, true},
+    {"int4-rtn", 4, 32, false, false},
+};
+
+inline const KvSchemeInfo& SchemeInfo(KvScheme s) { return kKvSchemeInfo[static_cast<int32_t>(s)]; }
+
+inline bool KvSchemeFromName(std::string_view name, KvScheme* out) {
+  for (int32_t i = 0; i < static_cast<int32_t>(KvScheme::kCount); ++i) {
+    if (name == kKvSchemeInfo[i].name) {
+      *out = static_cast<KvScheme>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Bytes of codes of one vector of `head_dim` channels.
+inline int32_t CodeBytes(KvScheme s, int32_t head_dim) {
+  return SchemeInfo(s).bits_per_channel * head_dim / 8;
+}
+// bf16 scales per vector.
+inline int32_t ScalesPerVector(KvScheme s, int32_t head_dim) {
+  int32_t g = SchemeInfo(s).scale_group;
+  return g == 0 ? 0 : (g < 0 ? 1 : head_dim / g);
+}
+
+}  // namespace witcert

@@ -1,0 +1,68 @@
+// Fused metered decode attention on the paged GPU KV pool: the CUDA twin of
+// kernels/cpu/metered_attention.h, for a batch of sequences and all query heads at once.
+//
+// For every (sequence b, query head h) with GQA group g = h / (Hq/Hkv):
+//   out[b,h]  = Σ_t p̂_t ṽ_t,  p̂ = softmax(q·k̃_t/√d) over t < context_lens[b]
+//   cert[b,h] = FinalizeCert of the merged CertPartial (certificates.md §3-§5): TV bound,
+//               A − 1, value bound, ... — the same fields as the CPU reference.
+// Structure (why): one CTA per (sequence, KV head, split) reads each K/V byte of its split
+// once for all Hq/Hkv query heads. Each split is reduced in two passes inside the CTA, like
+// the CPU reference's split: pass 1 reads K and keeps the split's logits in shared memory,
+// pass 2 reads V with the exact split max, so every CertPartial is a leaf with the CPU's m,
+// chain and merge count (no online rescaling whose roundings the inflation would have to
+// cover). A merge kernel combines the splits with MergePartials (tree) and FinalizeCert.
+// Split count: ChooseNumSplits (below). The meter is a template flag: `meter = false` runs a
+// kernel without any certificate arithmetic or witness reads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/paged_kv_cuda.h"
+#include "kernels/meter/cert_math.h"
+
+namespace witcert {
+
+struct MeteredDecodeCudaArgs {
+  const float* q = nullptr;             // [batch, Hq, d] post-RoPE, device
+  const int32_t* block_tables = nullptr;// [batch, max_blocks_per_seq] physical block ids, device
+  const int32_t* context_lens = nullptr;// [batch] tokens to attend (≥ 1), device
+  int32_t batch = 0;
+  int32_t num_q_heads = 0;              // Hq; multiple of Hkv, Hq/Hkv ≤ 8
+  int32_t max_blocks_per_seq = 0;
+  int64_t max_context = 0;              // host copy of max(context_lens): sizes the splits
+  int32_t layer = 0;                    // dither hash input
+  uint64_t dither_seed = 0;
+  double delta_loc = 0.0;               // Tier B per-cell δ; 0 disables Tier B
+  bool meter = true;
+  int32_t num_splits = 0;               // 0: ChooseNumSplits; else forced (clipped per sequence)
+  float* out = nullptr;                 // [batch, Hq, d], device
+  meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
+  void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device
+  size_t workspace_bytes = 0;
+};
+
+// Longest split one CTA can hold (its logits live in shared memory): 12288 / group size,
+// rounded down to a multiple of 128.
+int64_t MaxSplitTokens(int32_t q_per_kv);
+
+// Heuristic (documented in the .cu): enough CTAs to fill the SMs several times over
+// (≥ 4 per SM), no split shorter than 256 tokens unless that is needed to fill the GPU, and
+// never longer than MaxSplitTokens. Always ≥ 1 and ≤ max_context.
+int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
+                        int64_t max_context, int32_t num_sms);
+
+// Workspace for `num_splits` splits (the value ResolveNumSplits returns).
+size_t MeteredDecodeWorkspaceBytes(int32_t batch, int32_t num_q_heads, int32_t head_dim,
+                                   int32_t num_splits);
+// The split count MeteredDecodeCuda will use for `args` (queries the device's SM count).
+CudaStatus ResolveNumSplits(const PagedKvLayout& layout, const MeteredDecodeCudaArgs& args,
+                            int32_t* num_splits);
+
+CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
+                             const MeteredDecodeCudaArgs& args, cudaStream_t stream);
+
+}  // namespace witcert

@@ -1,0 +1,261 @@
+// Write path of the paged GPU KV pool: quantize-on-write + Tier A witness in one kernel.
+//
+// One warp per (token, KV head, K|V) vector; lane l owns channels l, l+32, ... Every
+// rounding follows the CPU codec exactly (IEEE division, rintf = nearbyint under the default
+// rounding mode, explicit _rn intrinsics where nvcc could otherwise contract a multiply-add),
+// and the witness sums each band's squared residuals in double in increasing channel order,
+// like witness.cc, so codes, scales and witnesses are bit-identical to the CPU's.
+#include "kernels/cuda/paged_kv_cuda.h"
+
+#include <cstdio>
+
+#include "kernels/meter/bands.h"
+#include "kernels/meter/cert_math.h"
+#include "kernels/meter/float_formats.h"
+#include "kernels/meter/partial_sum.h"
+
+namespace witcert {
+namespace {
+
+constexpr int kMaxDim = 256;
+constexpr int kWarpsPerBlock = 4;
+
+__device__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ int32_t RoundClamp(float y, int32_t lim) {
+  float r = rintf(y);
+  if (!(r >= static_cast<float>(-lim))) r = static_cast<float>(-lim);
+  if (r > static_cast<float>(lim)) r = static_cast<float>(lim);
+  return static_cast<int32_t>(r);
+}
+
+__device__ float ScaleRange(KvScheme s) {
+  switch (s) {
+    case KvScheme::kFp8Scaled: return 448.0f;
+    case KvScheme::kInt8Rtn: return 127.0f;
+    case KvScheme::kInt8Dither: return 126.0f;
+    case KvScheme::kInt4Rtn: return 7.0f;
+    default: return 1.0f;
+  }
+}
+
+struct WriteParams {
+  PagedKvLayout layout;
+  PagedKvLayer dst;
+  KvWriteArgs args;
+  int32_t code_bytes, nscale;
+};
+
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    WriteKvKernel(const WriteParams p) {
+  __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const PagedKvLayout& L = p.layout;
+  const int32_t hkv = L.num_kv_heads, d = L.head_dim;
+  if (item >= p.args.num_tokens * hkv * 2) return;  // whole warp exits together
+  const bool is_value = (item & 1) != 0;
+  const int32_t head = static_cast<int32_t>((item >> 1) % hkv);
+  const int64_t tok = (item >> 1) / hkv;
+  const int64_t slot = p.args.slots[tok];
+  const int64_t pos = p.args.positions[tok];
+  const int64_t block = slot / L.block_size, offset = slot % L.block_size;
+  const int64_t vec = (block * hkv + head) * L.block_size + offset;  // vector index in the pool
+  const float* src = (is_value ? p.args.v : p.args.k) + (tok * hkv + head) * d;
+  uint8_t* codes = (is_value ? p.dst.v_codes : p.dst.k_codes) + vec * p.code_bytes;
+  uint16_t* scales = is_value ? p.dst.v_scales : p.dst.k_scales;
+  uint16_t* wit = is_value ? p.dst.v_witness : p.dst.k_witness;
+  const KvScheme scheme = L.scheme;
+  const int per_lane = d / 32;
+
+  float x[kMaxDim / 32];
+#pragma unroll
+  for (int j = 0; j < kMaxDim / 32; ++j) x[j] = j < per_lane ? src[lane + 32 * j] : 0.0f;
+
+  // Scales: per vector, or per group of 32 channels (= one register j across the warp).
+  float s_reg[kMaxDim / 32];
+  const float range = ScaleRange(scheme);
+  if (p.nscale == 1) {
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxDim / 32; ++j) if (j < per_lane) m = fmaxf(m, fabsf(x[j]));
+    m = WarpMax(m);
+    uint16_t b = meter::FloatToBf16Up(m / range);
+    if (lane == 0) scales[vec] = b;
+#pragma unroll
+    for (int j = 0; j < kMaxDim / 32; ++j) s_reg[j] = meter::Bf16ToFloat(b);
+  } else if (p.nscale > 1) {
+#pragma unroll
+    for (int j = 0; j < kMaxDim / 32; ++j) {
+      if (j >= per_lane) { s_reg[j] = 0.0f; continue; }
+      float m = WarpMax(fabsf(x[j]));
+      uint16_t b = meter::FloatToBf16Up(m / range);
+      if (lane == 0) scales[vec * p.nscale + j] = b;
+      s_reg[j] = meter::Bf16ToFloat(b);
+    }
+  }
+
+  const uint64_t th = scheme == KvScheme::kInt8Dither
+                          ? meter::DitherTokenHash(p.args.dither_seed, static_cast<uint32_t>(p.args.layer),
+                                                   static_cast<uint32_t>(head), static_cast<uint64_t>(pos))
+                          : 0;
+#pragma unroll
+  for (int j = 0; j < kMaxDim / 32; ++j) {
+    if (j >= per_lane) break;
+    const int c = lane + 32 * j;
+    const float xc = x[j], s = s_reg[j];
+    float xhat = xc;
+    switch (scheme) {
+      case KvScheme::kFp32:
+        reinterpret_cast<float*>(codes)[c] = xc;
+        break;
+      case KvScheme::kFp16: {
+        uint16_t h = meter::FloatToHalfSat(xc);
+        reinterpret_cast<uint16_t*>(codes)[c] = h;
+        xhat = meter::HalfToFloat(h);
+        break;
+      }
+      case KvScheme::kBf16: {
+        uint16_t h = meter::FloatToBf16(xc);
+        reinterpret_cast<uint16_t*>(codes)[c] = h;
+        xhat = meter::Bf16ToFloat(h);
+        break;
+      }
+      case KvScheme::kFp8Raw: {
+        uint8_t b = meter::FloatToFp8E4M3Sat(xc);
+        codes[c] = b;
+        xhat = meter::Fp8E4M3ToFloat(b);
+        break;
+      }
+      case KvScheme::kFp8Scaled: {
+        float inv = s > 0.0f ? 1.0f / s : 0.0f;
+        uint8_t b = meter::FloatToFp8E4M3Sat(__fmul_rn(xc, inv));
+        codes[c] = b;
+        xhat = __fmul_rn(meter::Fp8E4M3ToFloat(b), s);
+        break;
+      }
+      case KvScheme::kInt8Rtn: {
+        int32_t m = s > 0.0f ? RoundClamp(xc / s, 127) : 0;
+        codes[c] = static_cast<uint8_t>(static_cast<int8_t>(m));
+        xhat = __fmul_rn(static_cast<float>(m), s);
+        break;
+      }
+      case KvScheme::kInt8Dither: {
+        float xi = meter::DitherFromTokenHash(th, static_cast<uint32_t>(c), is_value);
+        int32_t m = s > 0.0f ? RoundClamp(__fadd_rn(xc / s, xi), 127) : 0;
+        codes[c] = static_cast<uint8_t>(static_cast<int8_t>(m));
+        xhat = s > 0.0f ? __fmul_rn(s, __fsub_rn(static_cast<float>(m), xi)) : 0.0f;
+        break;
+      }
+      case KvScheme::kInt4Rtn: {
+        int32_t m = s > 0.0f ? RoundClamp(xc / s, 7) : 0;
+        uint32_t nib = static_cast<uint32_t>(m + 8) & 0xfu;
+        uint32_t hi = __shfl_down_sync(0xffffffffu, nib, 1);  // channel c+1 (same j)
+        if ((lane & 1) == 0) codes[c / 2] = static_cast<uint8_t>(nib | (hi << 4));
+        xhat = __fmul_rn(static_cast<float>(m), s);
+        break;
+      }
+      default:
+        break;
+    }
+    resid[warp][c] = __dsub_rn(static_cast<double>(xc), static_cast<double>(xhat));
+  }
+  if (!L.has_witness()) return;
+  __syncwarp();
+  for (int b = lane; b < L.num_bands; b += 32) {
+    double sum = 0.0;
+    for (int c = 0; c < d; ++c) {
+      if (meter::BandOfDim(c, d, L.num_bands, L.interleaved) != b) continue;
+      double r = resid[warp][c];
+      sum = __dadd_rn(sum, __dmul_rn(r, r));
+    }
+    double norm = __dmul_rn(sqrt(sum), 1.0 + 1e-12);
+    wit[vec * L.num_bands + b] = meter::FloatToHalfUp(meter::RoundUpToFloat(norm));
+  }
+}
+
+}  // namespace
+
+CudaStatus ValidateLayout(const PagedKvLayout& L) {
+  if (L.num_blocks <= 0 || L.num_kv_heads <= 0 || L.block_size <= 0) {
+    return CudaStatus::Error("paged KV layout: num_blocks, num_kv_heads, block_size must be > 0");
+  }
+  if (L.head_dim < 32 || L.head_dim > kMaxDim || L.head_dim % 32 != 0) {
+    return CudaStatus::Error("paged KV layout: head_dim must be a multiple of 32 in [32, 256], got " +
+                             std::to_string(L.head_dim));
+  }
+  if (L.num_bands <= 0 || L.num_bands > 64 || (L.head_dim / 2) % L.num_bands != 0) {
+    return CudaStatus::Error("paged KV layout: num_bands must divide head_dim/2 and be ≤ 64");
+  }
+  if (static_cast<int32_t>(L.scheme) < 0 || L.scheme >= KvScheme::kCount) {
+    return CudaStatus::Error("paged KV layout: unknown scheme");
+  }
+  return CudaStatus::Ok();
+}
+
+PagedKvPoolCuda::~PagedKvPoolCuda() {
+  if (layers_ == nullptr) return;
+  for (int32_t l = 0; l < num_layers_; ++l) {
+    PagedKvLayer& x = layers_[l];
+    for (void* ptr : {static_cast<void*>(x.k_codes), static_cast<void*>(x.k_scales),
+                      static_cast<void*>(x.k_witness), static_cast<void*>(x.v_codes),
+                      static_cast<void*>(x.v_scales), static_cast<void*>(x.v_witness)}) {
+      if (ptr != nullptr) cudaFree(ptr);
+    }
+  }
+  delete[] layers_;
+}
+
+CudaStatus PagedKvPoolCuda::Init(const PagedKvLayout& layout, int32_t num_layers) {
+  WITCERT_CUDA_RETURN_IF_ERROR(ValidateLayout(layout));
+  if (layers_ != nullptr) return CudaStatus::Error("PagedKvPoolCuda::Init called twice");
+  layout_ = layout;
+  num_layers_ = num_layers;
+  layers_ = new PagedKvLayer[num_layers];
+  const int64_t n = layout.vectors();
+  auto alloc = [](void** p, int64_t bytes) -> CudaStatus {
+    if (bytes == 0) return CudaStatus::Ok();
+    WITCERT_CUDA_CALL(cudaMalloc(p, static_cast<size_t>(bytes)));
+    WITCERT_CUDA_CALL(cudaMemset(*p, 0, static_cast<size_t>(bytes)));
+    return CudaStatus::Ok();
+  };
+  const int64_t cb = layout.code_bytes(), sb = 2 * layout.scales_per_vector(),
+                wb = layout.has_witness() ? 2 * layout.num_bands : 0;
+  for (int32_t l = 0; l < num_layers; ++l) {
+    PagedKvLayer& x = layers_[l];
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_codes), n * cb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_codes), n * cb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_scales), n * sb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_scales), n * sb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_witness), n * wb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_witness), n * wb));
+  }
+  return CudaStatus::Ok();
+}
+
+CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
+                       const KvWriteArgs& args, cudaStream_t stream) {
+  WITCERT_CUDA_RETURN_IF_ERROR(ValidateLayout(layout));
+  if (args.num_tokens <= 0) return CudaStatus::Ok();
+  if (args.k == nullptr || args.v == nullptr || args.slots == nullptr || args.positions == nullptr) {
+    return CudaStatus::Error("WriteKvCuda: null input");
+  }
+  WriteParams p;
+  p.layout = layout;
+  p.dst = dst;
+  p.args = args;
+  p.code_bytes = layout.code_bytes();
+  p.nscale = layout.scales_per_vector();
+  const int64_t warps = args.num_tokens * layout.num_kv_heads * 2;
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (blocks > 0x7fffffff) return CudaStatus::Error("WriteKvCuda: too many tokens in one call");
+  WriteKvKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+}  // namespace witcert

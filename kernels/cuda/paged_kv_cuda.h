@@ -1,0 +1,90 @@
+// The paged GPU KV pool of one layer and its write path (quantize-on-write + witness).
+//
+// Layout (why): the decode kernel reads, for one (sequence, KV head), a run of tokens of
+// each block. Keeping the codes of one (block, head) contiguous, separate from scales and
+// witnesses, makes that run one contiguous span (block_size × code_bytes, e.g. 16 × 128 B
+// for int8 d=128) that a warp reads with 8- or 16-byte coalesced loads, with no per-token
+// header interleaved. Scales and witnesses are small separate arrays with the same indexing.
+//   k_codes    [num_blocks, Hkv, block_size, CodeBytes(scheme, d)]   uint8
+//   k_scales   [num_blocks, Hkv, block_size, ScalesPerVector]         bf16 bits, rounded up
+//   k_witness  [num_blocks, Hkv, block_size, B]                       fp16 bits, rounded up
+//   v_*        the same for values
+// Byte formats are the CPU codecs' (engine/kv/codec_*.cc): the codes, scales and witnesses
+// written here are bit-identical to KvCodec::Encode + ComputeWitness (tested).
+// Physical slot of a token: block_table[pos / block_size] * block_size + pos % block_size.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/kv_scheme_cuda.h"
+
+namespace witcert {
+
+struct PagedKvLayout {
+  int64_t num_blocks = 0;
+  int32_t num_kv_heads = 0;
+  int32_t block_size = 16;
+  int32_t head_dim = 128;     // 64..256, multiple of 32 (int4: group 32)
+  int32_t num_bands = 8;      // B; (d/2) % B == 0, B ≤ 64
+  bool interleaved = true;    // RoPE pairing of the band map
+  KvScheme scheme = KvScheme::kFp16;  // K and V use the same scheme
+
+  int32_t code_bytes() const { return CodeBytes(scheme, head_dim); }
+  int32_t scales_per_vector() const { return ScalesPerVector(scheme, head_dim); }
+  bool has_witness() const { return !SchemeInfo(scheme).exact; }
+  int64_t vectors() const { return num_blocks * num_kv_heads * block_size; }
+  // Bytes one token occupies for one KV head, K + V (codes + scales + witnesses).
+  int64_t BytesPerTokenPerHead() const {
+    return 2 * (code_bytes() + 2 * scales_per_vector() + (has_witness() ? 2 * num_bands : 0));
+  }
+};
+
+// Device pointers of one layer (owned by PagedKvPoolCuda or by the caller).
+struct PagedKvLayer {
+  uint8_t* k_codes = nullptr;
+  uint16_t* k_scales = nullptr;   // null when the scheme has no scale
+  uint16_t* k_witness = nullptr;  // null when the scheme is exact
+  uint8_t* v_codes = nullptr;
+  uint16_t* v_scales = nullptr;
+  uint16_t* v_witness = nullptr;
+};
+
+// Owns the device memory of `num_layers` layers (one allocation per array per layer).
+class PagedKvPoolCuda {
+ public:
+  PagedKvPoolCuda() = default;
+  ~PagedKvPoolCuda();
+  PagedKvPoolCuda(const PagedKvPoolCuda&) = delete;
+  PagedKvPoolCuda& operator=(const PagedKvPoolCuda&) = delete;
+
+  CudaStatus Init(const PagedKvLayout& layout, int32_t num_layers);
+  const PagedKvLayout& layout() const { return layout_; }
+  const PagedKvLayer& layer(int32_t l) const { return layers_[l]; }
+  int32_t num_layers() const { return num_layers_; }
+
+ private:
+  PagedKvLayout layout_;
+  int32_t num_layers_ = 0;
+  PagedKvLayer* layers_ = nullptr;  // [num_layers], host array of device pointers
+};
+
+CudaStatus ValidateLayout(const PagedKvLayout& layout);
+
+struct KvWriteArgs {
+  const float* k = nullptr;          // [n, Hkv, d] fp32 post-RoPE, device
+  const float* v = nullptr;          // [n, Hkv, d]
+  const int64_t* slots = nullptr;    // [n] physical slot (block * block_size + offset), device
+  const int64_t* positions = nullptr;// [n] token position (dither hash input), device
+  int64_t num_tokens = 0;            // n
+  int32_t layer = 0;                 // dither hash input
+  uint64_t dither_seed = 0;
+};
+
+// Quantizes n tokens into their slots: codes, scales and the Tier A witness in one kernel.
+CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
+                       const KvWriteArgs& args, cudaStream_t stream);
+
+}  // namespace witcert
