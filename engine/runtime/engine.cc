@@ -156,6 +156,8 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
           : 0.0;
   std::shared_ptr<RequestStream> stream = seq->stream;
   scheduler_.Remove(seq, backend_->kv_cache());  // frees the KV blocks; `seq` is gone
+  stat_running_ = scheduler_.num_running();
+  stat_waiting_ = scheduler_.num_waiting();
   stream->Push(std::move(event));
 }
 

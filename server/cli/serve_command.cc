@@ -34,6 +34,7 @@ int RunServe(const std::vector<std::string>& argv) {
 #include "server/cli/engine_flags.h"
 #include "server/cli/generation_io.h"
 #include "server/config/live_config.h"
+#include "server/grpc/grpc_front_end.h"
 #include "server/http/http_server.h"
 #include "server/metrics/serving_metrics.h"
 
@@ -48,6 +49,14 @@ absl::Status ApplyServeFlags(const Args& args, config::ServerConfig* c) {
     if (absl::Status s = args.GetInt("port", &port); !s.ok()) return s;
     if (port < 1 || port > 65535) return absl::InvalidArgumentError("--port must be in [1, 65535]");
     c->http.port = static_cast<int32_t>(port);
+  }
+  if (args.Has("grpc-host")) c->grpc.host = args.Get("grpc-host");
+  if (args.Has("grpc-port")) {
+    long long port = 0;
+    if (absl::Status s = args.GetInt("grpc-port", &port); !s.ok()) return s;
+    if (port < 0 || port > 65535)
+      return absl::InvalidArgumentError("--grpc-port must be in [0, 65535] (0 = no gRPC)");
+    c->grpc.port = static_cast<int32_t>(port);
   }
   if (args.Has("log-level")) c->log.level = args.Get("log-level");
   if (args.Has("cert-labels")) {
@@ -79,6 +88,8 @@ int RunServe(const std::vector<std::string>& argv) {
   args.Flag("config", "", "config file (JSON with comments); see config/witcert.default.jsonc");
   args.Flag("host", "127.0.0.1", "address to bind");
   args.Flag("port", "8000", "TCP port");
+  args.Flag("grpc-host", "127.0.0.1", "address to bind the gRPC API");
+  args.Flag("grpc-port", "50051", "gRPC port (0 = no gRPC)");
   args.Flag("log-level", "info", "trace | debug | info | warn | error | critical | off");
   args.Flag("cert-labels", "layer_head", "certificate metric labels: layer_head | layer | off");
   DeclareEngineFlags(args);
@@ -149,7 +160,10 @@ int RunServe(const std::vector<std::string>& argv) {
 
   std::vector<std::unique_ptr<server::FrontEnd>> front_ends;
   front_ends.push_back(std::make_unique<http::HttpServer>(&ctx, cfg.http));
-  // A gRPC front end is started here, beside HTTP, from the same context.
+  if (cfg.grpc.enabled && cfg.grpc.port != 0) {
+    front_ends.push_back(std::make_unique<grpc_api::GrpcFrontEnd>(
+        le->get(), cfg, absl::StrCat(cfg.grpc.host, ":", cfg.grpc.port)));
+  }
   for (auto& fe : front_ends) {
     if (absl::Status s = fe->Start(); !s.ok()) {
       std::fprintf(stderr, "witcert: error: %s\n", std::string(s.message()).c_str());
@@ -159,6 +173,8 @@ int RunServe(const std::vector<std::string>& argv) {
   }
   std::printf("witcert: serving %s at %s (OpenAI API at /v1)\n", model_id.c_str(),
               front_ends.front()->Address().c_str());
+  for (size_t i = 1; i < front_ends.size(); ++i)
+    std::printf("witcert: also serving %s\n", front_ends[i]->Address().c_str());
   std::fflush(stdout);
 
   while (true) {

@@ -181,6 +181,11 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.Integer("max_tokens_limit", &c.http.max_tokens_limit, 1, kMaxInt32);
     r.Integer("default_max_tokens", &c.http.default_max_tokens, 1, kMaxInt32);
   });
+  top.Object("grpc", [&](ObjectReader& r) {
+    r.Bool("enabled", &c.grpc.enabled);
+    r.String("host", &c.grpc.host);
+    r.Integer("port", &c.grpc.port, 0, 65535);
+  });
   top.Object("log", [&](ObjectReader& r) {
     r.String("level", &c.log.level);
     static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn",

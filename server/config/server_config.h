@@ -42,8 +42,15 @@ struct MetricsConfig {
   CertLabels cert_labels = CertLabels::kLayerHead;
 };
 
+struct GrpcConfig {
+  bool enabled = true;
+  std::string host = "127.0.0.1";
+  int32_t port = 50051;  // 0 → disabled
+};
+
 struct ServerConfig {
   HttpConfig http;
+  GrpcConfig grpc;
   LogConfig log;
   MetricsConfig metrics;
   EngineConfig engine;

@@ -60,7 +60,8 @@ void FillCell(const CellRecord& c, v1::CertificateCell* out) {
   out->set_tier(c.tier == 'B' ? v1::CERTIFICATE_TIER_B : v1::CERTIFICATE_TIER_A);
 }
 
-void FillFinish(const RequestEvent& e, const EngineConfig& config, v1::Finish* out) {
+void FillFinish(const RequestEvent& e, const EngineConfig& config, GateMode mode,
+                v1::Finish* out) {
   out->set_finish_reason(FinishReasonName(e.finish_reason));
   out->mutable_usage()->set_prompt_tokens(e.usage.prompt_tokens);
   out->mutable_usage()->set_completion_tokens(e.usage.completion_tokens);
@@ -70,7 +71,7 @@ void FillFinish(const RequestEvent& e, const EngineConfig& config, v1::Finish* o
   v1::RiskReport* risk = out->mutable_risk();
   risk->set_k_scheme(config.kv.k_scheme);
   risk->set_v_scheme(config.kv.v_scheme);
-  risk->set_gate_mode(GateModeName(config.gate.mode));
+  risk->set_gate_mode(GateModeName(mode));
   risk->set_delta_spent(r.delta_spent);
   risk->set_cells(r.cells);
   risk->set_coverage(r.coverage);
@@ -142,7 +143,7 @@ class InferenceService final : public v1::Inference::Service {
         if (!event->status.ok()) return ToGrpcStatus(event->status);
         if (event->finish_reason == FinishReason::kCancelled)
           return {::grpc::StatusCode::CANCELLED, "the request was cancelled"};
-        FillFinish(*event, config_, out.mutable_finish());
+        FillFinish(*event, config_, engine_.engine->policy().mode, out.mutable_finish());
         writer->Write(out);
         return ::grpc::Status::OK;
       }
@@ -179,7 +180,7 @@ class InferenceService final : public v1::Inference::Service {
       if (event->finish_reason == FinishReason::kCancelled)
         return {::grpc::StatusCode::CANCELLED, "the request was cancelled"};
       out->set_text(text);
-      FillFinish(*event, config_, out->mutable_finish());
+      FillFinish(*event, config_, engine_.engine->policy().mode, out->mutable_finish());
       return ::grpc::Status::OK;
     }
   }

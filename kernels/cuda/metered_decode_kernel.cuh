@@ -1,0 +1,478 @@
+// The fused metered split-KV decode kernel, templated on the device codec (kv_codec_device.cuh),
+// head dim, GQA group bound and the meter flag. Included only by the instantiation files.
+//
+// CTA = 256 threads = 8 warps, one (sequence, KV head, split). Thread mapping for K/V reads:
+// a token's vector is read by LPT = D/8 lanes, 8 channels each (one load of C::kBytes), so
+// a warp reads TPW = 32/LPT consecutive tokens of one block per instruction, coalesced.
+// Tokens are walked in tiles of 128: pass 1 (K) stores logits for the whole split in shared
+// memory; pass 2 per tile (a) weights w = e^{ℓ̂−m}, (b) V read: output accumulators and ‖ṽ‖,
+// (c) meter: ε̂ (Tier A witness, Tier B scale), ‖ρ‖ (V witness), PartialAddToken — one thread
+// per (query head, token), each thread holding one CertPartial, summed with
+// SumPartialsSameMax. η: see kernels/cuda/metered_decode_cuda.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/kv_codec_device.cuh"
+#include "kernels/cuda/metered_decode_cuda.h"
+#include "kernels/meter/cert_math.h"
+#include "kernels/meter/partial_sum.h"
+
+namespace witcert::cuda_kv {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = 8;
+constexpr int kTile = 128;
+
+struct DecodeParams {
+  PagedKvLayout layout;
+  PagedKvLayer kv;
+  const float* q;              // [batch, Hq, D]
+  const int32_t* block_tables; // [batch, max_blocks]
+  const int32_t* context_lens; // [batch]
+  int32_t num_q_heads, q_per_kv, max_blocks, num_splits, lcap, layer;
+  uint64_t seed;
+  double delta_loc;
+  float* part_acc;             // [batch, Hq, P, D]
+  meter::CertPartial* parts;   // [batch, Hq, P]
+};
+
+// Shared memory beyond the dynamic logits region.
+template <int GMAX>
+struct DecodeSmem {
+  float wt[GMAX][kTile];        // weights of the current tile
+  float vn[kTile];              // ‖ṽ‖ of the current tile (meter)
+  float m[GMAX];                // split max per query head
+  float eta[GMAX];
+  float red[kWarps][GMAX];      // scratch for max / eta reductions
+  float qbn[GMAX][64];          // query band norms ‖q_b‖
+  double q1[GMAX][64];          // per-band Σ|q_c| (Tier B ‖q‖₁)
+  float tierb[GMAX];            // Tier B coefficient (0: none)
+  meter::CertPartial wpart[kWarps];
+};
+
+__device__ __forceinline__ meter::CertPartial ShflXorPartial(const meter::CertPartial& p, int o) {
+  meter::CertPartial r;
+  const unsigned f = 0xffffffffu;
+  r.m = __shfl_xor_sync(f, p.m, o);
+  r.z = __shfl_xor_sync(f, p.z, o);
+  r.b = __shfl_xor_sync(f, p.b, o);
+  r.c = __shfl_xor_sync(f, p.c, o);
+  r.eps_max = __shfl_xor_sync(f, p.eps_max, o);
+  r.vmax = __shfl_xor_sync(f, p.vmax, o);
+  r.eta_max = __shfl_xor_sync(f, p.eta_max, o);
+  r.count = __shfl_xor_sync(f, static_cast<long long>(p.count), o);
+  r.chain = __shfl_xor_sync(f, static_cast<long long>(p.chain), o);
+  r.merges = __shfl_xor_sync(f, p.merges, o);
+  r.bad = __shfl_xor_sync(f, static_cast<int>(p.bad), o) != 0;
+  return r;
+}
+
+__device__ __forceinline__ float Bf16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+// ε̂ of one token for one query head (CPU: MeteredSplit). NB = 8 unrolls the witness.
+template <int NB>
+__device__ __forceinline__ float TokenEpsilon(const uint16_t* kw, int32_t nb, const float* qbn,
+                                              float inv_sqrt_d, float infl, bool has_w,
+                                              float tierb, float kscale) {
+  float e = 0.0f;
+  if (has_w) {
+    if constexpr (NB == 8) {
+      uint4 raw = __ldg(reinterpret_cast<const uint4*>(kw));
+      const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
+      float w[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(wv[i / 2] >> (16 * (i & 1)))));
+      e = meter::TierAEpsilon(qbn, w, 8, inv_sqrt_d, infl);
+    } else {
+      float w[64];
+      for (int b = 0; b < nb; ++b) w[b] = __half2float(__ushort_as_half(kw[b]));
+      e = meter::TierAEpsilon(qbn, w, nb, inv_sqrt_d, infl);
+    }
+  }
+  if (tierb > 0.0f) {
+    float u = tierb * kscale * (1.0f + 4 * meter::kUnitRoundoff);
+    e = has_w ? fminf(e, u) : u;
+  }
+  return e;
+}
+
+template <int NB>
+__device__ __forceinline__ float TokenRho(const uint16_t* vw, int32_t nb) {
+  if constexpr (NB == 8) {
+    uint4 raw = __ldg(reinterpret_cast<const uint4*>(vw));
+    const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
+    float w[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(wv[i / 2] >> (16 * (i & 1)))));
+    return meter::ResidualNormFromWitness(w, 8);
+  } else {
+    float w[64];
+    for (int b = 0; b < nb; ++b) w[b] = __half2float(__ushort_as_half(vw[b]));
+    return meter::ResidualNormFromWitness(w, nb);
+  }
+}
+
+template <class C, int D, int GMAX, bool METER>
+__global__ void __launch_bounds__(kThreads, 2) MeteredDecodeKernel(const DecodeParams p) {
+  constexpr int LPT = D / 8, TPW = 32 / LPT, U = kTile / (kWarps * TPW);
+  constexpr int UB = (64 / C::kBytes) < U ? (64 / C::kBytes) : U;  // loads in flight per batch
+  constexpr int NW = C::kBytes / 4;
+  extern __shared__ float logits[];  // [GMAX, lcap]; later [kWarps, GMAX, D] reduction
+  __shared__ DecodeSmem<GMAX> sm;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int sub = lane / LPT, part = lane % LPT, ch0 = part * 8;
+  const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const PagedKvLayout& L = p.layout;
+  const int32_t hkv = L.num_kv_heads, bs = L.block_size, nb = L.num_bands, G = p.q_per_kv;
+  const int64_t S = p.context_lens[seq];
+  const int64_t P = S < p.num_splits ? S : p.num_splits;
+  if (split >= P) return;
+  const int64_t begin = S * split / P, end = S * (split + 1) / P;
+  if (end - begin > p.lcap) {  // max_context understated by the caller: vacuous, never OOB
+    if (tid < G) {
+      meter::CertPartial r;
+      r.m = 0.0f; r.z = 1.0f; r.count = 1; r.chain = 1; r.bad = true;
+      const int64_t cell = (static_cast<int64_t>(seq) * p.num_q_heads + kvh * G + tid) * p.num_splits + split;
+      p.parts[cell] = r;
+      for (int c = 0; c < D; ++c) p.part_acc[cell * D + c] = NAN;
+    }
+    return;
+  }
+  const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+  const int32_t nscale = L.scales_per_vector();
+  const int scale_idx = C::kScaled ? (nscale > 1 ? ch0 / 32 : 0) : 0;
+  const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
+  const int h0 = kvh * G;
+  // DitherTokenHash(seed, layer, kvh, pos) = Mix64(h1 ^ pos).
+  const uint64_t h1 = meter::Mix64(meter::Mix64(p.seed) ^
+                                   ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
+
+  float q[GMAX][8];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[g][i] = g < G ? p.q[(static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D + ch0 + i] : 0.0f;
+    }
+  }
+
+  // ---- meter prologue: query band norms and the Tier B coefficient (CPU: PrepareMeteredQuery)
+  const bool has_w = !C::kExact;
+  if constexpr (METER) {
+    for (int gi = tid; has_w && gi < G * nb; gi += kThreads) {
+      const int g = gi / nb, b = gi % nb;
+      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+      const int half = D / 2, ppb = half / nb;
+      float amax = 0.0f;
+      double a1 = 0.0;
+      for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+        const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
+        amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
+        a1 += fabs(static_cast<double>(qg[d0])) + fabs(static_cast<double>(qg[d1]));
+      }
+      float norm = amax;
+      if (amax > 0.0f && amax <= 3.0e38f) {
+        const float inv = 1.0f / amax;
+        float s = 0.0f;
+        for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+          const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
+          const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
+          s += y0 * y0;
+          s += y1 * y1;
+        }
+        norm = amax * sqrtf(s);
+      }
+      sm.qbn[g][b] = norm;
+      sm.q1[g][b] = a1;
+    }
+    __syncthreads();
+    if (tid < GMAX) {
+      float coef = 0.0f;
+      if (C::kTierB && p.delta_loc > 0.0 && tid < G) {
+        // ‖q‖₂ from the band norms: each ≤ (d/B+5)u off, the combination ≤ (B+3)u more.
+        float s2 = 0.0f;
+        double n1 = 0.0;
+        for (int b = 0; b < nb; ++b) {
+          s2 += sm.qbn[tid][b] * sm.qbn[tid][b];
+          n1 += sm.q1[tid][b];
+        }
+        const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
+        coef = meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, S, p.delta_loc);
+      }
+      sm.tierb[tid] = coef;
+    }
+  }
+
+  // ---- pass 1: logits of the whole split ------------------------------------------------
+  float mloc[GMAX], admax[GMAX];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) { mloc[g] = -INFINITY; admax[g] = 0.0f; }
+  const uint8_t* kc = p.kv.k_codes;
+  const int64_t cb = L.code_bytes();
+  for (int64_t base = begin; base < end; base += kTile) {
+#pragma unroll
+    for (int u0 = 0; u0 < U; u0 += UB) {
+      uint32_t raw[UB][NW];
+      float sc[UB];
+#pragma unroll
+      for (int u = 0; u < UB; ++u) {
+        const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
+        if (t < end) {
+          const int64_t vec = (static_cast<int64_t>(bt[t / bs]) * hkv + kvh) * bs + t % bs;
+          LoadChunk<C::kBytes>(kc + vec * cb + part * C::kBytes, raw[u]);
+          sc[u] = C::kScaled ? Bf16Bits(p.kv.k_scales[vec * nscale + scale_idx]) : 1.0f;
+        } else {
+#pragma unroll
+          for (int i = 0; i < NW; ++i) raw[u][i] = 0u;
+          sc[u] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UB; ++u) {
+        const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
+        DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, false};
+        float x[8];
+        C::Decode8(raw[u], ctx, x);
+        float dot[GMAX];
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          float s = 0.0f, a = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            s = fmaf(q[g][i], x[i], s);
+            if (METER) a = fmaf(fabsf(q[g][i]), fabsf(x[i]), a);
+          }
+          dot[g] = s * sc[u];
+          if (METER) admax[g] = fmaxf(admax[g], a * sc[u]);
+        }
+#pragma unroll
+        for (int o = LPT / 2; o > 0; o >>= 1) {
+#pragma unroll
+          for (int g = 0; g < GMAX; ++g) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
+        }
+        if (part == 0 && t < end) {
+#pragma unroll
+          for (int g = 0; g < GMAX; ++g) {
+            const float l = dot[g] * inv_sqrt_d;
+            logits[g * p.lcap + (t - begin)] = l;
+            mloc[g] = fmaxf(mloc[g], l);
+          }
+        }
+      }
+    }
+  }
+  // Split max per head; η bound: Σ over a token's lanes of each lane's max_t Σ|q x|·s.
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    float m = mloc[g];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    mloc[g] = m;
+    if (METER) {
+      float a = admax[g];
+#pragma unroll
+      for (int o = LPT / 2; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+#pragma unroll
+      for (int o = 16; o >= LPT; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+      admax[g] = a;
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) sm.red[warp][g] = mloc[g];
+  }
+  __syncthreads();
+  if (tid < GMAX) {
+    float m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.red[w][tid]);
+    sm.m[tid] = m > -INFINITY ? m : 0.0f;  // all logits NaN: the partial is marked bad later
+  }
+  __syncthreads();
+  if (METER) {
+    if (lane == 0) {
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) sm.red[warp][g] = admax[g];
+    }
+    __syncthreads();
+    if (tid < GMAX) {
+      float a = 0.0f;
+      for (int w = 0; w < kWarps; ++w) a = fmaxf(a, sm.red[w][tid]);
+      sm.eta[tid] = meter::EtaFactor(D) * a * inv_sqrt_d;
+    }
+  }
+
+  // ---- pass 2: weights, V, meter ---------------------------------------------------------
+  float acc[GMAX][8];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  }
+  const int my_g = warp % GMAX;  // step (c): this thread's query head
+  meter::CertPartial cp;
+  cp.m = sm.m[my_g];
+  const uint8_t* vc = p.kv.v_codes;
+  const float infl = meter::EpsInflation(D, nb);
+  const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+  for (int64_t base = begin; base < end; base += kTile) {
+    // (a) weights
+    for (int i = tid; i < GMAX * kTile; i += kThreads) {
+      const int g = i / kTile, j = i % kTile;
+      const int64_t t = base + j;
+      sm.wt[g][j] = (g < G && t < end) ? expf(logits[g * p.lcap + (t - begin)] - sm.m[g]) : 0.0f;
+    }
+    __syncthreads();
+    // (b) values
+#pragma unroll
+    for (int u0 = 0; u0 < U; u0 += UB) {
+      uint32_t raw[UB][NW];
+      float sc[UB];
+#pragma unroll
+      for (int u = 0; u < UB; ++u) {
+        const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
+        if (t < end) {
+          const int64_t vec = (static_cast<int64_t>(bt[t / bs]) * hkv + kvh) * bs + t % bs;
+          LoadChunk<C::kBytes>(vc + vec * cb + part * C::kBytes, raw[u]);
+          sc[u] = C::kScaled ? Bf16Bits(p.kv.v_scales[vec * nscale + scale_idx]) : 1.0f;
+        } else {
+#pragma unroll
+          for (int i = 0; i < NW; ++i) raw[u][i] = 0u;
+          sc[u] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UB; ++u) {
+        const int j = (u0 + u) * kWarps * TPW + warp * TPW + sub;
+        const int64_t t = base + j;
+        DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, true};
+        float x[8];
+        C::Decode8(raw[u], ctx, x);
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          const float ws = sm.wt[g][j] * sc[u];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
+        }
+        if constexpr (METER) {
+          float amax = 1.0f, inv = 1.0f;
+          if constexpr (C::kWideRange) {  // bf16/fp32 squares can overflow or underflow
+            amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+#pragma unroll
+            for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
+          }
+          float ss = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const float y = x[i] * inv;
+            ss = fmaf(y, y, ss);
+          }
+#pragma unroll
+          for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+          float norm = amax * sqrtf(ss);
+          if (C::kWideRange && inv == 0.0f) norm = amax;  // 0, inf or NaN
+          if (part == 0) sm.vn[j] = norm * sc[u] * vn_infl;
+        }
+      }
+    }
+    __syncthreads();
+    // (c) certificate partials: thread = (query head my_g, tokens lane + 32k)
+    for (int k = warp / GMAX; k < kTile / 32; k += kWarps / GMAX) {
+      const int j = lane + 32 * k;
+      const int64_t t = base + j;
+      if (my_g >= G || t >= end) continue;
+      const float l = logits[my_g * p.lcap + (t - begin)];
+      if constexpr (METER) {
+        const int64_t vec = (static_cast<int64_t>(bt[t / bs]) * hkv + kvh) * bs + t % bs;
+        const float ks = C::kTierB ? Bf16Bits(p.kv.k_scales[vec]) : 0.0f;
+        float eps, rho = 0.0f;
+        if (nb == 8) {
+          eps = TokenEpsilon<8>(p.kv.k_witness + vec * 8, 8, sm.qbn[my_g], inv_sqrt_d, infl, has_w,
+                                sm.tierb[my_g], ks);
+          if (has_w) rho = TokenRho<8>(p.kv.v_witness + vec * 8, 8);
+        } else {
+          eps = TokenEpsilon<0>(p.kv.k_witness + vec * nb, nb, sm.qbn[my_g], inv_sqrt_d, infl,
+                                has_w, sm.tierb[my_g], ks);
+          if (has_w) rho = TokenRho<0>(p.kv.v_witness + vec * nb, nb);
+        }
+        meter::PartialAddToken(&cp, l, eps, rho, sm.vn[j] + rho, 0.0f);
+      } else {
+        cp.z += sm.wt[my_g][j];
+        cp.count += 1;
+        cp.chain += 1;
+      }
+    }
+    __syncthreads();
+  }
+
+  // ---- reductions: certificate partials, then output accumulators ------------------------
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cp = meter::SumPartialsSameMax(cp, ShflXorPartial(cp, o));
+  if (lane == 0) sm.wpart[warp] = cp;
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int o = 16; o >= LPT; o >>= 1) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+    }
+  }
+  float* red = logits;  // [kWarps, GMAX, D]; logits are dead after the last (c)
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) red[(warp * GMAX + g) * D + ch0 + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
+  if (tid < G) {
+    meter::CertPartial r;
+    for (int w = tid; w < kWarps; w += GMAX) r = meter::SumPartialsSameMax(r, sm.wpart[w]);
+    r.m = sm.m[tid];
+    if (METER) r.eta_max = fmaxf(r.eta_max, sm.eta[tid]);
+    p.parts[cell0 + static_cast<int64_t>(tid) * p.num_splits] = r;
+  }
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int g = i / D, c = i % D;
+    float s = 0.0f;
+    for (int w = 0; w < kWarps; ++w) s += red[(w * GMAX + g) * D + c];
+    p.part_acc[(cell0 + static_cast<int64_t>(g) * p.num_splits) * D + c] = s;
+  }
+}
+
+template <class C, int D, int GMAX, bool METER>
+CudaStatus LaunchDecode(const DecodeParams& p, dim3 grid, size_t dyn_smem, cudaStream_t stream) {
+  auto kernel = MeteredDecodeKernel<C, D, GMAX, METER>;
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(dyn_smem)));
+  kernel<<<grid, kThreads, dyn_smem, stream>>>(p);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+// Dispatch over head dim, group bound and meter for one codec (defined per codec family).
+template <class C>
+CudaStatus LaunchDecodeForCodec(const DecodeParams& p, bool meter, dim3 grid, size_t dyn_smem,
+                                cudaStream_t stream) {
+  const int d = p.layout.head_dim;
+  const bool g8 = p.q_per_kv > 4;
+#define WITCERT_DECODE_CASE(D_, G_)                                                  \
+  if (d == D_ && g8 == (G_ == 8)) {                                                  \
+    return meter ? LaunchDecode<C, D_, G_, true>(p, grid, dyn_smem, stream)          \
+                 : LaunchDecode<C, D_, G_, false>(p, grid, dyn_smem, stream);        \
+  }
+  WITCERT_DECODE_CASE(64, 4)
+  WITCERT_DECODE_CASE(64, 8)
+  WITCERT_DECODE_CASE(128, 4)
+  WITCERT_DECODE_CASE(128, 8)
+#undef WITCERT_DECODE_CASE
+  return CudaStatus::Error("MeteredDecodeCuda: head_dim must be 64 or 128, got " + std::to_string(d));
+}
+
+}  // namespace witcert::cuda_kv
