@@ -31,6 +31,7 @@ struct DecodeParams {
   const int32_t* block_tables; // [batch, max_blocks]
   const int32_t* context_lens; // [batch]
   int32_t num_q_heads, q_per_kv, max_blocks, num_splits, lcap, layer;
+  int32_t code_bytes, nscale;   // layout.code_bytes(), layout.scales_per_vector()
   uint64_t seed;
   double delta_loc;
   float* part_acc;             // [batch, Hq, P, D]
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredDecodeKernel(const DecodeP
     return;
   }
   const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
-  const int32_t nscale = L.scales_per_vector();
+  const int32_t nscale = p.nscale;
   const int scale_idx = C::kScaled ? (nscale > 1 ? ch0 / 32 : 0) : 0;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredDecodeKernel(const DecodeP
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) { mloc[g] = -INFINITY; admax[g] = 0.0f; }
   const uint8_t* kc = p.kv.k_codes;
-  const int64_t cb = L.code_bytes();
+  const int64_t cb = p.code_bytes;
   for (int64_t base = begin; base < end; base += kTile) {
 #pragma unroll
     for (int u0 = 0; u0 < U; u0 += UB) {

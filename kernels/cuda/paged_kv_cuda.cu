@@ -48,6 +48,7 @@ struct WriteParams {
   PagedKvLayer dst;
   KvWriteArgs args;
   int32_t code_bytes, nscale;
+  bool has_witness;
 };
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     resid[warp][c] = __dsub_rn(static_cast<double>(xc), static_cast<double>(xhat));
   }
-  if (!L.has_witness()) return;
+  if (!p.has_witness) return;
   __syncwarp();
   for (int b = lane; b < L.num_bands; b += 32) {
     double sum = 0.0;
@@ -250,6 +251,7 @@ CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
   p.args = args;
   p.code_bytes = layout.code_bytes();
   p.nscale = layout.scales_per_vector();
+  p.has_witness = layout.has_witness();
   const int64_t warps = args.num_tokens * layout.num_kv_heads * 2;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffff) return CudaStatus::Error("WriteKvCuda: too many tokens in one call");

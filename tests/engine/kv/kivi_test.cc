@@ -215,6 +215,39 @@ TEST(Kivi2Cache, RewriteOfEncodedGroupReencodesFromExactCopy) {
   EXPECT_EQ(ek[3 * d], 7.0f);
 }
 
+TEST(Kivi2Cache, PromotedEncodedBlocksStayExactBesideTheStagedTail) {
+  // Blocks 0 and 1 encoded, block 2 staged (5 tokens). Promoting 0 and 1 makes every row
+  // exact and the certificate 0; a later write into block 2 does not demote them.
+  const KvCacheOptions o = KiviOptions();
+  auto cache = testing::FilledCache(o, Pattern::kOutliers, 37, 12);
+  ASSERT_NE(cache, nullptr);
+  ASSERT_TRUE(cache->Reserve(1, 38).ok());
+  const int d = o.head_dim;
+  GatheredHead head;
+  ASSERT_TRUE(cache->GatherHead(1, 0, 1, 37, &head).ok());
+  for (int64_t lb : {0, 1}) ASSERT_TRUE(*cache->PromoteBlock(1, 0, 1, lb, &head));
+  std::vector<float> ek(38 * d), ev(38 * d);
+  ASSERT_TRUE(cache->GatherExactHead(1, 0, 1, 37, ek.data(), ev.data()).ok());
+  auto all_exact = [&](const GatheredHead& g, int64_t s) {
+    for (int64_t t = 0; t < s; ++t) {
+      ASSERT_EQ(g.token_exact[t], 1) << t;
+      for (int j = 0; j < d; ++j) ASSERT_EQ(g.k[t * d + j], ek[t * d + j]) << t;
+    }
+    std::vector<float> q(d, 0.3f), out(d);
+    MeteredAttentionResult res;
+    MeteredAttention(testing::HeadInputs(o, g), q.data(), {}, out.data(), &res);
+    EXPECT_EQ(res.bound.tv, 0.0f);
+  };
+  all_exact(head, 37);
+  std::vector<float> k(2 * d, 0.5f), v(2 * d, -0.5f);
+  ASSERT_TRUE(cache->Write(1, 0, 37, k.data(), v.data()).ok());
+  ASSERT_TRUE(cache->GatherExactHead(1, 0, 1, 38, ek.data(), ev.data()).ok());
+  GatheredHead again;
+  ASSERT_TRUE(cache->GatherHead(1, 0, 1, 38, &again).ok());
+  all_exact(again, 38);
+  EXPECT_GE(cache->stats().exact_cache_hits, 2);
+}
+
 TEST(Kivi2Cache, CapacityAccountingExact) {
   for (int d : {64, 128}) {
     KvCacheOptions o = KiviOptions(d);

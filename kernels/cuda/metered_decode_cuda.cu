@@ -1,0 +1,206 @@
+// Host side of the fused metered decode: split heuristic, codec dispatch, split merge.
+//
+// η (the kernel's own logit rounding, cert_math.h) enters the certificate only through its
+// maximum, so the kernel bounds max_t Σ_c|q_c k̃_c| by Σ over a token's lanes of each lane's
+// max over tokens of its 8-channel partial Σ|q x|·s: never smaller, computed without an
+// extra cross-lane reduction per token. The merge is a tree of MergePartials (depth ≤
+// ⌈P/32⌉ + 5): its inflation counts the tree's depth, which is ≤ the CPU's sequential P−1,
+// so the GPU bound can undercut the CPU's by at most the factor (1+κ)^(P−1) (tested).
+#include "kernels/cuda/metered_decode_cuda.h"
+
+#include <algorithm>
+
+#include "kernels/cuda/metered_decode_kernel.cuh"
+
+namespace witcert {
+namespace cuda_kv {
+
+extern template CudaStatus LaunchDecodeForCodec<DevFp32>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevFp16>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevBf16>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevFp8Raw>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevFp8Scaled>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevInt8Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevInt8Dither>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevInt4Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+
+namespace {
+
+// One CTA per (query head, sequence), head_dim threads.
+template <bool METER>
+__global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts,  // [B, Hq, P]
+                                  const float* __restrict__ part_acc,            // [B, Hq, P, D]
+                                  const int32_t* __restrict__ context_lens, int32_t num_splits,
+                                  int32_t num_q_heads, int32_t head_dim, float* __restrict__ out,
+                                  meter::CertBound* __restrict__ cert) {
+  extern __shared__ float f[];  // [P] e^{m_i − M}
+  __shared__ float s_m, s_inv_z;
+  const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
+  const int64_t S = context_lens[seq];
+  const int32_t P = static_cast<int32_t>(S < num_splits ? S : num_splits);
+  const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
+  const int64_t base = cell * num_splits;
+  if (tid < 32) {
+    meter::CertPartial merged;
+    for (int i = tid; i < P; i += 32) merged = meter::MergePartials(merged, parts[base + i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) merged = meter::MergePartials(merged, cuda_kv::ShflXorPartial(merged, o));
+    if (tid == 0) {
+      s_m = merged.m;
+      if (METER && cert != nullptr) cert[cell] = meter::FinalizeCert(merged, P);
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < P; i += blockDim.x) f[i] = expf(parts[base + i].m - s_m);
+  __syncthreads();
+  if (tid == 0) {
+    float z = 0.0f;
+    for (int i = 0; i < P; ++i) z += parts[base + i].z * f[i];
+    s_inv_z = 1.0f / z;
+  }
+  __syncthreads();
+  for (int c = tid; c < head_dim; c += blockDim.x) {
+    float o = 0.0f;
+    for (int i = 0; i < P; ++i) o += part_acc[(base + i) * head_dim + c] * f[i];
+    out[cell * head_dim + c] = o * s_inv_z;
+  }
+}
+
+int32_t GroupBound(int32_t q_per_kv) { return q_per_kv <= 4 ? 4 : 8; }
+
+// The dispatch table: scheme → device codec.
+CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, dim3 grid,
+                           size_t dyn, cudaStream_t stream) {
+  switch (scheme) {
+    case KvScheme::kFp32: return LaunchDecodeForCodec<DevFp32>(p, meter, grid, dyn, stream);
+    case KvScheme::kFp16: return LaunchDecodeForCodec<DevFp16>(p, meter, grid, dyn, stream);
+    case KvScheme::kBf16: return LaunchDecodeForCodec<DevBf16>(p, meter, grid, dyn, stream);
+    case KvScheme::kFp8Raw: return LaunchDecodeForCodec<DevFp8Raw>(p, meter, grid, dyn, stream);
+    case KvScheme::kFp8Scaled: return LaunchDecodeForCodec<DevFp8Scaled>(p, meter, grid, dyn, stream);
+    case KvScheme::kInt8Rtn: return LaunchDecodeForCodec<DevInt8Rtn>(p, meter, grid, dyn, stream);
+    case KvScheme::kInt8Dither: return LaunchDecodeForCodec<DevInt8Dither>(p, meter, grid, dyn, stream);
+    case KvScheme::kInt4Rtn: return LaunchDecodeForCodec<DevInt4Rtn>(p, meter, grid, dyn, stream);
+    default: return CudaStatus::Error("MeteredDecodeCuda: unknown scheme");
+  }
+}
+
+}  // namespace
+}  // namespace cuda_kv
+
+int64_t MaxSplitTokens(int32_t q_per_kv) {
+  return (12288 / cuda_kv::GroupBound(q_per_kv)) / 128 * 128;
+}
+
+// Why these numbers: the kernel is memory-bound and an SM keeps 2 CTAs (256 threads each)
+// resident, so ≥ 4 CTAs per SM gives two full waves with the tail hidden; a split under 256
+// tokens spends more on its prologue, reductions and merge than on reading KV, so splitting
+// finer only pays when the batch cannot fill the SMs; and a split's logits must fit the
+// shared-memory region (MaxSplitTokens).
+int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
+                        int64_t max_context, int32_t num_sms) {
+  if (max_context <= 1) return 1;
+  const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(batch) * num_kv_heads);
+  const int64_t fill = (4 * static_cast<int64_t>(std::max(num_sms, 1)) + base - 1) / base;
+  const int64_t by_len = (max_context + 255) / 256;
+  const int64_t max_split = MaxSplitTokens(q_per_kv);
+  const int64_t need = (max_context + max_split - 1) / max_split;
+  int64_t p = std::max(need, std::min(fill, by_len));
+  p = std::min(p, max_context);
+  return static_cast<int32_t>(std::max<int64_t>(p, 1));
+}
+
+size_t MeteredDecodeWorkspaceBytes(int32_t batch, int32_t num_q_heads, int32_t head_dim,
+                                   int32_t num_splits) {
+  const size_t cells = static_cast<size_t>(batch) * num_q_heads * num_splits;
+  size_t acc = cells * head_dim * sizeof(float);
+  acc = (acc + 255) / 256 * 256;
+  return acc + cells * sizeof(meter::CertPartial);
+}
+
+CudaStatus ResolveNumSplits(const PagedKvLayout& layout, const MeteredDecodeCudaArgs& args,
+                            int32_t* num_splits) {
+  if (layout.num_kv_heads <= 0 || args.num_q_heads % layout.num_kv_heads != 0) {
+    return CudaStatus::Error("MeteredDecodeCuda: num_q_heads must be a multiple of num_kv_heads");
+  }
+  const int32_t g = args.num_q_heads / layout.num_kv_heads;
+  const int64_t ctx = std::max<int64_t>(1, args.max_context);
+  if (args.num_splits > 0) {
+    *num_splits = static_cast<int32_t>(std::min<int64_t>(args.num_splits, ctx));
+    const int64_t longest = (ctx + *num_splits - 1) / *num_splits;
+    if (longest > MaxSplitTokens(g)) {
+      return CudaStatus::Error("MeteredDecodeCuda: " + std::to_string(*num_splits) +
+                               " splits leave " + std::to_string(longest) +
+                               " tokens per split, above the limit " + std::to_string(MaxSplitTokens(g)));
+    }
+    return CudaStatus::Ok();
+  }
+  int dev = 0, sms = 132;
+  WITCERT_CUDA_CALL(cudaGetDevice(&dev));
+  WITCERT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  *num_splits = ChooseNumSplits(args.batch, layout.num_kv_heads, g, ctx, sms);
+  return CudaStatus::Ok();
+}
+
+CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
+                             const MeteredDecodeCudaArgs& args, cudaStream_t stream) {
+  using namespace cuda_kv;
+  WITCERT_CUDA_RETURN_IF_ERROR(ValidateLayout(layout));
+  if (args.batch <= 0) return CudaStatus::Ok();
+  if (args.q == nullptr || args.block_tables == nullptr || args.context_lens == nullptr ||
+      args.out == nullptr || args.workspace == nullptr || (args.meter && args.cert == nullptr)) {
+    return CudaStatus::Error("MeteredDecodeCuda: null argument");
+  }
+  if (args.max_context > static_cast<int64_t>(args.max_blocks_per_seq) * layout.block_size) {
+    return CudaStatus::Error("MeteredDecodeCuda: max_context exceeds the block table");
+  }
+  int32_t splits = 0;
+  WITCERT_CUDA_RETURN_IF_ERROR(ResolveNumSplits(layout, args, &splits));
+  const int32_t g = args.num_q_heads / layout.num_kv_heads;
+  if (g > 8) return CudaStatus::Error("MeteredDecodeCuda: at most 8 query heads per KV head");
+  const size_t need = MeteredDecodeWorkspaceBytes(args.batch, args.num_q_heads, layout.head_dim, splits);
+  if (args.workspace_bytes < need) {
+    return CudaStatus::Error("MeteredDecodeCuda: workspace of " + std::to_string(args.workspace_bytes) +
+                             " bytes, need " + std::to_string(need));
+  }
+  const int64_t ctx = std::max<int64_t>(1, args.max_context);
+  DecodeParams p;
+  p.layout = layout;
+  p.kv = kv;
+  p.q = args.q;
+  p.block_tables = args.block_tables;
+  p.context_lens = args.context_lens;
+  p.num_q_heads = args.num_q_heads;
+  p.q_per_kv = g;
+  p.max_blocks = args.max_blocks_per_seq;
+  p.num_splits = splits;
+  p.lcap = static_cast<int32_t>(((ctx + splits - 1) / splits + 127) / 128 * 128);
+  p.layer = args.layer;
+  p.code_bytes = layout.code_bytes();
+  p.nscale = layout.scales_per_vector();
+  p.seed = args.dither_seed;
+  p.delta_loc = args.delta_loc;
+  const size_t cells = static_cast<size_t>(args.batch) * args.num_q_heads * splits;
+  p.part_acc = static_cast<float*>(args.workspace);
+  size_t acc_bytes = (cells * layout.head_dim * sizeof(float) + 255) / 256 * 256;
+  p.parts = reinterpret_cast<meter::CertPartial*>(static_cast<char*>(args.workspace) + acc_bytes);
+  const int gmax = GroupBound(g);
+  const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,
+                                                      static_cast<size_t>(kWarps) * gmax * layout.head_dim);
+  if (dyn > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
+                  static_cast<unsigned>(args.batch));
+  WITCERT_CUDA_RETURN_IF_ERROR(LaunchForScheme(layout.scheme, p, args.meter, grid, dyn, stream));
+  const dim3 mgrid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
+  const size_t msmem = sizeof(float) * splits;
+  if (args.meter) {
+    MergeSplitsKernel<true><<<mgrid, layout.head_dim, msmem, stream>>>(
+        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, args.cert);
+  } else {
+    MergeSplitsKernel<false><<<mgrid, layout.head_dim, msmem, stream>>>(
+        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, nullptr);
+  }
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+}  // namespace witcert
