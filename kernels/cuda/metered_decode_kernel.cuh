@@ -115,7 +115,7 @@ __device__ __forceinline__ float TokenRho(const uint16_t* vw, int32_t nb) {
 }
 
 template <class C, int D, int GMAX, bool METER>
-__global__ void __launch_bounds__(kThreads, 2) MeteredDecodeKernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKernel(const DecodeParams p) {
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kTile / (kWarps * TPW);
   constexpr int UB = (64 / C::kBytes) < U ? (64 / C::kBytes) : U;  // loads in flight per batch
   constexpr int NW = C::kBytes / 4;

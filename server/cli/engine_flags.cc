@@ -21,6 +21,7 @@ void DeclareEngineFlags(Args& args) {
   args.Flag("v-scheme", "fp16", "KV scheme for values");
   args.Flag("kv-memory-mb", "256", "quantized KV pool size in MiB");
   args.Flag("block-size", "16", "tokens per KV block");
+  args.Flag("outlier-channels", "0", "channels per (layer, KV head) kept exact beside the codes");
   args.Flag("gate", "observe", "certificate gate: off | observe | repair");
   args.Flag("tv-threshold", "0.05", "TV bound above which a cell is uncertified");
   args.Flag("v-threshold", "0", "relative value-error bound above which a cell is uncertified "
@@ -70,6 +71,9 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
     config->kv.memory_bytes = mb << 20;
   }
   if (given("block-size") && !(s = int_flag("block-size", &config->kv.block_size)).ok()) return s;
+  if (given("outlier-channels") &&
+      !(s = int_flag("outlier-channels", &config->kv.outlier_channels)).ok())
+    return s;
   if (given("gate")) {
     auto mode = ParseGateMode(args.Get("gate"));
     if (!mode.ok()) return mode.status();

@@ -1,0 +1,107 @@
+// Shared helpers of the CUDA kernel tests: device detection (tests skip without a GPU),
+// RAII device buffers, and the CPU view of the GPU pool (one vector reassembled into the
+// CPU codec's slot bytes, so the CPU codec decodes exactly what the GPU stored).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/paged_kv_cuda.h"
+
+namespace witcert::testing {
+
+inline bool HasCudaDevice() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define WITCERT_SKIP_WITHOUT_GPU() \
+  if (!::witcert::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device"
+
+#define ASSERT_CUDA_OK(expr)                          \
+  do {                                                \
+    ::witcert::CudaStatus st_ = (expr);               \
+    ASSERT_TRUE(st_.ok) << st_.message;               \
+  } while (0)
+#define ASSERT_CUDART(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) { Resize(n); }
+  ~DeviceBuffer() { if (p_) cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void Resize(size_t n) {
+    if (p_) cudaFree(p_);
+    p_ = nullptr;
+    n_ = n;
+    if (n > 0 && cudaMalloc(&p_, n * sizeof(T)) != cudaSuccess) p_ = nullptr;
+  }
+  void Upload(const std::vector<T>& h) {
+    Resize(h.size());
+    if (!h.empty()) cudaMemcpy(p_, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> Download() const {
+    std::vector<T> h(n_);
+    if (n_ > 0) cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+  // Fills with a byte pattern (poison before a kernel writes).
+  void Fill(int byte) { if (n_ > 0) cudaMemset(p_, byte, n_ * sizeof(T)); }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+template <class T>
+std::vector<T> DownloadRaw(const T* p, size_t n) {
+  std::vector<T> h(n);
+  if (n > 0 && p != nullptr) cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return h;
+}
+
+// Host copy of one layer of the pool.
+struct HostPool {
+  PagedKvLayout layout;
+  std::vector<uint8_t> k_codes, v_codes;
+  std::vector<uint16_t> k_scales, v_scales, k_wit, v_wit;
+
+  static HostPool Download(const PagedKvLayout& L, const PagedKvLayer& x) {
+    HostPool h;
+    h.layout = L;
+    const size_t n = static_cast<size_t>(L.vectors());
+    h.k_codes = DownloadRaw(x.k_codes, n * L.code_bytes());
+    h.v_codes = DownloadRaw(x.v_codes, n * L.code_bytes());
+    h.k_scales = DownloadRaw(x.k_scales, n * L.scales_per_vector());
+    h.v_scales = DownloadRaw(x.v_scales, n * L.scales_per_vector());
+    if (L.has_witness()) {
+      h.k_wit = DownloadRaw(x.k_witness, n * L.num_bands);
+      h.v_wit = DownloadRaw(x.v_witness, n * L.num_bands);
+    }
+    return h;
+  }
+  // The CPU codec's slot bytes of vector `vec`: [scales][codes] (scaled) or [codes].
+  std::vector<uint8_t> CpuSlot(int64_t vec, bool is_value) const {
+    const int32_t cb = layout.code_bytes(), ns = layout.scales_per_vector();
+    std::vector<uint8_t> slot(2 * ns + cb);
+    const auto& sc = is_value ? v_scales : k_scales;
+    const auto& co = is_value ? v_codes : k_codes;
+    if (ns > 0) std::memcpy(slot.data(), &sc[vec * ns], 2 * ns);
+    std::memcpy(slot.data() + 2 * ns, &co[vec * cb], cb);
+    return slot;
+  }
+  const uint16_t* Witness(int64_t vec, bool is_value) const {
+    return &(is_value ? v_wit : k_wit)[vec * layout.num_bands];
+  }
+};
+
+}  // namespace witcert::testing

@@ -1,0 +1,440 @@
+// The fused metered decode kernel against the CPU reference (kernels/cpu/metered_attention)
+// and against the long-double truth.
+//
+// Tolerances (why):
+//  * outputs: both sides compute the same fp32 function in different summation orders. A
+//    logit carries a rounding of ≤ (d+4)u·Σ|q k̃|/√d ≤ (d+4)u·Λ (Λ = max_t |q|·|k̃_t|/√d), so
+//    each weight e^{ℓ−m} and z move by a relative ≤ 2(d+4)u·Λ plus the sums' γ; the output,
+//    a convex combination of ṽ, then moves by ≤ that relative amount times max|ṽ|. We allow
+//    4× that: |Δo_c| ≤ 8(d+32)u·(1+Λ)·max_t‖ṽ_t‖_∞.
+//  * certificate: both sides are sound upper bounds; the GPU may be lower than the CPU only by
+//    its shallower merge tree ((1+κ)^P, metered_decode_cuda.cu) and by the two sides' own
+//    fp32 roundings of ε̂ (~B+d/B ulps): gpu ≥ cpu·(1 − ((1+κ)^P − 1) − 1e-4). It must not be
+//    much looser either (η and ‖q‖₂ are bounded a little more coarsely): gpu ≤ cpu·1.02 + 1e-6.
+//  * soundness: the GPU TV bound ≥ the true TV, and ‖o − õ‖ ≤ value bound, exactly (no slack).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kv/codec.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/metered_attention.h"
+#include "kernels/cuda/metered_decode_cuda.h"
+#include "kernels/meter/float_formats.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/meter/long_double_reference.h"
+
+namespace witcert {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::HostPool;
+
+struct DecodeCase {
+  KvScheme scheme = KvScheme::kInt8Rtn;
+  int32_t d = 64, group = 4, hkv = 2, bs = 16;
+  std::vector<int64_t> ctx = {37};
+  int32_t splits = 0;           // 0: heuristic
+  bool meter = true;
+  double delta = 0.0;           // Tier B δ_loc
+  float key_scale = 1.0f;       // logit magnitude
+  bool adversarial = false;     // outliers, huge rows, aligned keys
+  bool interleaved = true;
+  bool check_truth = true;      // long-double TV / output error
+  uint32_t seed = 1;
+  std::string Name() const {
+    std::string s = std::string(SchemeInfo(scheme).name) + " d=" + std::to_string(d) +
+                    " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) +
+                    " bs=" + std::to_string(bs) + " splits=" + std::to_string(splits) +
+                    (meter ? " meter" : " nometer") + " ctx=";
+    for (auto c : ctx) s += std::to_string(c) + ",";
+    return s;
+  }
+};
+
+struct DecodeOutcome {
+  int32_t splits = 0;
+  std::vector<float> out;             // [batch, Hq, d]
+  std::vector<meter::CertBound> cert; // [batch, Hq]
+};
+
+class Problem {
+ public:
+  explicit Problem(const DecodeCase& c) : c_(c) {
+    std::mt19937 rng(c.seed * 7919 + c.d + 31 * c.group);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    const int64_t batch = c.ctx.size(), hq = c.hkv * c.group;
+    max_ctx_ = *std::max_element(c.ctx.begin(), c.ctx.end());
+    max_blocks_ = static_cast<int32_t>((max_ctx_ + c.bs - 1) / c.bs);
+    int64_t total_blocks = 0;
+    for (auto s : c.ctx) total_blocks += (s + c.bs - 1) / c.bs;
+    L_.num_blocks = total_blocks + 5;
+    L_.num_kv_heads = c.hkv;
+    L_.block_size = c.bs;
+    L_.head_dim = c.d;
+    L_.num_bands = 8;
+    L_.interleaved = c.interleaved;
+    L_.scheme = c.scheme;
+    // Non-contiguous block tables: a shuffled permutation of the pool.
+    std::vector<int32_t> perm(L_.num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    tables_.assign(batch * max_blocks_, 0);
+    int64_t next = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < (c.ctx[b] + c.bs - 1) / c.bs; ++j) tables_[b * max_blocks_ + j] = perm[next++];
+    }
+    q_.resize(batch * hq * c.d);
+    for (auto& x : q_) x = g(rng);
+    if (c.adversarial) {
+      for (int64_t i = 0; i < batch * hq; ++i) q_[i * c.d + (i * 5) % c.d] *= 30.0f;  // outlier channel
+    }
+    k_.resize(batch);
+    v_.resize(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t n = c.ctx[b] * c.hkv * c.d;
+      k_[b].resize(n);
+      v_[b].resize(n);
+      for (auto& x : k_[b]) x = g(rng) * c.key_scale;
+      for (auto& x : v_[b]) x = g(rng);
+      if (!c.adversarial) continue;
+      for (int64_t t = 0; t < c.ctx[b]; ++t) {
+        for (int32_t h = 0; h < c.hkv; ++h) {
+          float* kr = &k_[b][(t * c.hkv + h) * c.d];
+          float* vr = &v_[b][(t * c.hkv + h) * c.d];
+          switch ((t + h) % 11) {
+            case 0:  // key aligned with the group's first query: a dominant, error-sensitive logit
+              for (int i = 0; i < c.d; ++i) kr[i] = q_[((b * hq) + h * c.group) * c.d + i] * c.key_scale * 0.5f;
+              break;
+            case 1: kr[(t * 3) % c.d] *= 200.0f; break;        // outlier channel (coarse scale)
+            case 2: for (int i = 0; i < c.d; ++i) vr[i] *= 1e3f; break;  // huge value row
+            case 3: for (int i = 0; i < c.d; ++i) kr[i] *= 1e-3f; break;
+            default: break;
+          }
+        }
+      }
+    }
+  }
+
+  // GPU: write every token, then decode.
+  void RunGpu(DecodeOutcome* r) {
+    const int64_t batch = c_.ctx.size(), hq = c_.hkv * c_.group;
+    ASSERT_CUDA_OK(pool_.Init(L_, 1));
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<int64_t> slots(c_.ctx[b]), pos(c_.ctx[b]);
+      for (int64_t t = 0; t < c_.ctx[b]; ++t) {
+        slots[t] = static_cast<int64_t>(tables_[b * max_blocks_ + t / c_.bs]) * c_.bs + t % c_.bs;
+        pos[t] = t;
+      }
+      DeviceBuffer<float> dk, dv;
+      DeviceBuffer<int64_t> ds, dp;
+      dk.Upload(k_[b]);
+      dv.Upload(v_[b]);
+      ds.Upload(slots);
+      dp.Upload(pos);
+      KvWriteArgs a{dk.get(), dv.get(), ds.get(), dp.get(), c_.ctx[b], kLayer, kSeed};
+      ASSERT_CUDA_OK(WriteKvCuda(L_, pool_.layer(0), a, nullptr));
+      ASSERT_CUDART(cudaDeviceSynchronize());
+    }
+    DeviceBuffer<float> dq, dout;
+    DeviceBuffer<int32_t> dt, dl;
+    DeviceBuffer<meter::CertBound> dc(batch * hq);
+    dq.Upload(q_);
+    dt.Upload(tables_);
+    std::vector<int32_t> lens(c_.ctx.begin(), c_.ctx.end());
+    dl.Upload(lens);
+    dout.Resize(batch * hq * c_.d);
+    dout.Fill(0xff);  // NaN poison: every element must be written
+    dc.Fill(0xff);
+    MeteredDecodeCudaArgs a;
+    a.q = dq.get();
+    a.block_tables = dt.get();
+    a.context_lens = dl.get();
+    a.batch = static_cast<int32_t>(batch);
+    a.num_q_heads = static_cast<int32_t>(hq);
+    a.max_blocks_per_seq = max_blocks_;
+    a.max_context = max_ctx_;
+    a.layer = kLayer;
+    a.dither_seed = kSeed;
+    a.delta_loc = c_.delta;
+    a.meter = c_.meter;
+    a.num_splits = c_.splits;
+    a.out = dout.get();
+    a.cert = dc.get();
+    ASSERT_CUDA_OK(ResolveNumSplits(L_, a, &r->splits));
+    DeviceBuffer<uint8_t> ws(MeteredDecodeWorkspaceBytes(a.batch, a.num_q_heads, c_.d, r->splits));
+    a.workspace = ws.get();
+    a.workspace_bytes = ws.size();
+    ASSERT_CUDA_OK(MeteredDecodeCuda(L_, pool_.layer(0), a, nullptr));
+    ASSERT_CUDART(cudaDeviceSynchronize());
+    r->out = dout.Download();
+    r->cert = dc.Download();
+  }
+
+  // CPU oracle on the rows the GPU stored (decoded by the CPU codec), same split count.
+  void CheckAgainstCpu(const DecodeOutcome& g) {
+    const int64_t batch = c_.ctx.size(), hq = c_.hkv * c_.group;
+    const int32_t d = c_.d, nb = L_.num_bands;
+    HostPool hp = HostPool::Download(L_, pool_.layer(0));
+    auto codec_or = FindKvCodec(SchemeInfo(c_.scheme).name);
+    ASSERT_TRUE(codec_or.ok());
+    const KvCodec& codec = **codec_or;
+    const double kappa_slack = std::pow(1.0 + meter::kKappa, g.splits) - 1.0 + 1e-4;
+    int failures = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t S = c_.ctx[b];
+      for (int32_t h = 0; h < c_.hkv; ++h) {
+        std::vector<float> ks(S * d), vs(S * d), kw(S * nb), vw(S * nb), kds(S);
+        for (int64_t t = 0; t < S; ++t) {
+          const int64_t vec = (static_cast<int64_t>(tables_[b * max_blocks_ + t / c_.bs]) * c_.hkv + h) * c_.bs + t % c_.bs;
+          auto ksl = hp.CpuSlot(vec, false), vsl = hp.CpuSlot(vec, true);
+          codec.Decode(ksl.data(), d, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * d]);
+          codec.Decode(vsl.data(), d, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * d]);
+          kds[t] = codec.DitherScale(ksl.data(), d);
+          if (L_.has_witness()) {
+            for (int i = 0; i < nb; ++i) {
+              kw[t * nb + i] = meter::HalfToFloat(hp.Witness(vec, false)[i]);
+              vw[t * nb + i] = meter::HalfToFloat(hp.Witness(vec, true)[i]);
+            }
+          }
+        }
+        MeteredHeadInputs in;
+        in.head_dim = d;
+        in.num_bands = nb;
+        in.interleaved = c_.interleaved;
+        in.num_tokens = S;
+        in.k = ks.data();
+        in.v = vs.data();
+        in.k_witness = L_.has_witness() ? kw.data() : nullptr;
+        in.v_witness = L_.has_witness() ? vw.data() : nullptr;
+        in.k_dither_scale = SchemeInfo(c_.scheme).tier_b ? kds.data() : nullptr;
+        float vmax_abs = 0.0f;
+        for (float x : vs) vmax_abs = std::max(vmax_abs, std::fabs(x));
+        for (int32_t gq = 0; gq < c_.group; ++gq) {
+          const int64_t cell = b * hq + h * c_.group + gq;
+          const float* q = &q_[cell * d];
+          float qn = 0.0f, kmax = 0.0f;
+          for (int i = 0; i < d; ++i) qn += q[i] * q[i];
+          for (int64_t t = 0; t < S; ++t) {
+            float kn = 0.0f;
+            for (int i = 0; i < d; ++i) kn += ks[t * d + i] * ks[t * d + i];
+            kmax = std::max(kmax, kn);
+          }
+          const double lambda = std::sqrt(static_cast<double>(qn) * kmax / d);
+          MeteredAttentionOptions opt;
+          opt.num_splits = g.splits;
+          opt.meter = c_.meter;
+          opt.delta_loc = c_.delta;
+          std::vector<float> out(d);
+          MeteredAttentionResult res;
+          MeteredAttention(in, q, opt, out.data(), &res);
+          const double tol = 8.0 * (d + 32) * meter::kUnitRoundoff * (1.0 + lambda) * vmax_abs + 1e-30;
+          for (int i = 0; i < d; ++i) {
+            const float go = g.out[cell * d + i];
+            if (!(std::fabs(go - out[i]) <= tol) && ++failures < 6) {
+              ADD_FAILURE() << "out mismatch seq " << b << " head " << cell % hq << " c " << i
+                            << ": gpu " << go << " cpu " << out[i] << " tol " << tol;
+            }
+          }
+          if (!c_.meter) continue;
+          const meter::CertBound& gc = g.cert[cell];
+          const meter::CertBound& cc = res.bound;
+          auto check = [&](const char* what, double gv, double cv) {
+            const bool low = gv < cv * (1.0 - kappa_slack);
+            const bool high = gv > cv * 1.02 + 1e-6;
+            if ((low || high || std::isnan(gv)) && ++failures < 6) {
+              ADD_FAILURE() << what << " seq " << b << " head " << cell % hq << ": gpu " << gv
+                            << " cpu " << cv;
+            }
+          };
+          check("tv", gc.tv, cc.tv);
+          check("a_minus_1", gc.a_minus_1, cc.a_minus_1);
+          check("v_bound", gc.v_bound, cc.v_bound);
+          if (!c_.check_truth || !L_.has_witness()) continue;
+          std::vector<float> kx(S * d), vx(S * d);  // exact rows of this head
+          for (int64_t t = 0; t < S; ++t) {
+            std::copy_n(&k_[b][(t * c_.hkv + h) * d], d, &kx[t * d]);
+            std::copy_n(&v_[b][(t * c_.hkv + h) * d], d, &vx[t * d]);
+          }
+          auto truth = testing::TrueAttentionError(q, kx.data(), vx.data(), ks.data(), vs.data(), S, d);
+          if (!(static_cast<long double>(gc.tv) >= truth.tv) && ++failures < 6) {
+            ADD_FAILURE() << "UNSOUND tv: bound " << gc.tv << " < true " << static_cast<double>(truth.tv);
+          }
+          if (!(static_cast<long double>(gc.v_bound) >= truth.out_err) && ++failures < 6) {
+            ADD_FAILURE() << "UNSOUND value bound " << gc.v_bound << " < " << static_cast<double>(truth.out_err);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(failures, 0);
+  }
+
+ private:
+  static constexpr int32_t kLayer = 5;
+  static constexpr uint64_t kSeed = 0xC0FFEEULL;
+  DecodeCase c_;
+  PagedKvLayout L_;
+  PagedKvPoolCuda pool_;
+  int64_t max_ctx_ = 0;
+  int32_t max_blocks_ = 0;
+  std::vector<int32_t> tables_;             // [batch, max_blocks]
+  std::vector<float> q_;                    // [batch, Hq, d]
+  std::vector<std::vector<float>> k_, v_;   // per seq [S, Hkv, d] exact
+};
+
+void RunCase(const DecodeCase& c, DecodeOutcome* keep = nullptr) {
+  SCOPED_TRACE(c.Name());
+  Problem p(c);
+  DecodeOutcome g;
+  p.RunGpu(&g);
+  if (::testing::Test::HasFatalFailure()) return;
+  p.CheckAgainstCpu(g);
+  if (keep != nullptr) *keep = g;
+}
+
+TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (KvScheme s : {KvScheme::kInt8Dither, KvScheme::kFp16, KvScheme::kInt4Rtn}) {
+    for (bool meter : {true, false}) {
+      DecodeCase c;
+      c.scheme = s;
+      c.ctx = {1, 37, 300};
+      c.meter = meter;
+      c.delta = 1e-6;
+      RunCase(c);
+    }
+  }
+}
+
+TEST(MeteredDecodeCuda, SchemeShapeSweep) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  const int forced[] = {0, 1, 3, 7};
+  int i = 0;
+  for (int s = 0; s < static_cast<int>(KvScheme::kCount); ++s) {
+    for (int d : {64, 128}) {
+      for (int group : {1, 4, 8}) {
+        for (int bs : {16, 32}) {
+          DecodeCase c;
+          c.scheme = static_cast<KvScheme>(s);
+          c.d = d;
+          c.group = group;
+          c.hkv = group == 8 ? 1 : 2;
+          c.bs = bs;
+          c.ctx = {1, 200, 1500};
+          c.splits = forced[i % 4];
+          c.interleaved = (i % 3) != 0;
+          c.delta = 1e-6;
+          c.seed = 100 + i++;
+          RunCase(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(MeteredDecodeCuda, MeterOffMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (int s = 0; s < static_cast<int>(KvScheme::kCount); ++s) {
+    DecodeCase c;
+    c.scheme = static_cast<KvScheme>(s);
+    c.d = 128;
+    c.ctx = {513, 2049};
+    c.meter = false;
+    RunCase(c);
+  }
+}
+
+TEST(MeteredDecodeCuda, SplitCountInvariance) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  DecodeOutcome base;
+  DecodeCase c;
+  c.scheme = KvScheme::kInt8Rtn;
+  c.d = 128;
+  c.ctx = {5000};
+  c.splits = 4;
+  RunCase(c, &base);
+  for (int splits : {5, 16, 0}) {
+    DecodeOutcome o;
+    c.splits = splits;
+    RunCase(c, &o);
+    ASSERT_EQ(o.out.size(), base.out.size());
+    for (size_t i = 0; i < o.out.size(); ++i) EXPECT_NEAR(o.out[i], base.out[i], 1e-4f) << i;
+    for (size_t i = 0; i < o.cert.size(); ++i) {
+      EXPECT_NEAR(o.cert[i].tv, base.cert[i].tv, 1e-3 * base.cert[i].tv + 1e-7) << i;
+    }
+  }
+}
+
+TEST(MeteredDecodeCuda, Batch64RaggedContexts) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(64);
+  DecodeCase c;
+  c.d = 128;
+  c.ctx.resize(64);
+  for (auto& s : c.ctx) s = 1 + rng() % 2000;
+  c.check_truth = false;
+  for (KvScheme s : {KvScheme::kInt8Rtn, KvScheme::kInt8Dither, KvScheme::kFp8Scaled}) {
+    c.scheme = s;
+    c.delta = 1e-6;
+    RunCase(c);
+  }
+}
+
+TEST(MeteredDecodeCuda, LongContexts) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  DecodeCase c;
+  c.d = 128;
+  c.hkv = 1;
+  c.scheme = KvScheme::kInt8Dither;
+  c.delta = 1e-6;
+  c.ctx = {131072};
+  c.check_truth = false;
+  RunCase(c);  // heuristic splits
+  c.scheme = KvScheme::kFp8Scaled;
+  c.group = 8;
+  c.ctx = {32768, 777};
+  c.splits = 40;
+  c.check_truth = true;
+  RunCase(c);
+}
+
+TEST(MeteredDecodeCuda, AdversarialSoundness) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  int seed = 7;
+  for (KvScheme s : {KvScheme::kInt4Rtn, KvScheme::kFp8Scaled, KvScheme::kFp8Raw, KvScheme::kInt8Rtn,
+                     KvScheme::kFp16, KvScheme::kBf16, KvScheme::kInt8Dither}) {
+    for (float key_scale : {1.0f, 8.0f, 40.0f}) {
+      DecodeCase c;
+      c.scheme = s;
+      c.d = 64;
+      c.ctx = {3000, 64};
+      c.key_scale = key_scale;
+      c.adversarial = true;
+      c.delta = 1e-9;
+      c.seed = seed++;
+      RunCase(c);
+    }
+  }
+}
+
+// Host-only properties of the split heuristic.
+TEST(MeteredDecodeCuda, SplitHeuristic) {
+  for (int32_t batch : {1, 3, 16, 64}) {
+    for (int32_t g : {1, 4, 8}) {
+      for (int64_t ctx : {1LL, 100LL, 8192LL, 32768LL, 131072LL, 1000000LL}) {
+        const int32_t p = ChooseNumSplits(batch, 8, g, ctx, 132);
+        EXPECT_GE(p, 1);
+        EXPECT_LE(p, ctx);
+        EXPECT_LE((ctx + p - 1) / p, MaxSplitTokens(g)) << batch << " " << g << " " << ctx;
+        if (ctx >= 256LL * 66) EXPECT_GE(static_cast<int64_t>(p) * batch * 8, 4 * 132);
+      }
+    }
+  }
+  EXPECT_EQ(ChooseNumSplits(64, 8, 4, 8192, 132), 3);  // 64·8 CTAs already fill: length cap
+}
+
+}  // namespace
+}  // namespace witcert
