@@ -32,7 +32,11 @@ class Model {
   Weights weights_;
   std::unique_ptr<GgufFile> gguf_;
   std::vector<std::vector<uint8_t>> owned_;  // tensors converted at load time, if any
+  // Storage behind non-GGUF weights (safetensors mappings, synthetic buffers).
+  std::vector<std::shared_ptr<const void>> backing_;
   friend class ModelLoader;
+  friend class HfModelLoader;         // engine/model/hf_model.h
+  friend class SyntheticModelLoader;  // engine/model/synthetic_model.h
 };
 
 }  // namespace witcert

@@ -260,6 +260,7 @@ void Engine::Step() {
       for (const CellRecord& cell : cells) {
         seq->risk.Add(cell, seq->delta_loc, seq->policy.tv_threshold);
         layer_head_stats_.Add(cell, seq->policy.tv_threshold);
+        if (options_.trace != nullptr) options_.trace->Write(seq->id, cell);
       }
     }
     if (!items[i].compute_logits) continue;

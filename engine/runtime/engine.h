@@ -27,6 +27,7 @@ struct EngineOptions {
   SchedulerOptions scheduler;
   GatePolicy gate;            // the policy in force at start (ReloadPolicy swaps it)
   int32_t max_context = 0;    // 0 → the model's context length
+  TraceWriter* trace = nullptr;  // receives every cell when set; must outlive the engine
 };
 
 struct EngineStats {

@@ -29,6 +29,8 @@ struct EngineConfig {
   // Reference arithmetic (dequantized weights, double accumulation): slow; for verifying
   // the fast path against an exact evaluation.
   bool exact_matmul = false;
+  // JSONL trace of every certificate cell (one line per cell), for offline analysis; "" → off.
+  std::string trace_path;
   KvConfig kv;
   GatePolicy gate{.mode = GateMode::kObserve, .tv_threshold = 0.05f, .delta_req = 0.01};
   SchedulerOptions scheduler;

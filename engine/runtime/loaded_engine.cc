@@ -5,6 +5,9 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/common/status.h"
+#include "engine/model/model_source.h"
+#include "engine/tokenizer/hf_tokenizer.h"
+#include "engine/tokenizer/synthetic_tokenizer.h"
 
 namespace witcert {
 
@@ -41,15 +44,37 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   auto loaded = std::make_unique<LoadedEngine>();
   const auto start = std::chrono::steady_clock::now();
   say(absl::StrFormat("loading model %s ...", config.model_path));
-  ASSIGN_OR_RETURN(loaded->model, Model::LoadGguf(config.model_path));
+  ASSIGN_OR_RETURN(const ModelSpec spec, ParseModelSpec(config.model_path));
+  ASSIGN_OR_RETURN(loaded->model, LoadModel(spec, say));
   const ModelConfig& mc = loaded->model->config();
   say(absl::StrFormat("model: %s (%s, %d layers, hidden %d, %d/%d heads, vocab %d)", mc.name,
                       mc.architecture, mc.num_layers, mc.hidden_dim, mc.num_heads,
                       mc.num_kv_heads, mc.vocab_size));
-  ASSIGN_OR_RETURN(loaded->tokenizer, Tokenizer::FromGguf(*loaded->model->gguf()));
-  ASSIGN_OR_RETURN(loaded->chat_template,
-                   ChatTemplate::FromGguf(*loaded->model->gguf(), config.chat_template));
+  switch (spec.kind) {
+    case ModelSourceKind::kGguf: {
+      ASSIGN_OR_RETURN(loaded->tokenizer, Tokenizer::FromGguf(*loaded->model->gguf()));
+      ASSIGN_OR_RETURN(loaded->chat_template,
+                       ChatTemplate::FromGguf(*loaded->model->gguf(), config.chat_template));
+      break;
+    }
+    case ModelSourceKind::kHuggingFace: {
+      ASSIGN_OR_RETURN(loaded->tokenizer, LoadHfTokenizer(spec.path));
+      ASSIGN_OR_RETURN(const std::string source, ReadHfChatTemplate(spec.path));
+      ASSIGN_OR_RETURN(loaded->chat_template,
+                       ChatTemplate::FromTemplateText(source, config.chat_template));
+      break;
+    }
+    case ModelSourceKind::kSynthetic: {
+      ASSIGN_OR_RETURN(loaded->tokenizer, MakeSyntheticTokenizer(mc.vocab_size));
+      ASSIGN_OR_RETURN(loaded->chat_template,
+                       ChatTemplate::FromName(config.chat_template.empty()
+                                                  ? std::string("chatml")
+                                                  : config.chat_template));
+      break;
+    }
+  }
   ASSIGN_OR_RETURN(KvCacheOptions kv_options, MakeKvOptions(mc, config.kv));
+  kv_options.exact_cache_blocks = config.gate.exact_cache_blocks;
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
                    CpuBackend::Create(*loaded->model, kv_options,
                                       CpuBackend::Options{.num_threads = config.threads,
@@ -62,6 +87,11 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   options.scheduler = config.scheduler;
   options.gate = config.gate;
   options.max_context = config.max_context;
+  if (!config.trace_path.empty()) {
+    RETURN_IF_ERROR(TraceWriter::Open(config.trace_path, &loaded->trace));
+    options.trace = loaded->trace.get();
+    say(absl::StrFormat("certificate trace: %s", config.trace_path));
+  }
   loaded->engine = std::make_unique<Engine>(std::move(backend), *loaded->tokenizer, options);
   say(absl::StrFormat("ready in %.2f s",
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

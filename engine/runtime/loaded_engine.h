@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/cert/records.h"
 #include "engine/model/model.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_config.h"
@@ -19,6 +20,7 @@ struct LoadedEngine {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   ChatTemplate chat_template;
+  std::unique_ptr<TraceWriter> trace;  // when config.trace_path is set
   std::unique_ptr<Engine> engine;  // declared last: destroyed first
 };
 

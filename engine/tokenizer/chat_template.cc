@@ -86,6 +86,11 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromGguf(const GgufFile& gguf,
     if (!s.ok()) return s.status();
     source = *s;
   }
+  return FromTemplateText(source, override_name);
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromTemplateText(std::string_view source,
+                                                            std::string_view override_name) {
   std::string_view name = override_name;
   if (name.empty()) {
     if (absl::StrContains(Av(source), "<|im_start|>")) {

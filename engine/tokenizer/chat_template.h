@@ -30,6 +30,10 @@ class ChatTemplate {
   // "llama3"), when non-empty, wins. Unknown template without override → InvalidArgument.
   static absl::StatusOr<ChatTemplate> FromGguf(const GgufFile& gguf,
                                                std::string_view override_name = "");
+  // The same detection over Jinja source from anywhere (a Hugging Face folder's
+  // tokenizer_config.json "chat_template"); "" means the model ships no template.
+  static absl::StatusOr<ChatTemplate> FromTemplateText(std::string_view source,
+                                                       std::string_view override_name = "");
   static absl::StatusOr<ChatTemplate> FromName(std::string_view name);
 
   // Renders `messages`; with `add_generation_prompt` it ends with the assistant header.

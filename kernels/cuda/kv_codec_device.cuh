@@ -6,6 +6,7 @@
 // is the lane's bf16 scale (1 for unscaled formats). Products of a bf16 scale and an int8,
 // int4 or fp8 code are exact in fp32, so s·Σ q_c x_c is q·k̃ up to the dot's own rounding
 // (covered by η, cert_math.h); for int8-dither x_c = fl(m_c − ξ_c), the CPU's rounding.
+// kGroupScale: lanes of one vector hold different scales (int4 groups of 32).
 // Every conversion is exact (hardware fp16/fp8 converts, the 2^23 magic for integers).
 #pragma once
 
@@ -54,7 +55,7 @@ struct DecodeCtx {
 struct DevFp32 {
   static constexpr KvScheme kScheme = KvScheme::kFp32;
   static constexpr int kBytes = 32;
-  static constexpr bool kScaled = false, kTierB = false, kExact = true, kWideRange = true;
+  static constexpr bool kScaled = false, kTierB = false, kExact = true, kWideRange = true, kGroupScale = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = __uint_as_float(w[i]);
@@ -64,7 +65,7 @@ struct DevFp32 {
 struct DevFp16 {
   static constexpr KvScheme kScheme = KvScheme::kFp16;
   static constexpr int kBytes = 16;
-  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -78,7 +79,7 @@ struct DevFp16 {
 struct DevBf16 {
   static constexpr KvScheme kScheme = KvScheme::kBf16;
   static constexpr int kBytes = 16;
-  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = true;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = true, kGroupScale = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -102,21 +103,21 @@ __device__ __forceinline__ void Fp8x8ToFloat(const uint32_t* w, float* x) {
 struct DevFp8Raw {
   static constexpr KvScheme kScheme = KvScheme::kFp8Raw;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) { Fp8x8ToFloat(w, x); }
 };
 
 struct DevFp8Scaled {
   static constexpr KvScheme kScheme = KvScheme::kFp8Scaled;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) { Fp8x8ToFloat(w, x); }
 };
 
 struct DevInt8Rtn {
   static constexpr KvScheme kScheme = KvScheme::kInt8Rtn;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = SignedByteToFloat(w[i / 4], i % 4);
@@ -126,7 +127,7 @@ struct DevInt8Rtn {
 struct DevInt8Dither {
   static constexpr KvScheme kScheme = KvScheme::kInt8Dither;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = true, kTierB = true, kExact = false, kWideRange = false;
+  static constexpr bool kScaled = true, kTierB = true, kExact = false, kWideRange = false, kGroupScale = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -140,7 +141,7 @@ struct DevInt8Dither {
 struct DevInt4Rtn {
   static constexpr KvScheme kScheme = KvScheme::kInt4Rtn;
   static constexpr int kBytes = 4;
-  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = true;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {

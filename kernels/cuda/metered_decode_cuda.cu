@@ -26,6 +26,8 @@ extern template CudaStatus LaunchDecodeForCodec<DevInt4Rtn>(const DecodeParams&,
 
 namespace {
 
+constexpr int32_t kMaxSplits = 1024;
+
 // One CTA per (query head, sequence), head_dim threads.
 template <bool METER>
 __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts,  // [B, Hq, P]
@@ -33,7 +35,7 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
                                   const int32_t* __restrict__ context_lens, int32_t num_splits,
                                   int32_t num_q_heads, int32_t head_dim, float* __restrict__ out,
                                   meter::CertBound* __restrict__ cert) {
-  extern __shared__ float f[];  // [P] e^{m_i − M}
+  __shared__ float f[kMaxSplits];  // [P] e^{m_i − M}
   __shared__ float s_m, s_inv_z;
   const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
   const int64_t S = context_lens[seq];
@@ -66,7 +68,7 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   }
 }
 
-int32_t GroupBound(int32_t q_per_kv) { return q_per_kv <= 4 ? 4 : 8; }
+int32_t GroupBound(int32_t q_per_kv) { return q_per_kv <= 4 ? 4 : 8; }  // GMAX
 
 // The dispatch table: scheme → device codec.
 CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, dim3 grid,
@@ -150,11 +152,16 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
       args.out == nullptr || args.workspace == nullptr || (args.meter && args.cert == nullptr)) {
     return CudaStatus::Error("MeteredDecodeCuda: null argument");
   }
-  if (args.max_context > static_cast<int64_t>(args.max_blocks_per_seq) * layout.block_size) {
+  if ((layout.block_size & (layout.block_size - 1)) != 0) {
+    return CudaStatus::Error("MeteredDecodeCuda: block_size must be a power of two");
+  }
+  if (args.max_context > static_cast<int64_t>(args.max_blocks_per_seq) * layout.block_size ||
+      args.max_context >= (int64_t{1} << 31)) {
     return CudaStatus::Error("MeteredDecodeCuda: max_context exceeds the block table");
   }
   int32_t splits = 0;
   WITCERT_CUDA_RETURN_IF_ERROR(ResolveNumSplits(layout, args, &splits));
+  if (splits > kMaxSplits) return CudaStatus::Error("MeteredDecodeCuda: more than 1024 splits");
   const int32_t g = args.num_q_heads / layout.num_kv_heads;
   if (g > 8) return CudaStatus::Error("MeteredDecodeCuda: at most 8 query heads per KV head");
   const size_t need = MeteredDecodeWorkspaceBytes(args.batch, args.num_q_heads, layout.head_dim, splits);
@@ -177,6 +184,8 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   p.layer = args.layer;
   p.code_bytes = layout.code_bytes();
   p.nscale = layout.scales_per_vector();
+  p.bs_shift = 0;
+  while ((1 << p.bs_shift) < layout.block_size) ++p.bs_shift;
   p.seed = args.dither_seed;
   p.delta_loc = args.delta_loc;
   const size_t cells = static_cast<size_t>(args.batch) * args.num_q_heads * splits;
@@ -191,7 +200,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
                   static_cast<unsigned>(args.batch));
   WITCERT_CUDA_RETURN_IF_ERROR(LaunchForScheme(layout.scheme, p, args.meter, grid, dyn, stream));
   const dim3 mgrid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
-  const size_t msmem = sizeof(float) * splits;
+  const size_t msmem = 0;
   if (args.meter) {
     MergeSplitsKernel<true><<<mgrid, layout.head_dim, msmem, stream>>>(
         p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, args.cert);

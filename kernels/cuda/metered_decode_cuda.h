@@ -13,6 +13,9 @@
 // cover). A merge kernel combines the splits with MergePartials (tree) and FinalizeCert.
 // Split count: ChooseNumSplits (below). The meter is a template flag: `meter = false` runs a
 // kernel without any certificate arithmetic or witness reads.
+// Preconditions: K and V share one scheme; head_dim 64 or 128; block_size a power of two;
+// Hq/Hkv ≤ 8; every context_lens[b] ≤ max_context < 2^31 (a longer one yields a vacuous
+// certificate and NaN output for that split, never an out-of-bounds access).
 #pragma once
 
 #include <cstddef>

@@ -32,6 +32,7 @@ struct DecodeParams {
   const int32_t* context_lens; // [batch]
   int32_t num_q_heads, q_per_kv, max_blocks, num_splits, lcap, layer;
   int32_t code_bytes, nscale;   // layout.code_bytes(), layout.scales_per_vector()
+  int32_t bs_shift;             // log2(block_size): no 64-bit division per token
   uint64_t seed;
   double delta_loc;
   float* part_acc;             // [batch, Hq, P, D]
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
         if (t < end) {
-          const int64_t vec = (static_cast<int64_t>(bt[t / bs]) * hkv + kvh) * bs + t % bs;
+          const int64_t vec = ((static_cast<int64_t>(bt[static_cast<int32_t>(t) >> p.bs_shift]) * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
           LoadChunk<C::kBytes>(kc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.k_scales[vec * nscale + scale_idx]) : 1.0f;
         } else {
@@ -334,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
         if (t < end) {
-          const int64_t vec = (static_cast<int64_t>(bt[t / bs]) * hkv + kvh) * bs + t % bs;
+          const int64_t vec = ((static_cast<int64_t>(bt[static_cast<int32_t>(t) >> p.bs_shift]) * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
           LoadChunk<C::kBytes>(vc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.v_scales[vec * nscale + scale_idx]) : 1.0f;
         } else {
@@ -366,6 +367,14 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
             for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
             inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
           }
+          float vscale = sc[u];
+          if constexpr (C::kGroupScale) {  // fold each lane's scale in, relative to the largest
+            float smax = sc[u];
+#pragma unroll
+            for (int o = LPT / 2; o > 0; o >>= 1) smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, o));
+            inv = smax > 0.0f ? sc[u] / smax : 0.0f;
+            vscale = smax;
+          }
           float ss = 0.0f;
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
@@ -376,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
           float norm = amax * sqrtf(ss);
           if (C::kWideRange && inv == 0.0f) norm = amax;  // 0, inf or NaN
-          if (part == 0) sm.vn[j] = norm * sc[u] * vn_infl;
+          if (part == 0) sm.vn[j] = norm * vscale * vn_infl;
         }
       }
     }
@@ -388,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       if (my_g >= G || t >= end) continue;
       const float l = logits[my_g * p.lcap + (t - begin)];
       if constexpr (METER) {
-        const int64_t vec = (static_cast<int64_t>(bt[t / bs]) * hkv + kvh) * bs + t % bs;
+        const int64_t vec = ((static_cast<int64_t>(bt[static_cast<int32_t>(t) >> p.bs_shift]) * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
         const float ks = C::kTierB ? Bf16Bits(p.kv.k_scales[vec]) : 0.0f;
         float eps, rho = 0.0f;
         if (nb == 8) {

@@ -29,6 +29,7 @@ void DeclareEngineFlags(Args& args) {
   args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates (0 = Tier A only)");
   args.Flag("pagein-budget", "4", "exact blocks paged in per cell per step (repair mode)");
   args.Flag("audit-rate", "0", "fraction of cells also checked against exact attention");
+  args.Flag("trace-file", "", "write every certificate cell to this JSONL file");
   args.Switch("exact-matmul", "reference arithmetic (dequantized weights, double sums): slow, "
                               "for verification");
   args.Flag("max-running", "64", "max sequences decoded together");
@@ -62,6 +63,7 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
   if (given("ctx-size") && !(s = int_flag("ctx-size", &config->max_context)).ok()) return s;
   if (given("chat-template")) config->chat_template = args.Get("chat-template");
   if (args.On("exact-matmul")) config->exact_matmul = true;
+  if (given("trace-file")) config->trace_path = args.Get("trace-file");
   if (given("kv-scheme")) config->kv.k_scheme = config->kv.v_scheme = args.Get("kv-scheme");
   if (given("k-scheme")) config->kv.k_scheme = args.Get("k-scheme");
   if (given("v-scheme")) config->kv.v_scheme = args.Get("v-scheme");

@@ -240,6 +240,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.Integer("pagein_budget", &c.engine.gate.pagein_budget_per_step, 0, kMaxInt32);
     r.Number("audit_rate", &c.engine.gate.audit_rate, 0.0, 1.0);
     r.Integer("exact_cache_blocks", &c.engine.gate.exact_cache_blocks, 0, int64_t{1} << 30);
+    r.String("trace_path", &c.engine.trace_path);
   });
   top.Object("scheduler", [&](ObjectReader& r) {
     r.Integer("max_running", &c.engine.scheduler.max_running, 1, 1 << 20);

@@ -9,8 +9,12 @@
 //    4× that: |Δo_c| ≤ 8(d+32)u·(1+Λ)·max_t‖ṽ_t‖_∞.
 //  * certificate: both sides are sound upper bounds; the GPU may be lower than the CPU only by
 //    its shallower merge tree ((1+κ)^P, metered_decode_cuda.cu) and by the two sides' own
-//    fp32 roundings of ε̂ (~B+d/B ulps): gpu ≥ cpu·(1 − ((1+κ)^P − 1) − 1e-4). It must not be
-//    much looser either (η and ‖q‖₂ are bounded a little more coarsely): gpu ≤ cpu·1.02 + 1e-6.
+//    fp32 roundings of ε̂ (~B+d/B ulps): gpu ≥ cpu·(1 − 2.2·P·κ − 2e-4) (SumInflation's
+//    (1+θ)/(1−θ) doubles θ, and θ holds one κ per merge). It must not be
+//    much looser either (η and ‖q‖₂ are bounded a little more coarsely): gpu ≤ cpu·1.02 + 1e-6
+//    on random inputs; on adversarial ones (outlier channels, logits in the hundreds) the
+//    kernel's per-lane η bound (metered_decode_cuda.cu) can be several times the per-token η,
+//    and e^{2η} then loosens the bound by up to ~30%: allowed ≤ 1.5×.
 //  * soundness: the GPU TV bound ≥ the true TV, and ‖o − õ‖ ≤ value bound, exactly (no slack).
 #include <algorithm>
 #include <cmath>
@@ -182,7 +186,8 @@ class Problem {
     auto codec_or = FindKvCodec(SchemeInfo(c_.scheme).name);
     ASSERT_TRUE(codec_or.ok());
     const KvCodec& codec = **codec_or;
-    const double kappa_slack = std::pow(1.0 + meter::kKappa, g.splits) - 1.0 + 1e-4;
+    // SumInflation's (1+θ)/(1−θ) counts each of the CPU's P−1 merges twice.
+    const double kappa_slack = 2.2 * g.splits * meter::kKappa + 2e-4;
     int failures = 0;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t S = c_.ctx[b];
@@ -244,10 +249,12 @@ class Problem {
           const meter::CertBound& cc = res.bound;
           auto check = [&](const char* what, double gv, double cv) {
             const bool low = gv < cv * (1.0 - kappa_slack);
-            const bool high = gv > cv * 1.02 + 1e-6;
+            const bool high = gv > cv * (c_.adversarial ? 1.5 : 1.02) + 1e-6;
             if ((low || high || std::isnan(gv)) && ++failures < 6) {
               ADD_FAILURE() << what << " seq " << b << " head " << cell % hq << ": gpu " << gv
-                            << " cpu " << cv;
+                            << " cpu " << cv << " (tanh form gpu " << gc.tv_tanh_form << " cpu "
+                            << cc.tv_tanh_form << ", resid sum gpu " << gc.v_resid_sum << " cpu "
+                            << cc.v_resid_sum << ")";
             }
           };
           check("tv", gc.tv, cc.tv);
@@ -393,6 +400,9 @@ TEST(MeteredDecodeCuda, LongContexts) {
   c.ctx = {131072};
   c.check_truth = false;
   RunCase(c);  // heuristic splits
+  c.ctx = {20000};
+  c.check_truth = true;
+  RunCase(c);
   c.scheme = KvScheme::kFp8Scaled;
   c.group = 8;
   c.ctx = {32768, 777};

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Serving load on a real `witcert serve`: concurrent streaming chat clients (the official
+`openai` client), aggregate tokens/s, TTFT and inter-token latency; the batching gain at 16
+streams vs 1; 64 concurrent clients must complete without errors; the HTTP + JSON + SSE
+overhead per token measured against the engine alone (bench_cpu_generate) in the same run.
+
+    python3 bench/serving/load_test.py [--binary build/server/witcert] [--tokens 64]
+Prints a Markdown table.
+"""
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import time
+
+import httpx
+from openai import AsyncOpenAI
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def one_stream(client, tokens, idx):
+    t0 = time.perf_counter()
+    stamps = []
+    stream = await client.chat.completions.create(
+        model="default", stream=True, max_tokens=tokens, temperature=0.7, seed=idx,
+        messages=[{"role": "user", "content": f"Tell me a long story about lighthouse {idx}."}],
+        extra_body={"ignore_eos": True})
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            stamps.append(time.perf_counter())
+    return t0, stamps
+
+
+async def run_level(base_url, concurrency, tokens):
+    async with AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0,
+                           http_client=httpx.AsyncClient(timeout=600,
+                                                         limits=httpx.Limits(max_connections=256))) as client:
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(one_stream(client, tokens, i) for i in range(concurrency)),
+                                       return_exceptions=True)
+        wall = time.perf_counter() - t0
+    errors = [r for r in results if isinstance(r, Exception)]
+    ok = [r for r in results if not isinstance(r, Exception)]
+    chunks = sum(len(s) for _, s in ok)
+    ttft = [s[0] - t for t, s in ok if s]
+    itl = [b - a for _, s in ok for a, b in zip(s, s[1:])]
+    return {"concurrency": concurrency, "errors": len(errors), "wall_s": wall,
+            "chunks": chunks, "tok_s": chunks / wall,
+            "ttft_p50": statistics.median(ttft) if ttft else float("nan"),
+            "itl_p50": statistics.median(itl) if itl else float("nan"),
+            "first_error": repr(errors[0]) if errors else ""}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build/server/witcert"))
+    ap.add_argument("--bench", default=os.path.join(ROOT, "build/bench/e2e_cpu/bench_cpu_generate"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--levels", default="1,4,16,64")
+    args = ap.parse_args()
+    port = free_port()
+    proc = subprocess.Popen([args.binary, "serve", "--model", args.model, "--port", str(port),
+                             "--grpc-port", "0", "--log-level", "warn"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    rows = []
+    try:
+        for level in [int(x) for x in args.levels.split(",")]:
+            rows.append(asyncio.run(run_level(base + "/v1", level, args.tokens)))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    engine = json.loads(subprocess.run([args.bench, args.model, "32", str(args.tokens), "0"],
+                                       check=True, capture_output=True, text=True).stdout)
+    print("| concurrent streams | errors | aggregate tok/s | vs 1 stream | TTFT p50 (ms) | "
+          "ITL p50 (ms) |\n| --- | --- | --- | --- | --- | --- |")
+    single = rows[0]["tok_s"]
+    for r in rows:
+        print(f"| {r['concurrency']} | {r['errors']} | {r['tok_s']:.1f} | {r['tok_s'] / single:.2f}× "
+              f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} |")
+        if r["errors"]:
+            print(f"first error: {r['first_error']}")
+    http_itl = rows[0]["itl_p50"]
+    engine_step = 1.0 / engine["decode_tok_s"]
+    print(f"\nsingle stream: engine alone {engine['decode_tok_s']:.1f} tok/s "
+          f"({1e3 * engine_step:.2f} ms/step); over HTTP+SSE ITL p50 {1e3 * http_itl:.2f} ms → "
+          f"server overhead {100 * max(0.0, http_itl - engine_step) / engine_step:.1f}% of step time")
+
+
+if __name__ == "__main__":
+    main()

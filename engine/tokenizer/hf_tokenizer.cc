@@ -1,0 +1,505 @@
+#include "engine/tokenizer/hf_tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/common/status.h"
+#include "engine/tokenizer/absl_bridge.h"
+#include "engine/tokenizer/bpe_merger.h"
+#include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/pre_tokenizer.h"
+#include "engine/tokenizer/special_tokens.h"
+#include "nlohmann/json.hpp"
+
+namespace witcert {
+namespace {
+
+using Json = nlohmann::json;
+
+// Ids above this are not a vocabulary (guards the per-id tables against a corrupt file).
+constexpr int64_t kMaxTokenId = 1 << 24;
+constexpr size_t kCacheMaxEntries = 1 << 16;
+constexpr size_t kCacheMaxPieceBytes = 64;
+
+// Split regexes as published in the tokenizer.json of each family, compared verbatim.
+constexpr std::string_view kLlama3Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen2Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+enum class Kind : uint8_t { kNormal, kControl, kUserDefined, kUnused };
+
+absl::StatusOr<std::string> ReadOptional(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat(path.string(), ": cannot read"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Parses optional JSON text ("" → null).
+absl::StatusOr<Json> ParseOptional(const std::string& text, std::string_view where,
+                                   std::string_view file) {
+  if (text.empty()) return Json();
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Av(where), "/", Av(file), ": not a JSON object"));
+  }
+  return j;
+}
+
+// A special-token field of tokenizer_config.json: "text" or {"content": "text"}.
+std::string TokenText(const Json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+    return v["content"].get<std::string>();
+  }
+  return "";
+}
+
+// An *_token_id field: an int or a list of ints (appended to `out`).
+void TokenIds(const Json& j, const char* key, std::vector<int64_t>* out) {
+  if (!j.is_object() || !j.contains(key)) return;
+  const Json& v = j[key];
+  if (v.is_number_integer()) out->push_back(v.get<int64_t>());
+  if (v.is_array()) {
+    for (const Json& e : v) {
+      if (e.is_number_integer()) out->push_back(e.get<int64_t>());
+    }
+  }
+}
+
+class HfBpeTokenizer final : public Tokenizer {
+ public:
+  std::vector<TokenId> Encode(std::string_view text, bool parse_special,
+                              bool add_bos) const override {
+    std::vector<TokenId> ids;
+    ids.reserve(text.size() / 3 + 2);
+    if (add_bos && add_bos_ && bos_ >= 0) ids.push_back(bos_);
+    const SpecialTokenMatcher& matcher = parse_special ? all_special_ : user_defined_;
+    if (matcher.empty()) {
+      EncodePlain(text, ids);
+      return ids;
+    }
+    for (const TextSegment& seg : matcher.Split(text)) {
+      if (seg.token >= 0) {
+        ids.push_back(seg.token);
+      } else {
+        EncodePlain(seg.text, ids);
+      }
+    }
+    return ids;
+  }
+
+  std::string TokenBytes(TokenId id, bool render_special) const override {
+    if (id < 0 || id >= vocab_size() || (Hidden(id) && !render_special)) return "";
+    return bytes_[id];
+  }
+
+  std::string Decode(const std::vector<TokenId>& ids, bool render_special) const override {
+    std::string out;
+    for (TokenId id : ids) {
+      if (id < 0 || id >= vocab_size() || (Hidden(id) && !render_special)) continue;
+      out.append(bytes_[id]);
+    }
+    return out;
+  }
+
+  int32_t vocab_size() const override { return static_cast<int32_t>(bytes_.size()); }
+  TokenId bos_id() const override { return bos_; }
+  TokenId eos_id() const override { return eos_; }
+  bool IsEndOfGeneration(TokenId id) const override {
+    return id >= 0 && id < vocab_size() && end_of_generation_[id];
+  }
+  bool IsSpecial(TokenId id) const override {
+    return id >= 0 && id < vocab_size() &&
+           (kinds_[id] == Kind::kControl || kinds_[id] == Kind::kUserDefined);
+  }
+  TokenId Find(std::string_view token_text) const override {
+    auto it = ids_.find(Av(token_text));
+    if (it != ids_.end()) return it->second;
+    auto added = added_ids_.find(Av(token_text));
+    return added == added_ids_.end() ? -1 : added->second;
+  }
+  std::string_view pre_tokenizer() const override { return pre_name_; }
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Tokenizer>> witcert::HfTokenizerFromFiles(
+      const HfTokenizerFiles&);
+
+  bool Hidden(TokenId id) const {
+    return kinds_[id] == Kind::kControl || kinds_[id] == Kind::kUnused;
+  }
+
+  void EncodePlain(std::string_view text, std::vector<TokenId>& ids) const {
+    for (std::string_view piece : pre_->Split(text)) EncodePiece(piece, ids);
+  }
+
+  void EncodePiece(std::string_view piece, std::vector<TokenId>& ids) const {
+    const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
+    if (cacheable) {
+      absl::MutexLock lock(&cache_mu_);
+      auto it = cache_.find(Av(piece));
+      if (it != cache_.end()) {
+        ids.insert(ids.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    std::vector<TokenId> piece_ids;
+    if (ignore_merges_) {  // a piece that is a whole token is that token
+      auto it = ids_.find(ByteLevelAlphabet::Get().Encode(piece));
+      if (it != ids_.end()) piece_ids.push_back(it->second);
+    }
+    if (piece_ids.empty()) merger_->Merge(piece, piece_ids);
+    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+    if (cacheable) {
+      absl::MutexLock lock(&cache_mu_);
+      if (cache_.size() >= kCacheMaxEntries) cache_.clear();
+      cache_.emplace(std::string(piece), std::move(piece_ids));
+    }
+  }
+
+  std::vector<std::string> bytes_;        // [vocab] decoded bytes (added tokens: their text)
+  std::vector<Kind> kinds_;               // [vocab]
+  std::vector<bool> end_of_generation_;   // [vocab]
+  absl::flat_hash_map<std::string, TokenId> ids_;        // model.vocab: byte-level text → id
+  absl::flat_hash_map<std::string, TokenId> added_ids_;  // added_tokens: content → id
+  std::unique_ptr<PreTokenizer> pre_;
+  std::unique_ptr<BpeMerger> merger_;
+  SpecialTokenMatcher user_defined_;
+  SpecialTokenMatcher all_special_;
+  std::string pre_name_;
+  TokenId bos_ = -1;
+  TokenId eos_ = -1;
+  bool add_bos_ = false;
+  bool ignore_merges_ = false;
+
+  mutable absl::Mutex cache_mu_;
+  mutable absl::flat_hash_map<std::string, std::vector<TokenId>> cache_
+      ABSL_GUARDED_BY(cache_mu_);
+};
+
+absl::StatusOr<std::string> PreTokenizerName(const Json& pre, std::string_view where) {
+  auto unsupported = [&](std::string_view why) {
+    std::string dump = pre.dump();
+    if (dump.size() > 300) dump = dump.substr(0, 300) + "...";
+    return absl::UnimplementedError(absl::StrCat(
+        Av(where), ": pre_tokenizer ", dump, ": ", Av(why),
+        " (supported: GPT-2 ByteLevel, SmolLM Digits+ByteLevel, Llama 3 and Qwen2 Split+ByteLevel)"));
+  };
+  if (!pre.is_object()) return unsupported("not a byte-level pre-tokenizer");
+  std::vector<const Json*> stages;
+  if (pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].is_array()) {
+    for (const Json& e : pre["pretokenizers"]) stages.push_back(&e);
+  } else {
+    stages.push_back(&pre);
+  }
+  bool byte_level = false, use_regex = false, digits = false;
+  std::vector<std::string> splits;
+  for (const Json* e : stages) {
+    if (!e->is_object()) return unsupported("a stage is not an object");
+    const std::string type = e->value("type", "");
+    if (type == "ByteLevel") {
+      byte_level = true;
+      use_regex = e->value("use_regex", true);
+      if (e->value("add_prefix_space", false)) return unsupported("add_prefix_space is set");
+    } else if (type == "Digits") {
+      if (!e->value("individual_digits", false)) return unsupported("Digits groups digits");
+      digits = true;
+    } else if (type == "Split") {
+      if (!e->contains("pattern") || !(*e)["pattern"].is_object() ||
+          !(*e)["pattern"].contains("Regex") || !(*e)["pattern"]["Regex"].is_string() ||
+          e->value("behavior", "") != "Isolated" || e->value("invert", false)) {
+        return unsupported("Split is not an isolated regex split");
+      }
+      splits.push_back((*e)["pattern"]["Regex"].get<std::string>());
+    } else {
+      return unsupported(absl::StrCat("stage type '", type, "'"));
+    }
+  }
+  if (!byte_level) return unsupported("no ByteLevel stage");
+  if (splits.empty() && use_regex) return std::string(digits ? "smollm" : "gpt2");
+  if (splits.size() == 1 && !use_regex && !digits) {
+    if (splits[0] == kLlama3Split) return std::string("llama-bpe");
+    if (splits[0] == kQwen2Split) return std::string("qwen2");
+  }
+  return unsupported("no built-in pre-tokenizer has these stages and regexes");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> HfPreTokenizerName(std::string_view pre_tokenizer_json) {
+  const Json j = Json::parse(pre_tokenizer_json.begin(), pre_tokenizer_json.end(), nullptr,
+                             /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("pre_tokenizer is not JSON");
+  return PreTokenizerName(j, "tokenizer.json");
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenizerFiles& files) {
+  const std::string where = absl::StrCat(files.where, "/tokenizer.json");
+  if (files.tokenizer_json.empty()) {
+    return absl::NotFoundError(absl::StrCat(where, " is missing"));
+  }
+  const Json j = Json::parse(files.tokenizer_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
+  }
+  ASSIGN_OR_RETURN(const Json tok_config,
+                   ParseOptional(files.tokenizer_config_json, files.where, "tokenizer_config.json"));
+  ASSIGN_OR_RETURN(const Json gen_config, ParseOptional(files.generation_config_json, files.where,
+                                                        "generation_config.json"));
+  ASSIGN_OR_RETURN(const Json model_config,
+                   ParseOptional(files.config_json, files.where, "config.json"));
+
+  if (!j.contains("model") || !j["model"].is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": no \"model\" object"));
+  }
+  const Json& m = j["model"];
+  if (m.value("type", "BPE") != "BPE") {
+    return absl::UnimplementedError(absl::StrCat(where, ": model.type '", m.value("type", ""),
+                                                 "' (only byte-level BPE)"));
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (m.contains(key) && m[key].is_string() && !m[key].get<std::string>().empty()) {
+      return absl::UnimplementedError(absl::StrCat(where, ": model.", key, " is not supported"));
+    }
+  }
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+    const Json& n = j["normalizer"];
+    const std::string type = n.is_object() ? n.value("type", "") : "";
+    const bool empty_sequence = type == "Sequence" && n.contains("normalizers") &&
+                                n["normalizers"].is_array() && n["normalizers"].empty();
+    if (type != "NFC" && !empty_sequence) {
+      return absl::UnimplementedError(
+          absl::StrCat(where, ": normalizer ", n.dump(), " is not supported (none or NFC)"));
+    }
+  }
+  if (j.contains("decoder") && !j["decoder"].is_null() &&
+      j["decoder"].value("type", "") != "ByteLevel") {
+    return absl::UnimplementedError(
+        absl::StrCat(where, ": decoder ", j["decoder"].dump(), " is not byte-level"));
+  }
+
+  auto tok = std::make_unique<HfBpeTokenizer>();
+  ASSIGN_OR_RETURN(tok->pre_name_,
+                   PreTokenizerName(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json(),
+                                    where));
+  ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::Create(tok->pre_name_));
+  tok->ignore_merges_ = m.value("ignore_merges", false);
+
+  // Vocabulary.
+  if (!m.contains("vocab") || !m["vocab"].is_object() || m["vocab"].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": model.vocab is missing or empty"));
+  }
+  int64_t max_id = -1;
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  vocab.reserve(m["vocab"].size());
+  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+        it.value().get<int64_t>() >= kMaxTokenId) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": model.vocab[\"", it.key(),
+                                                     "\"] = ", it.value().dump(),
+                                                     " is not a token id"));
+    }
+    vocab.emplace_back(it.key(), it.value().get<int64_t>());
+    max_id = std::max(max_id, vocab.back().second);
+  }
+  struct Added {
+    std::string content;
+    int64_t id;
+    bool special;
+  };
+  std::vector<Added> added;
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const Json& a : j["added_tokens"]) {
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+          !a.contains("content") || !a["content"].is_string() || a["id"].get<int64_t>() < 0 ||
+          a["id"].get<int64_t>() >= kMaxTokenId) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": added_tokens entry ", a.dump(), " needs id and content"));
+      }
+      added.push_back({a["content"].get<std::string>(), a["id"].get<int64_t>(),
+                       a.value("special", false)});
+      max_id = std::max(max_id, added.back().id);
+    }
+  }
+  const int32_t n = static_cast<int32_t>(max_id + 1);
+  const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::Get();
+  tok->bytes_.assign(n, "");
+  tok->kinds_.assign(n, Kind::kUnused);
+  tok->end_of_generation_.assign(n, false);
+  tok->ids_.reserve(vocab.size());
+  for (auto& [text, id] : vocab) {
+    if (tok->kinds_[id] != Kind::kUnused) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": token id ", id, " appears twice in model.vocab"));
+    }
+    tok->kinds_[id] = Kind::kNormal;
+    tok->bytes_[id] = alphabet.Decode(text);
+    tok->ids_.emplace(std::move(text), static_cast<TokenId>(id));
+  }
+  for (const Added& a : added) {
+    const TokenId id = static_cast<TokenId>(a.id);
+    if (tok->kinds_[id] == Kind::kNormal) {
+      auto it = tok->ids_.find(a.content);
+      if (it == tok->ids_.end() || it->second != id) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": added token '", a.content,
+                                                       "' reuses id ", id, " of another token"));
+      }
+    }
+    tok->kinds_[id] = a.special ? Kind::kControl : Kind::kUserDefined;
+    tok->bytes_[id] = a.content;  // added tokens render their literal text
+    tok->added_ids_[a.content] = id;
+    if (!a.special) tok->user_defined_.Add(a.content, id);
+    tok->all_special_.Add(a.content, id);
+  }
+
+  // Merges: "a b" strings or ["a", "b"] pairs.
+  std::vector<std::string> merge_texts;
+  if (m.contains("merges") && m["merges"].is_array()) {
+    merge_texts.reserve(m["merges"].size());
+    for (const Json& e : m["merges"]) {
+      if (e.is_string()) {
+        merge_texts.push_back(e.get<std::string>());
+      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+        merge_texts.push_back(absl::StrCat(e[0].get<std::string>(), " ",
+                                           e[1].get<std::string>()));
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": merge ", e.dump(), " is neither \"a b\" nor [\"a\", \"b\"]"));
+      }
+    }
+  }
+  std::vector<std::string_view> merges(merge_texts.begin(), merge_texts.end());
+  TokenId unk = -1;
+  if (m.contains("unk_token") && m["unk_token"].is_string()) {
+    unk = tok->Find(m["unk_token"].get<std::string>());
+  }
+  tok->merger_ = std::make_unique<BpeMerger>(tok->ids_, merges, unk);
+
+  // Special ids.
+  auto resolve = [&](const std::string& text, const char* key) -> absl::StatusOr<TokenId> {
+    const TokenId id = tok->Find(text);
+    if (id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(files.where, "/tokenizer_config.json: ",
+                                                     key, " '", text, "' is not a token"));
+    }
+    return id;
+  };
+  auto check_id = [&](int64_t id, const char* what) -> absl::StatusOr<TokenId> {
+    if (id < 0 || id >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(files.where, ": ", what, " ", id,
+                                                     " is outside the vocabulary [0, ", n, ")"));
+    }
+    return static_cast<TokenId>(id);
+  };
+  std::vector<int64_t> bos_ids, eos_ids;
+  TokenIds(gen_config, "bos_token_id", &bos_ids);
+  TokenIds(model_config, "bos_token_id", &bos_ids);
+  TokenIds(gen_config, "eos_token_id", &eos_ids);
+  TokenIds(model_config, "eos_token_id", &eos_ids);
+  const std::string bos_text = tok_config.is_object() && tok_config.contains("bos_token")
+                                   ? TokenText(tok_config["bos_token"]) : "";
+  const std::string eos_text = tok_config.is_object() && tok_config.contains("eos_token")
+                                   ? TokenText(tok_config["eos_token"]) : "";
+  if (!bos_text.empty()) {
+    ASSIGN_OR_RETURN(tok->bos_, resolve(bos_text, "bos_token"));
+  } else if (!bos_ids.empty()) {
+    ASSIGN_OR_RETURN(tok->bos_, check_id(bos_ids[0], "bos_token_id"));
+  }
+  if (!eos_text.empty()) {
+    ASSIGN_OR_RETURN(tok->eos_, resolve(eos_text, "eos_token"));
+  } else if (!eos_ids.empty()) {
+    ASSIGN_OR_RETURN(tok->eos_, check_id(eos_ids[0], "eos_token_id"));
+  }
+  if (tok->eos_ >= 0) tok->end_of_generation_[tok->eos_] = true;
+  for (int64_t id : eos_ids) {
+    ASSIGN_OR_RETURN(TokenId checked, check_id(id, "eos_token_id"));
+    tok->end_of_generation_[checked] = true;
+  }
+  for (std::string_view text :
+       {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>"}) {
+    const TokenId id = tok->Find(text);
+    if (id >= 0 && tok->IsSpecial(id)) tok->end_of_generation_[id] = true;
+  }
+
+  // add_bos: explicit flag, else a post_processor whose single-sequence template starts
+  // with the BOS token.
+  if (tok_config.is_object() && tok_config.contains("add_bos_token") &&
+      tok_config["add_bos_token"].is_boolean()) {
+    tok->add_bos_ = tok_config["add_bos_token"].get<bool>();
+  } else if (tok->bos_ >= 0 && j.contains("post_processor") && j["post_processor"].is_object()) {
+    std::vector<const Json*> procs;
+    const Json& pp = j["post_processor"];
+    if (pp.value("type", "") == "Sequence" && pp.contains("processors") &&
+        pp["processors"].is_array()) {
+      for (const Json& p : pp["processors"]) procs.push_back(&p);
+    } else {
+      procs.push_back(&pp);
+    }
+    for (const Json* p : procs) {
+      if (p->is_object() && p->value("type", "") == "TemplateProcessing" &&
+          p->contains("single") && (*p)["single"].is_array() && !(*p)["single"].empty()) {
+        const Json& first = (*p)["single"][0];
+        if (first.is_object() && first.contains("SpecialToken") &&
+            first["SpecialToken"].is_object() &&
+            first["SpecialToken"].value("id", "") == tok->bytes_[tok->bos_]) {
+          tok->add_bos_ = true;
+        }
+      }
+    }
+  }
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& folder) {
+  const std::filesystem::path dir(folder);
+  HfTokenizerFiles files;
+  files.where = folder;
+  ASSIGN_OR_RETURN(files.tokenizer_json, ReadOptional(dir / "tokenizer.json"));
+  ASSIGN_OR_RETURN(files.tokenizer_config_json, ReadOptional(dir / "tokenizer_config.json"));
+  ASSIGN_OR_RETURN(files.generation_config_json, ReadOptional(dir / "generation_config.json"));
+  ASSIGN_OR_RETURN(files.config_json, ReadOptional(dir / "config.json"));
+  return HfTokenizerFromFiles(files);
+}
+
+absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& folder) {
+  const std::filesystem::path dir(folder);
+  ASSIGN_OR_RETURN(std::string config_text, ReadOptional(dir / "tokenizer_config.json"));
+  ASSIGN_OR_RETURN(Json config, ParseOptional(config_text, folder, "tokenizer_config.json"));
+  if (config.is_object() && config.contains("chat_template")) {
+    const Json& t = config["chat_template"];
+    if (t.is_string()) return t.get<std::string>();
+    if (t.is_array()) {
+      std::string first;
+      for (const Json& e : t) {
+        if (!e.is_object() || !e.contains("template") || !e["template"].is_string()) continue;
+        if (e.value("name", "") == "default") return e["template"].get<std::string>();
+        if (first.empty()) first = e["template"].get<std::string>();
+      }
+      return first;
+    }
+  }
+  ASSIGN_OR_RETURN(std::string jinja, ReadOptional(dir / "chat_template.jinja"));
+  if (!jinja.empty()) return jinja;
+  ASSIGN_OR_RETURN(std::string json_text, ReadOptional(dir / "chat_template.json"));
+  ASSIGN_OR_RETURN(Json j, ParseOptional(json_text, folder, "chat_template.json"));
+  if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string()) {
+    return j["chat_template"].get<std::string>();
+  }
+  return std::string();
+}
+
+}  // namespace witcert

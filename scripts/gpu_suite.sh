@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole GPU suite in ONE device call: kernel tests, compute-sanitizer memcheck and
+# racecheck on the small cases, the decode benchmark and the PyTorch SDPA baseline.
+# Build and pack here first:
+#   ninja -C build-cuda kernels_cuda_write_path_test kernels_cuda_metered_decode_test bench_decode_cuda
+#   scripts/pack_gpu.sh dist-gpu build-cuda/tests/kernels/cuda/kernels_cuda_* build-cuda/bench/decode_cuda/bench_decode_cuda
+# then on the GPU host (device `run`, carry dist-gpu):  scripts/gpu_suite.sh dist-gpu "$OUT" [--quick] [--no-bench]
+# Logs land in OUT_DIR; the last lines printed are a summary.
+set -uo pipefail
+pack="${1:?pack dir}"; out="${2:?out dir}"; shift 2
+quick=""; bench=1
+for a in "$@"; do
+  case "$a" in --quick) quick="--quick" ;; --no-bench) bench=0 ;; esac
+done
+mkdir -p "$out"
+summary=()
+step() {  # step NAME LOGFILE CMD...
+  local name="$1" log="$2"; shift 2
+  local t0=$SECONDS
+  "$@" >"$out/$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-28s rc=%-3d %4ds  %s' "$name" "$rc" $((SECONDS - t0)) "$(grep -E '^\[  (PASSED|FAILED) |ERROR SUMMARY|tests? ran' "$out/$log" | tr '\n' ' ' | cut -c1-150)")")
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
+date -u >>"$out/gpu.txt"
+run="$pack/run"
+step write_path_test tests.log "$run" kernels_cuda_write_path_test
+step metered_decode_test tests_decode.log "$run" kernels_cuda_metered_decode_test
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$san" ]; then
+  filt='--gtest_filter=*Small*'
+  step memcheck_write sanitizer.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_write_path_test" "$filt"
+  step memcheck_decode sanitizer_md.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_metered_decode_test" "$filt"
+  step racecheck_decode sanitizer_rc.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool racecheck --error-exitcode 3 "$pack/bin/kernels_cuda_metered_decode_test" "$filt"
+  step racecheck_write sanitizer_rw.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool racecheck --error-exitcode 3 "$pack/bin/kernels_cuda_write_path_test" "$filt"
+  cat "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log" >>"$out/sanitizer.log"
+  rm -f "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log"
+else
+  summary+=("compute-sanitizer not found")
+fi
+cat "$out/tests_decode.log" >>"$out/tests.log"; rm -f "$out/tests_decode.log"
+if [ "$bench" = 1 ]; then
+  step bench_decode_cuda bench.log "$run" bench_decode_cuda $quick --csv "$out/bench.csv"
+  step sdpa_baseline sdpa.log env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/../bench/decode_cuda/sdpa_baseline.py" $quick --csv "$out/sdpa.csv"
+fi
+echo "==== failures (first 40) ===="
+grep -hE "Failure|FAILED|UNSOUND|mismatch|differ|ERROR SUMMARY: [1-9]|error" "$out"/tests.log "$out"/sanitizer.log 2>/dev/null | head -40
+echo "==== bench tables ===="
+[ -f "$out/bench.log" ] && grep -E "^\||copy|device" "$out/bench.log"
+[ -f "$out/sdpa.log" ] && grep -E "sdpa" "$out/sdpa.log"
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,350 @@
+// Hugging Face checkpoint folders: config.json parsing, tensor binding and shape checks,
+// tied/untied heads, sharded folders, and the decisive check: the HF model run through the
+// CPU backend gives the same logits as the same weights written as GGUF.
+//
+// The equivalence test is what proves the RoPE pairing logic. The GGUF "llama" copy has its
+// Q/K rows permuted to interleaved pairing (as llama.cpp's converter does) and is run with
+// interleaved RoPE; the HF copy keeps HF's row order and must be run half-split. Permuting
+// rows only reorders the q and k components, so q·k is the same sum in another order:
+// the logits agree up to fp32 summation-order rounding. Tolerance: 2e-4 absolute on logits
+// of magnitude ~1-5 (fp32 has ~6e-8 relative precision; a few hundred accumulations and two
+// layers stay well below 1e-5 relative). A GGUF copy written WITHOUT the permutation must
+// differ by far more than that, which shows the comparison can fail.
+#include "engine/model/hf_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/model_source.h"
+#include "engine/runtime/loaded_engine.h"
+#include "gtest/gtest.h"
+#include "tests/engine/model/tiny_hf_model.h"
+
+namespace witcert {
+namespace {
+
+using testing::TempFolder;
+using testing::TinyHfSpec;
+
+constexpr float kLogitAtol = 2e-4f;
+
+std::string Config(const std::string& extra, const std::string& arch = "LlamaForCausalLM") {
+  return R"({"architectures":[")" + arch +
+         R"("],"hidden_size":256,"num_hidden_layers":3,"num_attention_heads":8,)"
+         R"("num_key_value_heads":2,"intermediate_size":512,"vocab_size":1000,)"
+         R"("max_position_embeddings":8192,"rope_theta":500000.0,"rms_norm_eps":1e-05)" +
+         extra + "}";
+}
+
+TEST(HfConfigTest, LlamaFields) {
+  auto c = ParseHfConfig(Config(""), "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_EQ(c->hidden_dim, 256);
+  EXPECT_EQ(c->num_layers, 3);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->ffn_dim, 512);
+  EXPECT_EQ(c->vocab_size, 1000);
+  EXPECT_EQ(c->context_length, 8192);
+  EXPECT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_EQ(c->rope_pairing, RopePairing::kHalfSplit);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->tied_embeddings);
+}
+
+TEST(HfConfigTest, QwenMistralHeadDimAndTies) {
+  auto q = ParseHfConfig(Config(R"(,"tie_word_embeddings":true,"use_sliding_window":false)",
+                                "Qwen2ForCausalLM"), "cfg");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->architecture, "qwen2");
+  EXPECT_TRUE(q->qkv_bias);
+  EXPECT_TRUE(q->tied_embeddings);
+  EXPECT_EQ(q->rope_pairing, RopePairing::kHalfSplit);
+
+  auto m = ParseHfConfig(Config(R"(,"sliding_window":4096,"head_dim":64)", "MistralForCausalLM"),
+                         "cfg");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->architecture, "llama");
+  EXPECT_EQ(m->head_dim, 64);  // explicit head_dim wins over hidden / heads
+  EXPECT_EQ(m->q_dim(), 512);
+  EXPECT_EQ(m->context_length, 4096);  // capped by the sliding window
+
+  auto d = ParseHfConfig(Config(R"(,"rope_scaling":{"rope_type":"default"},"head_dim":null)"),
+                         "cfg");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->head_dim, 32);
+}
+
+TEST(HfConfigTest, ClearErrors) {
+  struct Case {
+    std::string json;
+    absl::StatusCode code;
+    const char* mention;
+  };
+  const std::vector<Case> cases = {
+      {Config(R"(,"rope_scaling":{"factor":8.0,"rope_type":"llama3"})"),
+       absl::StatusCode::kUnimplemented, "llama3"},
+      {Config(R"(,"rope_scaling":{"type":"yarn","factor":4.0})"),
+       absl::StatusCode::kUnimplemented, "yarn"},
+      {Config("", "GPT2LMHeadModel"), absl::StatusCode::kInvalidArgument, "GPT2LMHeadModel"},
+      {Config(R"(,"attention_bias":true)"), absl::StatusCode::kUnimplemented, "attention_bias"},
+      {Config(R"(,"hidden_act":"gelu")"), absl::StatusCode::kUnimplemented, "hidden_act"},
+      {Config(R"(,"use_sliding_window":true)", "Qwen2ForCausalLM"),
+       absl::StatusCode::kUnimplemented, "use_sliding_window"},
+      {R"({"architectures":["LlamaForCausalLM"],"num_hidden_layers":2})",
+       absl::StatusCode::kInvalidArgument, "hidden_size"},
+      {Config(R"(,"num_key_value_heads":3)"), absl::StatusCode::kInvalidArgument, "multiple"},
+      {Config(R"(,"vocab_size":-5)"), absl::StatusCode::kInvalidArgument, "vocab_size"},
+      {"[1,2]", absl::StatusCode::kInvalidArgument, "JSON object"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseHfConfig(c.json, "folder/config.json");
+    ASSERT_FALSE(r.ok()) << c.json;
+    EXPECT_EQ(r.status().code(), c.code) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), c.mention)) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "folder/config.json")) << r.status();
+  }
+}
+
+TEST(HfModelTest, LoadsUntiedAndTied) {
+  for (bool tied : {false, true}) {
+    TempFolder dir("hf_tie");
+    TinyHfSpec spec;
+    spec.tied = tied;
+    testing::WriteTinyHfFolder(spec, dir.path());
+    auto model = HfModelLoader::Load(dir.str());
+    ASSERT_TRUE(model.ok()) << model.status();
+    const Model& m = **model;
+    EXPECT_EQ(m.config().tied_embeddings, tied);
+    EXPECT_EQ(m.weights().output.data == m.weights().token_embd.data, tied);
+    EXPECT_EQ(m.gguf(), nullptr);
+    EXPECT_EQ(m.weights().token_embd.type, GgmlType::kBF16);
+    EXPECT_EQ(m.weights().token_embd.rows, spec.vocab);
+    EXPECT_EQ(m.weights().token_embd.row_bytes, static_cast<size_t>(spec.hidden) * 2);
+    EXPECT_EQ(m.weights().layers.size(), static_cast<size_t>(spec.layers));
+    EXPECT_EQ(m.weights().layers[1].w_down.rows, spec.hidden);
+    EXPECT_EQ(m.weights().layers[1].w_down.cols, spec.ffn);
+    EXPECT_EQ(m.config().name, dir.path().filename().string());
+  }
+}
+
+TEST(HfModelTest, UntiedConfigWithoutLmHeadFallsBackToEmbeddings) {
+  TempFolder dir("hf_nohead");
+  TinyHfSpec spec;
+  spec.write_lm_head = false;
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto model = HfModelLoader::Load(dir.str());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE((*model)->config().tied_embeddings);
+  EXPECT_EQ((*model)->weights().output.data, (*model)->weights().token_embd.data);
+}
+
+TEST(HfModelTest, VectorsAreWidenedToF32Exactly) {
+  TempFolder dir("hf_vec");
+  TinyHfSpec spec;
+  spec.arch = "qwen2";
+  spec.vector_dtype = "BF16";
+  spec.matrix_dtype = "F16";
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto model = HfModelLoader::Load(dir.str());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto tensors = testing::TinyHfTensors(spec);
+  const LayerWeights& l = (*model)->weights().layers[1];
+  ASSERT_EQ(l.bk.type, GgmlType::kF32);
+  ASSERT_EQ(l.attn_norm.type, GgmlType::kF32);
+  const auto& bk = tensors.at("model.layers.1.self_attn.k_proj.bias").values;
+  const auto& norm = tensors.at("model.layers.1.input_layernorm.weight").values;
+  for (size_t i = 0; i < bk.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<const float*>(l.bk.data)[i], bk[i]) << i;
+  }
+  for (size_t i = 0; i < norm.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<const float*>(l.attn_norm.data)[i], norm[i]) << i;
+  }
+  EXPECT_EQ(l.wq.type, GgmlType::kF16);
+}
+
+TEST(HfModelTest, MissingMisShapedAndWrongDtypeTensorsAreNamed) {
+  {  // the config says ffn 96, the tensors were written for ffn 80
+    TempFolder dir("hf_shape");
+    TinyHfSpec written;
+    written.ffn = 80;
+    testing::WriteTinyHfFolder(written, dir.path());
+    TinyHfSpec claimed;
+    testing::WriteFile(dir.path() / "config.json", testing::TinyHfConfigJson(claimed));
+    auto model = HfModelLoader::Load(dir.str());
+    ASSERT_FALSE(model.ok());
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "mlp.")) << model.status();
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "[80, 64]")) << model.status();
+  }
+  {  // a layer more in the config than in the checkpoint
+    TempFolder dir("hf_missing");
+    TinyHfSpec spec;
+    testing::WriteTinyHfFolder(spec, dir.path());
+    spec.layers = 3;
+    testing::WriteFile(dir.path() / "config.json", testing::TinyHfConfigJson(spec));
+    auto model = HfModelLoader::Load(dir.str());
+    ASSERT_FALSE(model.ok());
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "model.layers.2.")) << model.status();
+  }
+  {  // an integer matrix
+    TempFolder dir("hf_dtype");
+    TinyHfSpec spec;
+    spec.layers = 1;
+    testing::WriteTinyHfFolder(spec, dir.path());
+    testing::SafetensorsWriter w;
+    for (const auto& [name, t] : testing::TinyHfTensors(spec)) {
+      const bool bad = name == "model.layers.0.mlp.up_proj.weight";
+      std::string dtype = bad ? "I16" : (t.matrix ? "BF16" : "F32");
+      w.Add({name, dtype, t.shape, testing::Encode(t.values, bad ? "BF16" : dtype)});
+    }
+    testing::WriteFile(dir.path() / "model.safetensors", w.Build());
+    auto model = HfModelLoader::Load(dir.str());
+    ASSERT_FALSE(model.ok());
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "up_proj")) << model.status();
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "I16")) << model.status();
+  }
+}
+
+TEST(HfModelTest, ShardedWithAndWithoutIndex) {
+  for (bool index : {true, false}) {
+    TempFolder dir("hf_shards");
+    TinyHfSpec spec;
+    spec.shards = 3;
+    spec.write_index = index;
+    testing::WriteTinyHfFolder(spec, dir.path());
+    auto model = LoadModel(dir.str());
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ((*model)->config().num_layers, spec.layers);
+  }
+}
+
+// ---- HF vs GGUF through the CPU backend ----
+
+struct Run {
+  std::vector<std::vector<float>> logits;  // prefill, then each decode step: [vocab] each
+};
+
+Run RunModel(const Model& model, bool exact) {
+  KvConfig kv;
+  kv.k_scheme = kv.v_scheme = "fp32";
+  kv.memory_bytes = 4ll << 20;
+  auto options = MakeKvOptions(model.config(), kv);
+  EXPECT_TRUE(options.ok()) << options.status();
+  auto backend = CpuBackend::Create(model, *options, {.num_threads = 1, .exact_matmul = exact});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  Run run;
+  if (!backend.ok()) return run;
+  const std::vector<TokenId> prompt = {3, 17, 5, 40, 22, 9, 31};
+  const std::vector<TokenId> next = {11, 2};
+  KvCache& cache = (*backend)->kv_cache();
+  EXPECT_TRUE(cache.AddSequence(1).ok());
+  EXPECT_TRUE(cache.Reserve(1, static_cast<int64_t>(prompt.size() + next.size())).ok());
+  ForwardItem item;
+  item.seq = 1;
+  item.tokens = prompt;
+  ForwardResult result;
+  EXPECT_TRUE((*backend)->Forward({&item, 1}, &result).ok());
+  run.logits.push_back(result.logits);
+  for (size_t i = 0; i < next.size(); ++i) {
+    ForwardItem step;
+    step.seq = 1;
+    step.tokens = absl::Span<const TokenId>(&next[i], 1);
+    step.start_pos = static_cast<int64_t>(prompt.size() + i);
+    step.decode_step = static_cast<int64_t>(i);
+    ForwardResult r;
+    EXPECT_TRUE((*backend)->Forward({&step, 1}, &r).ok());
+    run.logits.push_back(r.logits);
+  }
+  return run;
+}
+
+float MaxAbsDiff(const Run& a, const Run& b) {
+  float m = 0.0f;
+  EXPECT_EQ(a.logits.size(), b.logits.size());
+  for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s) {
+    EXPECT_EQ(a.logits[s].size(), b.logits[s].size());
+    for (size_t i = 0; i < std::min(a.logits[s].size(), b.logits[s].size()); ++i) {
+      EXPECT_TRUE(std::isfinite(a.logits[s][i]) && std::isfinite(b.logits[s][i]));
+      m = std::max(m, std::abs(a.logits[s][i] - b.logits[s][i]));
+    }
+  }
+  return m;
+}
+
+float MaxAbs(const Run& a) {
+  float m = 0.0f;
+  for (const auto& l : a.logits) {
+    for (float x : l) m = std::max(m, std::abs(x));
+  }
+  return m;
+}
+
+class HfVsGgufTest : public ::testing::TestWithParam<std::tuple<std::string, bool, bool>> {};
+
+TEST_P(HfVsGgufTest, SameLogits) {
+  const auto [arch, tied, exact] = GetParam();
+  TinyHfSpec spec;
+  spec.arch = arch;
+  spec.tied = tied;
+  if (arch == "qwen2") {  // exercise the F16 matrix and BF16 vector paths too
+    spec.matrix_dtype = "F16";
+    spec.vector_dtype = "BF16";
+  }
+  TempFolder dir("hf_vs_gguf");
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto hf = LoadModel(dir.str());
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  auto gguf_file = GgufFile::FromBytes(testing::TinyHfAsGguf(spec));
+  ASSERT_TRUE(gguf_file.ok()) << gguf_file.status();
+  auto gguf = ModelLoader::FromGguf(std::move(*gguf_file));
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  EXPECT_EQ((*hf)->config().rope_pairing, RopePairing::kHalfSplit);
+  EXPECT_EQ((*gguf)->config().rope_pairing,
+            arch == "llama" ? RopePairing::kInterleaved : RopePairing::kHalfSplit);
+
+  const Run a = RunModel(**hf, exact);
+  const Run b = RunModel(**gguf, exact);
+  ASSERT_EQ(a.logits.size(), 3u);
+  const float diff = MaxAbsDiff(a, b);
+  EXPECT_LE(diff, kLogitAtol) << "max |logit| " << MaxAbs(a);
+  EXPECT_GT(MaxAbs(a), 0.1f) << "logits too small for the comparison to mean anything";
+  std::printf("%s tied=%d exact=%d: max |HF - GGUF| = %.3g (max |logit| %.3g)\n", arch.c_str(),
+              tied, exact, diff, MaxAbs(a));
+
+  if (arch == "llama") {  // without the permutation the pairing is wrong: must be detected
+    auto unpermuted = GgufFile::FromBytes(testing::TinyHfAsGguf(spec, /*permute_qk=*/false));
+    ASSERT_TRUE(unpermuted.ok());
+    auto wrong = ModelLoader::FromGguf(std::move(*unpermuted));
+    ASSERT_TRUE(wrong.ok());
+    EXPECT_GT(MaxAbsDiff(a, RunModel(**wrong, exact)), 100 * kLogitAtol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, HfVsGgufTest,
+                         ::testing::Combine(::testing::Values("llama", "qwen2"),
+                                            ::testing::Bool(), ::testing::Bool()));
+
+TEST(HfModelTest, SpecDispatch) {
+  TempFolder dir("hf_spec");
+  auto no_config = ParseModelSpec(dir.str());
+  EXPECT_TRUE(absl::IsNotFound(no_config.status())) << no_config.status();
+  testing::WriteTinyHfFolder(TinyHfSpec{}, dir.path());
+  auto hf = ParseModelSpec(dir.str());
+  ASSERT_TRUE(hf.ok());
+  EXPECT_EQ(hf->kind, ModelSourceKind::kHuggingFace);
+  auto gguf = ParseModelSpec("models/x.gguf");
+  ASSERT_TRUE(gguf.ok());
+  EXPECT_EQ(gguf->kind, ModelSourceKind::kGguf);
+  EXPECT_FALSE(LoadModel("/nonexistent/x.gguf").ok());
+}
+
+}  // namespace
+}  // namespace witcert
