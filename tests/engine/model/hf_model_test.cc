@@ -228,11 +228,11 @@ TEST(HfModelTest, ShardedWithAndWithoutIndex) {
 
 // ---- HF vs GGUF through the CPU backend ----
 
-struct Run {
+struct LogitTrace {
   std::vector<std::vector<float>> logits;  // prefill, then each decode step: [vocab] each
 };
 
-Run RunModel(const Model& model, bool exact) {
+LogitTrace RunModel(const Model& model, bool exact) {
   KvConfig kv;
   kv.k_scheme = kv.v_scheme = "fp32";
   kv.memory_bytes = 4ll << 20;
@@ -240,7 +240,7 @@ Run RunModel(const Model& model, bool exact) {
   EXPECT_TRUE(options.ok()) << options.status();
   auto backend = CpuBackend::Create(model, *options, {.num_threads = 1, .exact_matmul = exact});
   EXPECT_TRUE(backend.ok()) << backend.status();
-  Run run;
+  LogitTrace run;
   if (!backend.ok()) return run;
   const std::vector<TokenId> prompt = {3, 17, 5, 40, 22, 9, 31};
   const std::vector<TokenId> next = {11, 2};
@@ -266,7 +266,7 @@ Run RunModel(const Model& model, bool exact) {
   return run;
 }
 
-float MaxAbsDiff(const Run& a, const Run& b) {
+float MaxAbsDiff(const LogitTrace& a, const LogitTrace& b) {
   float m = 0.0f;
   EXPECT_EQ(a.logits.size(), b.logits.size());
   for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s) {
@@ -279,7 +279,7 @@ float MaxAbsDiff(const Run& a, const Run& b) {
   return m;
 }
 
-float MaxAbs(const Run& a) {
+float MaxAbs(const LogitTrace& a) {
   float m = 0.0f;
   for (const auto& l : a.logits) {
     for (float x : l) m = std::max(m, std::abs(x));
@@ -310,8 +310,8 @@ TEST_P(HfVsGgufTest, SameLogits) {
   EXPECT_EQ((*gguf)->config().rope_pairing,
             arch == "llama" ? RopePairing::kInterleaved : RopePairing::kHalfSplit);
 
-  const Run a = RunModel(**hf, exact);
-  const Run b = RunModel(**gguf, exact);
+  const LogitTrace a = RunModel(**hf, exact);
+  const LogitTrace b = RunModel(**gguf, exact);
   ASSERT_EQ(a.logits.size(), 3u);
   const float diff = MaxAbsDiff(a, b);
   EXPECT_LE(diff, kLogitAtol) << "max |logit| " << MaxAbs(a);
