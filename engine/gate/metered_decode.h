@@ -19,6 +19,8 @@
 
 namespace witcert {
 
+class ThreadPool;
+
 struct DecodeAttentionRequest {
   SeqId seq = 0;
   int32_t layer = 0;
@@ -32,8 +34,11 @@ struct DecodeAttentionRequest {
   int32_t num_splits = 1;            // split-KV partitions (results invariant)
 };
 
+// `pool` (optional) runs the KV heads of an observe/off call in parallel; repair calls stay
+// serial (they page blocks into the sequence's table under one shared budget).
 [[nodiscard]] absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& req,
                                                   int32_t num_q_heads,
-                                                  RiskCounters* counters = nullptr);
+                                                  RiskCounters* counters = nullptr,
+                                                  ThreadPool* pool = nullptr);
 
 }  // namespace witcert

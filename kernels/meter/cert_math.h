@@ -58,7 +58,7 @@ WITCERT_HD inline float EtaFactor(int32_t head_dim) {
 // ‖x‖₂ of `n` values at stride `stride`, scaled so squares neither overflow nor underflow.
 WITCERT_HD inline float ScaledNorm(const float* x, int32_t n) {
   float amax = 0.0f;
-  for (int32_t i = 0; i < n; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  for (int32_t i = 0; i < n; ++i) amax = MaxAcc(amax, fabsf(x[i]));
   if (amax == 0.0f || !(amax <= 3.0e38f)) return amax;  // 0, inf or NaN
   float inv = 1.0f / amax;
   float s = 0.0f;
@@ -144,10 +144,10 @@ WITCERT_HD inline void PartialAddToken(CertPartial* p, float logit, float eps_ha
     }
   }
   if (rho_norm > 0.0f) p->c += w * rho_norm;
-  p->eps_max = fmaxf(p->eps_max, eps_hat);
+  p->eps_max = MaxAcc(p->eps_max, eps_hat);
   if (!(eps_hat == eps_hat)) p->eps_max = INFINITY;
-  p->vmax = fmaxf(p->vmax, vnorm_plus_rho);
-  p->eta_max = fmaxf(p->eta_max, eta);
+  p->vmax = MaxAcc(p->vmax, vnorm_plus_rho);
+  p->eta_max = MaxAcc(p->eta_max, eta);
   p->count += 1;
   p->chain += 1;
 }

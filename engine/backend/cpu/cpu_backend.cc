@@ -92,7 +92,8 @@ void CpuBackend::FreshCausalAttention(int64_t first_row, int64_t num_tokens) {
 }
 
 absl::Status CpuBackend::StoredAttention(const ForwardItem& item, int64_t first_row,
-                                         int32_t layer, std::vector<CellRecord>* cells) {
+                                         int32_t layer, std::vector<CellRecord>* cells,
+                                         ThreadPool* pool) {
   const int64_t n = static_cast<int64_t>(item.tokens.size());
   const int64_t hq = config_.num_heads;
   const int64_t q_dim = config_.q_dim();
@@ -114,7 +115,7 @@ absl::Status CpuBackend::StoredAttention(const ForwardItem& item, int64_t first_
       cell_out = cells->data() + base;
     }
     request.cells = cell_out;
-    RETURN_IF_ERROR(MeteredDecodeAttention(*kv_, request, config_.num_heads));
+    RETURN_IF_ERROR(MeteredDecodeAttention(*kv_, request, config_.num_heads, nullptr, pool));
   }
   return absl::OkStatus();
 }
@@ -177,14 +178,28 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
         RETURN_IF_ERROR(kv_->Write(item.seq, layer, pos, &k_[row * kv_dim], &v_[row * kv_dim]));
       }
     }
+    // Prompt chunks at position 0 attend over their fresh K/V (parallel inside); items that
+    // read stored K/V run in parallel across sequences, or across KV heads when alone.
+    std::vector<size_t> stored;
     for (size_t b = 0; b < batch.size(); ++b) {
-      const ForwardItem& item = batch[b];
-      if (item.start_pos == 0) {
-        FreshCausalAttention(first_row[b], static_cast<int64_t>(item.tokens.size()));
+      if (batch[b].start_pos == 0) {
+        FreshCausalAttention(first_row[b], static_cast<int64_t>(batch[b].tokens.size()));
       } else {
-        RETURN_IF_ERROR(StoredAttention(item, first_row[b], layer,
-                                        item.policy ? &result->cells[b] : nullptr));
+        stored.push_back(b);
       }
+    }
+    auto attend = [&](size_t b, ThreadPool* pool) {
+      return StoredAttention(batch[b], first_row[b], layer,
+                             batch[b].policy ? &result->cells[b] : nullptr, pool);
+    };
+    if (stored.size() == 1) {
+      RETURN_IF_ERROR(attend(stored[0], &pool_));
+    } else if (stored.size() > 1) {
+      std::vector<absl::Status> statuses(stored.size());
+      pool_.ParallelFor(static_cast<int64_t>(stored.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) statuses[i] = attend(stored[i], nullptr);
+      });
+      for (const absl::Status& st : statuses) RETURN_IF_ERROR(st);
     }
     MatmulRows(attn_.data(), total, lw.wo, proj_.data());
     AddInPlace(x_.data(), proj_.data(), total * hidden);

@@ -42,8 +42,10 @@ class CpuBackend : public Backend {
   // Causal attention of a prompt chunk that starts at position 0 over its own fresh K/V
   // (exact: nothing has been stored yet, so there is no certificate cell to record).
   void FreshCausalAttention(int64_t first_row, int64_t num_tokens);
+  // Attention of `item` over stored K/V, metered; `pool` (may be null) parallelizes its KV
+  // heads. Safe to run concurrently for different items.
   absl::Status StoredAttention(const ForwardItem& item, int64_t first_row, int32_t layer,
-                               std::vector<CellRecord>* cells);
+                               std::vector<CellRecord>* cells, ThreadPool* pool);
 
   const Model& model_;
   const ModelConfig& config_;

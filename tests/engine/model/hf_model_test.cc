@@ -192,7 +192,25 @@ TEST(HfModelTest, MissingMisShapedAndWrongDtypeTensorsAreNamed) {
     testing::WriteFile(dir.path() / "config.json", testing::TinyHfConfigJson(spec));
     auto model = HfModelLoader::Load(dir.str());
     ASSERT_FALSE(model.ok());
-    EXPECT_TRUE(absl::StrContains(model.status().message(), "model.layers.2.")) << model.status();
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "num_hidden_layers = 3"))
+        << model.status();
+  }
+  {  // one tensor absent
+    TempFolder dir("hf_absent");
+    TinyHfSpec spec;
+    testing::WriteTinyHfFolder(spec, dir.path());
+    testing::SafetensorsWriter w;
+    for (const auto& [name, t] : testing::TinyHfTensors(spec)) {
+      if (name == "model.layers.1.self_attn.o_proj.weight") continue;
+      const std::string dtype = t.matrix ? "BF16" : "F32";
+      w.Add({name, dtype, t.shape, testing::Encode(t.values, dtype)});
+    }
+    testing::WriteFile(dir.path() / "model.safetensors", w.Build());
+    auto model = HfModelLoader::Load(dir.str());
+    ASSERT_FALSE(model.ok());
+    EXPECT_TRUE(absl::StrContains(model.status().message(),
+                                  "missing tensor 'model.layers.1.self_attn.o_proj.weight'"))
+        << model.status();
   }
   {  // an integer matrix
     TempFolder dir("hf_dtype");
@@ -331,6 +349,64 @@ TEST_P(HfVsGgufTest, SameLogits) {
 INSTANTIATE_TEST_SUITE_P(All, HfVsGgufTest,
                          ::testing::Combine(::testing::Values("llama", "qwen2"),
                                             ::testing::Bool(), ::testing::Bool()));
+
+TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
+  TempFolder dir("hf_engine");
+  TinyHfSpec spec;
+  testing::WriteTinyHfFolder(spec, dir.path());
+  // Byte-level vocabulary of the letters a-z (ids 0..25) plus two ChatML specials.
+  std::string vocab;
+  for (int i = 0; i < 26; ++i) {
+    vocab += (i ? "," : "") + ("\"" + std::string(1, static_cast<char>('a' + i)) + "\":" +
+                               std::to_string(i));
+  }
+  testing::WriteFile(dir.path() / "tokenizer.json",
+                     R"({"added_tokens":[{"id":26,"content":"<|im_start|>","special":true},)"
+                     R"({"id":27,"content":"<|im_end|>","special":true}],)"
+                     R"("pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false},)"
+                     R"("decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{)" +
+                         vocab + R"(},"merges":[]}})");
+  testing::WriteFile(dir.path() / "tokenizer_config.json",
+                     R"({"eos_token":"<|im_end|>","chat_template":"{% for m in messages %})"
+                     R"({{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>'}})"
+                     R"({% endfor %}"})");
+  EngineConfig config;
+  config.model_path = dir.str();
+  config.threads = 1;
+  config.kv.memory_bytes = 4ll << 20;
+  auto loaded = LoadEngine(config);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->chat_template.name(), "chatml");
+  EXPECT_EQ((*loaded)->tokenizer->eos_id(), 27);
+  const auto prompt = (*loaded)->tokenizer->Encode(
+      (*loaded)->chat_template.Apply({{"user", "hi"}}, true), true);
+  ASSERT_GE(prompt.size(), 4u);
+  EXPECT_EQ(prompt[0], 26);
+  Request request;
+  request.id = "hf";
+  request.prompt = prompt;
+  request.sampling.temperature = 0.0f;
+  request.stop.max_tokens = 3;
+  request.stop.ignore_eos = true;
+  auto stream = (*loaded)->engine->Submit(request);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  int tokens = 0;
+  while (true) {
+    RequestEvent e = *(*stream)->Next();
+    if (e.kind == RequestEvent::Kind::kToken) ++tokens;
+    if (e.kind == RequestEvent::Kind::kFinish) {
+      EXPECT_TRUE(e.status.ok()) << e.status;
+      break;
+    }
+  }
+  EXPECT_EQ(tokens, 3);
+
+  // No template in the folder and no override: the same clear error as for GGUF.
+  std::filesystem::remove(dir.path() / "tokenizer_config.json");
+  EXPECT_FALSE(LoadEngine(config).ok());
+  config.chat_template = "llama3";
+  EXPECT_TRUE(LoadEngine(config).ok());
+}
 
 TEST(HfModelTest, SpecDispatch) {
   TempFolder dir("hf_spec");

@@ -112,6 +112,20 @@ TEST(SyntheticModelTest, DeterministicPerSeedAndThreadCount) {
   }
   EXPECT_FALSE(SameMatrix(wa.token_embd, (*c)->weights().token_embd));
   EXPECT_FALSE(SameMatrix(wa.layers[0].wq, wa.layers[1].wq));  // tensors differ by id
+
+  // Tensors large enough to be split across threads: still bit-identical.
+  auto big = SyntheticPresetConfig("tiny");
+  ASSERT_TRUE(big.ok());
+  big->num_layers = 1;
+  big->hidden_dim = 1024;
+  big->num_heads = big->num_kv_heads = 8;
+  big->head_dim = 128;
+  big->vocab_size = 600;
+  auto one = SyntheticModelLoader::FromConfig(*big, 9, {}, 1);
+  auto many = SyntheticModelLoader::FromConfig(*big, 9, {}, 4);
+  ASSERT_TRUE(one.ok() && many.ok());
+  EXPECT_TRUE(SameMatrix((*one)->weights().token_embd, (*many)->weights().token_embd));
+  EXPECT_TRUE(SameMatrix((*one)->weights().layers[0].wq, (*many)->weights().layers[0].wq));
 }
 
 TEST(SyntheticModelTest, WeightsFollowTheDocumentedLaw) {
