@@ -12,7 +12,14 @@
 namespace witcert {
 namespace {
 
-MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head) {
+// ‖ṽ_t‖ of every gathered row, once per KV head (its query heads share the values).
+void ValueNorms(const GatheredHead& head, int32_t d, std::vector<float>* out) {
+  out->resize(head.num_tokens);
+  for (int64_t t = 0; t < head.num_tokens; ++t) (*out)[t] = StoredValueNorm(&head.v[t * d], d);
+}
+
+MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head,
+                         const std::vector<float>& v_norm) {
   MeteredHeadInputs in;
   in.head_dim = kv.options().head_dim;
   in.num_bands = kv.options().num_bands;
@@ -24,6 +31,7 @@ MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head) {
   in.v_witness = head.v_witness.empty() ? nullptr : head.v_witness.data();
   in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
   in.token_exact = head.token_exact.data();
+  in.v_norm = v_norm.empty() ? nullptr : v_norm.data();
   return in;
 }
 
@@ -61,6 +69,8 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
     std::vector<float> ek, ev;                           // [S, d] exact rows (audit)
     {
       RETURN_IF_ERROR(kv.GatherHead(req.seq, req.layer, g, s, &head));
+      std::vector<float> v_norm;  // [S]
+      if (meter) ValueNorms(head, d, &v_norm);
       for (int32_t j = 0; j < group; ++j) {
         const int32_t h = g * group + j;
         const float* q = req.q + static_cast<int64_t>(h) * d;
@@ -70,7 +80,9 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
         opt.meter = meter;
         opt.delta_loc = req.delta_loc;
         MeteredAttentionResult res;
-        MeteredAttention(Inputs(kv, head), q, opt, out, &res, meter ? risk.data() : nullptr);
+        // Per-token risk (each token's share of A − 1) only ranks blocks for repair.
+        MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res,
+                         repair ? risk.data() : nullptr);
         if (!meter) continue;
         CellRecord cell;
         cell.layer = req.layer;
@@ -105,7 +117,8 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
           // Unrepairable markers (2) must not be treated as exact by the kernel.
           std::vector<uint8_t> saved = head.token_exact;
           for (auto& e : head.token_exact) e = e == 1 ? 1 : 0;
-          MeteredAttention(Inputs(kv, head), q, opt, out, &res, risk.data());
+          ValueNorms(head, d, &v_norm);  // promoted rows are exact now
+          MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res, risk.data());
           head.token_exact = saved;
         }
         for (auto& e : head.token_exact) e = e == 1 ? 1 : 0;

@@ -40,9 +40,12 @@ MeteredQuery PrepareMeteredQuery(const MeteredHeadInputs& in, const float* q,
   return mq;
 }
 
-void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter,
-                  int64_t begin, int64_t end, meter::CertPartial* partial, float* acc,
-                  float* logit, float* eps) {
+float StoredValueNorm(const float* v, int32_t head_dim) {
+  return meter::ScaledNorm(v, head_dim) * (1.0f + 2.0f * (head_dim + 6) * meter::kUnitRoundoff);
+}
+
+void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter, int64_t begin,
+                  int64_t end, meter::CertPartial* partial, float* acc, float* logit, float* eps) {
   const int32_t d = in.head_dim;
   const int32_t nb = in.num_bands;
   const int64_t n = end - begin;
@@ -60,15 +63,15 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
       absdot += std::fabs(q[c] * k[c]);
     }
     lg[i] = dot * mq.inv_sqrt_d;
-    m = std::fmax(m, lg[i]);
+    m = meter::MaxAcc(m, lg[i]);
     if (!meter) continue;
     eta[i] = mq.eta_factor * absdot * mq.inv_sqrt_d;
     bool exact = in.token_exact != nullptr && in.token_exact[begin + i] != 0;
     float e = 0.0f;
     if (!exact) {
       if (in.k_witness != nullptr) {
-        e = meter::TierAEpsilon(mq.q_band_norm, in.k_witness + (begin + i) * nb, nb,
-                                mq.inv_sqrt_d, mq.eps_inflation);
+        e = meter::TierAEpsilon(mq.q_band_norm, in.k_witness + (begin + i) * nb, nb, mq.inv_sqrt_d,
+                                mq.eps_inflation);
       }
       if (mq.tier_b_coef > 0.0f) {
         float u = mq.tier_b_coef * in.k_dither_scale[begin + i] * (1.0f + 4 * meter::kUnitRoundoff);
@@ -92,7 +95,7 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
     bool exact = in.token_exact != nullptr && in.token_exact[begin + i] != 0;
     float rho = 0.0f;
     if (!exact && in.v_witness != nullptr) rho = RhoNorm(in.v_witness + (begin + i) * nb, nb);
-    float vn = meter::ScaledNorm(v, d) * (1.0f + 2.0f * (d + 6) * meter::kUnitRoundoff);
+    float vn = in.v_norm != nullptr ? in.v_norm[begin + i] : StoredValueNorm(v, d);
     meter::PartialAddToken(partial, lg[i], ep[i], rho, vn + rho, eta[i]);
   }
   if (logit != nullptr) std::memcpy(logit, lg.data(), sizeof(float) * n);

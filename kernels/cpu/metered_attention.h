@@ -28,7 +28,13 @@ struct MeteredHeadInputs {
   const float* v_witness = nullptr; // [S, B] value residual band norms (null: values exact)
   const float* k_dither_scale = nullptr;  // [S] Tier B dither scale s_t (null: no Tier B)
   const uint8_t* token_exact = nullptr;   // [S] 1: row is an exact copy (ε̂ = 0, ρ = 0)
+  // [S] optional ‖ṽ_t‖ already inflated by StoredValueNormInflation (the query heads of a GQA
+  // group share their values, so the caller computes these once); null → computed here.
+  const float* v_norm = nullptr;
 };
+
+// ‖ṽ_t‖ as the meter uses it: the fp32 scaled norm, inflated to cover its rounding.
+float StoredValueNorm(const float* v, int32_t head_dim);
 
 struct MeteredAttentionOptions {
   int32_t num_splits = 1;  // ≥ 1; clipped to S
