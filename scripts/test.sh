@@ -15,6 +15,8 @@ cd "$root"
 "$root/scripts/fetch_model.sh"
 
 export WITCERT_REQUIRE_MODEL=1
+# The full soundness property runs: S up to 131072 through the cache, 10^6 Tier B cells.
+export WITCERT_LONG_TESTS=1
 export WITCERT_MODEL="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 export WITCERT_BIN="$build_dir/server/witcert"
 
