@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/mapped_file.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
 #include "nlohmann/json.hpp"
@@ -92,32 +93,12 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return absl::Status(absl::ErrnoToStatusCode(err),
-                        absl::StrCat(path, ": cannot open: ", std::strerror(err)));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
+  ASSIGN_OR_RETURN(FileMapping mapping, MapFileReadOnly(path));
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* m = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return absl::Status(absl::ErrnoToStatusCode(err),
-                          absl::StrCat(path, ": mmap failed: ", std::strerror(err)));
-    }
-    file->mapping_ = m;
-    file->base_ = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);  // the mapping keeps the file alive
+  file->size_ = mapping.size;
+  file->mapping_ = mapping.data;
+  file->base_ = static_cast<const uint8_t*>(mapping.data);
   RETURN_IF_ERROR(file->Parse());
   return file;
 }
