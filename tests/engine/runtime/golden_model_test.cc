@@ -248,47 +248,64 @@ void ExpectTeacherForcedGreedyMatches(CpuBackend& backend, const GatePolicy* pol
   EXPECT_EQ(backend.kv_cache().num_free_blocks(), backend.kv_cache().num_total_blocks());
 }
 
-// The whole engine (scheduler, sampler, detokenizer, metered exact KV) in exact-matmul mode,
-// running free, must reproduce the float64 evaluation's greedy continuation token for token,
-// up to a step whose exact top-2 margin is below kExactAtol (a tie at fp32 resolution).
-TEST_F(GoldenModelTest, ExactModeGreedyMatchesFloat64TokenForToken) {
+// Runs every greedy fixture case through a whole engine (scheduler, sampler, detokenizer,
+// metered KV) running free, and expects the continuation under `ids_key` token for token up
+// to the first step whose reference top-2 margin (under `margins_key`) is below `tie`: there
+// two correct implementations may branch. Returns how many tokens were compared.
+int ExpectFreeRunningGreedyMatches(const EngineConfig& config, const char* ids_key,
+                                   const char* margins_key, double tie) {
   nlohmann::json fixture = LoadFixture("greedy.json");
+  auto loaded = LoadEngine(config);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return 0;
+  int compared = 0, index = 0;
+  for (const auto& c : fixture["cases"]) {
+    const auto expected = c[ids_key].get<std::vector<TokenId>>();
+    const auto margins = c[margins_key].get<std::vector<double>>();
+    size_t decided = 0;  // steps before the first near-tie
+    while (decided < expected.size() && margins[decided] >= tie) ++decided;
+    Request request;
+    request.id = "golden-" + std::to_string(index++);
+    request.prompt = c["prompt_ids"].get<std::vector<TokenId>>();
+    request.sampling.temperature = 0.0f;
+    request.stop.max_tokens = static_cast<int32_t>(expected.size());
+    auto stream = (*loaded)->engine->Submit(request);
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    if (!stream.ok()) continue;
+    std::vector<TokenId> got;
+    while (true) {
+      RequestEvent e = *(*stream)->Next();
+      if (e.kind == RequestEvent::Kind::kToken) got.push_back(e.token.token);
+      if (e.kind == RequestEvent::Kind::kFinish) {
+        EXPECT_TRUE(e.status.ok()) << e.status;
+        break;
+      }
+    }
+    if (decided == expected.size()) {
+      EXPECT_EQ(got, expected) << request.id;
+    } else {
+      EXPECT_GE(got.size(), decided) << request.id;
+      got.resize(std::min(got.size(), decided));
+      EXPECT_EQ(got, std::vector<TokenId>(expected.begin(), expected.begin() + decided))
+          << request.id;
+    }
+    compared += static_cast<int>(decided);
+  }
+  // Every request finished: the pool is whole again.
+  KvCache& kv = (*loaded)->engine->backend().kv_cache();
+  EXPECT_EQ(kv.num_free_blocks(), kv.num_total_blocks());
+  return compared;
+}
+
+// Exact-matmul mode with an exact (fp32) KV cache against the float64 evaluation.
+TEST_F(GoldenModelTest, ExactModeGreedyMatchesFloat64TokenForToken) {
   EngineConfig config;
   config.model_path = testing::DefaultModelPath();
   config.kv.k_scheme = config.kv.v_scheme = "fp32";
   config.kv.memory_bytes = 64ll << 20;
   config.exact_matmul = true;
-  auto loaded = LoadEngine(config);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  int compared = 0, index = 0;
-  for (const auto& c : fixture["cases"]) {
-    const auto expected = c["exact_greedy_ids"].get<std::vector<TokenId>>();
-    const auto margins = c["exact_top2_margins"].get<std::vector<double>>();
-    size_t safe = 0;
-    while (safe < expected.size() && margins[safe] >= kExactAtol) ++safe;
-    Request request;
-    request.id = "exact-" + std::to_string(index++);
-    request.prompt = c["prompt_ids"].get<std::vector<TokenId>>();
-    request.sampling.temperature = 0.0f;
-    request.stop.max_tokens = static_cast<int32_t>(expected.size());
-    auto stream = (*loaded)->engine->Submit(request);
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    std::vector<TokenId> got;
-    while (true) {
-      RequestEvent e = *(*stream)->Next();
-      if (e.kind == RequestEvent::Kind::kToken) got.push_back(e.token.token);
-      if (e.kind == RequestEvent::Kind::kFinish) break;
-    }
-    if (safe == expected.size()) {
-      EXPECT_EQ(got, expected) << request.id;
-    } else {
-      ASSERT_GE(got.size(), safe) << request.id;
-      EXPECT_EQ(std::vector<TokenId>(got.begin(), got.begin() + safe),
-                std::vector<TokenId>(expected.begin(), expected.begin() + safe))
-          << request.id;
-    }
-    compared += static_cast<int>(std::min(safe, expected.size()));
-  }
+  const int compared = ExpectFreeRunningGreedyMatches(config, "exact_greedy_ids",
+                                                      "exact_top2_margins", kExactAtol);
   std::printf("exact-mode engine matched the float64 greedy continuation on %d tokens\n",
               compared);
   EXPECT_GE(compared, 150) << "the fixture should exercise at least 150 decided tokens";
@@ -312,51 +329,14 @@ TEST_F(GoldenModelTest, GreedyMatchesLlamaCppWithInt8AndRepairGate) {
   ExpectTeacherForcedGreedyMatches(*backend, &repair, /*expect_all_certified=*/true);
 }
 
-// The whole engine (scheduler, sampler, detokenizer, metered fp16 KV) running free: it must
-// reproduce llama.cpp's continuation token for token up to the first near-tie step (where
-// the two implementations may legitimately branch).
-TEST_F(GoldenModelTest, EngineFreeRunningGreedyMatchesUntilNearTie) {
-  nlohmann::json fixture = LoadFixture("greedy.json");
+// The fast path (8-bit activations, fp16 KV, meter on) against llama.cpp's continuation.
+TEST_F(GoldenModelTest, EngineFreeRunningGreedyMatchesLlamaCppUntilNearTie) {
   EngineConfig config;
   config.model_path = testing::DefaultModelPath();
   config.kv.memory_bytes = 64ll << 20;
-  auto loaded = LoadEngine(config);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  int index = 0, compared = 0;
-  for (const auto& c : fixture["cases"]) {
-    const auto expected = c["greedy_ids"].get<std::vector<TokenId>>();
-    const auto margins = c["top2_margins"].get<std::vector<double>>();
-    size_t safe = 0;  // steps before the first near-tie
-    while (safe < expected.size() && margins[safe] >= LlamaCppTolerance()) ++safe;
-    Request request;
-    request.id = "golden-" + std::to_string(index++);
-    request.prompt = c["prompt_ids"].get<std::vector<TokenId>>();
-    request.sampling.temperature = 0.0f;
-    request.stop.max_tokens = static_cast<int32_t>(expected.size());
-    auto stream = (*loaded)->engine->Submit(request);
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    std::vector<TokenId> got;
-    while (true) {
-      RequestEvent e = *(*stream)->Next();
-      if (e.kind == RequestEvent::Kind::kToken) got.push_back(e.token.token);
-      if (e.kind == RequestEvent::Kind::kFinish) {
-        ASSERT_TRUE(e.status.ok()) << e.status;
-        break;
-      }
-    }
-    const size_t n = std::min(safe + 1, expected.size());  // the near-tie step itself too
-    ASSERT_GE(got.size(), std::min(n, got.size()));
-    for (size_t i = 0; i < n && i < got.size(); ++i) {
-      if (i < safe) {
-        ASSERT_EQ(got[i], expected[i]) << request.id << " step " << i;
-      }
-    }
-    if (safe == expected.size()) EXPECT_EQ(got, expected) << request.id;
-    compared += static_cast<int>(std::min(safe, got.size()));
-  }
-  std::printf("free-running engine matched %d tokens before near-ties\n", compared);
-  EXPECT_EQ((*loaded)->engine->backend().kv_cache().num_free_blocks(),
-            (*loaded)->engine->backend().kv_cache().num_total_blocks());
+  const int compared = ExpectFreeRunningGreedyMatches(config, "greedy_ids", "top2_margins",
+                                                      LlamaCppTolerance());
+  std::printf("free-running engine matched llama.cpp on %d tokens before near-ties\n", compared);
 }
 
 }  // namespace
