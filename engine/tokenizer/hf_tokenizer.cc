@@ -1,22 +1,19 @@
 #include "engine/tokenizer/hf_tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/common/status.h"
 #include "engine/tokenizer/absl_bridge.h"
-#include "engine/tokenizer/bpe_merger.h"
 #include "engine/tokenizer/byte_level.h"
-#include "engine/tokenizer/pre_tokenizer.h"
-#include "engine/tokenizer/special_tokens.h"
+#include "engine/tokenizer/byte_level_bpe.h"
 #include "nlohmann/json.hpp"
 
 namespace witcert {
@@ -26,16 +23,12 @@ using Json = nlohmann::json;
 
 // Ids above this are not a vocabulary (guards the per-id tables against a corrupt file).
 constexpr int64_t kMaxTokenId = 1 << 24;
-constexpr size_t kCacheMaxEntries = 1 << 16;
-constexpr size_t kCacheMaxPieceBytes = 64;
 
 // Split regexes as published in the tokenizer.json of each family, compared verbatim.
 constexpr std::string_view kLlama3Split =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Split =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-enum class Kind : uint8_t { kNormal, kControl, kUserDefined, kUnused };
 
 absl::StatusOr<std::string> ReadOptional(const std::filesystem::path& path) {
   std::error_code ec;
@@ -80,115 +73,15 @@ void TokenIds(const Json& j, const char* key, std::vector<int64_t>* out) {
   }
 }
 
-class HfBpeTokenizer final : public Tokenizer {
- public:
-  std::vector<TokenId> Encode(std::string_view text, bool parse_special,
-                              bool add_bos) const override {
-    std::vector<TokenId> ids;
-    ids.reserve(text.size() / 3 + 2);
-    if (add_bos && add_bos_ && bos_ >= 0) ids.push_back(bos_);
-    const SpecialTokenMatcher& matcher = parse_special ? all_special_ : user_defined_;
-    if (matcher.empty()) {
-      EncodePlain(text, ids);
-      return ids;
-    }
-    for (const TextSegment& seg : matcher.Split(text)) {
-      if (seg.token >= 0) {
-        ids.push_back(seg.token);
-      } else {
-        EncodePlain(seg.text, ids);
-      }
-    }
-    return ids;
+// What TokenBytes(id, /*render_special=*/true) will return: the last added token's content,
+// else the decoded vocabulary text.
+std::string RenderedText(const ByteLevelBpeVocab& vocab, TokenId id) {
+  for (auto it = vocab.added.rbegin(); it != vocab.added.rend(); ++it) {
+    if (it->id == id) return it->content;
   }
-
-  std::string TokenBytes(TokenId id, bool render_special) const override {
-    if (id < 0 || id >= vocab_size() || (Hidden(id) && !render_special)) return "";
-    return bytes_[id];
-  }
-
-  std::string Decode(const std::vector<TokenId>& ids, bool render_special) const override {
-    std::string out;
-    for (TokenId id : ids) {
-      if (id < 0 || id >= vocab_size() || (Hidden(id) && !render_special)) continue;
-      out.append(bytes_[id]);
-    }
-    return out;
-  }
-
-  int32_t vocab_size() const override { return static_cast<int32_t>(bytes_.size()); }
-  TokenId bos_id() const override { return bos_; }
-  TokenId eos_id() const override { return eos_; }
-  bool IsEndOfGeneration(TokenId id) const override {
-    return id >= 0 && id < vocab_size() && end_of_generation_[id];
-  }
-  bool IsSpecial(TokenId id) const override {
-    return id >= 0 && id < vocab_size() &&
-           (kinds_[id] == Kind::kControl || kinds_[id] == Kind::kUserDefined);
-  }
-  TokenId Find(std::string_view token_text) const override {
-    auto it = ids_.find(Av(token_text));
-    if (it != ids_.end()) return it->second;
-    auto added = added_ids_.find(Av(token_text));
-    return added == added_ids_.end() ? -1 : added->second;
-  }
-  std::string_view pre_tokenizer() const override { return pre_name_; }
-
- private:
-  friend absl::StatusOr<std::unique_ptr<Tokenizer>> witcert::HfTokenizerFromFiles(
-      const HfTokenizerFiles&);
-
-  bool Hidden(TokenId id) const {
-    return kinds_[id] == Kind::kControl || kinds_[id] == Kind::kUnused;
-  }
-
-  void EncodePlain(std::string_view text, std::vector<TokenId>& ids) const {
-    for (std::string_view piece : pre_->Split(text)) EncodePiece(piece, ids);
-  }
-
-  void EncodePiece(std::string_view piece, std::vector<TokenId>& ids) const {
-    const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
-    if (cacheable) {
-      absl::MutexLock lock(&cache_mu_);
-      auto it = cache_.find(Av(piece));
-      if (it != cache_.end()) {
-        ids.insert(ids.end(), it->second.begin(), it->second.end());
-        return;
-      }
-    }
-    std::vector<TokenId> piece_ids;
-    if (ignore_merges_) {  // a piece that is a whole token is that token
-      auto it = ids_.find(ByteLevelAlphabet::Get().Encode(piece));
-      if (it != ids_.end()) piece_ids.push_back(it->second);
-    }
-    if (piece_ids.empty()) merger_->Merge(piece, piece_ids);
-    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
-    if (cacheable) {
-      absl::MutexLock lock(&cache_mu_);
-      if (cache_.size() >= kCacheMaxEntries) cache_.clear();
-      cache_.emplace(std::string(piece), std::move(piece_ids));
-    }
-  }
-
-  std::vector<std::string> bytes_;        // [vocab] decoded bytes (added tokens: their text)
-  std::vector<Kind> kinds_;               // [vocab]
-  std::vector<bool> end_of_generation_;   // [vocab]
-  absl::flat_hash_map<std::string, TokenId> ids_;        // model.vocab: byte-level text → id
-  absl::flat_hash_map<std::string, TokenId> added_ids_;  // added_tokens: content → id
-  std::unique_ptr<PreTokenizer> pre_;
-  std::unique_ptr<BpeMerger> merger_;
-  SpecialTokenMatcher user_defined_;
-  SpecialTokenMatcher all_special_;
-  std::string pre_name_;
-  TokenId bos_ = -1;
-  TokenId eos_ = -1;
-  bool add_bos_ = false;
-  bool ignore_merges_ = false;
-
-  mutable absl::Mutex cache_mu_;
-  mutable absl::flat_hash_map<std::string, std::vector<TokenId>> cache_
-      ABSL_GUARDED_BY(cache_mu_);
-};
+  if (vocab.kinds[id] != ByteLevelTokenKind::kNormal) return "";
+  return ByteLevelAlphabet::Get().Decode(vocab.texts[id]);
+}
 
 absl::StatusOr<std::string> PreTokenizerName(const Json& pre, std::string_view where) {
   auto unsupported = [&](std::string_view why) {
@@ -292,20 +185,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
         absl::StrCat(where, ": decoder ", j["decoder"].dump(), " is not byte-level"));
   }
 
-  auto tok = std::make_unique<HfBpeTokenizer>();
-  ASSIGN_OR_RETURN(tok->pre_name_,
+  ByteLevelBpeVocab vocab;
+  ASSIGN_OR_RETURN(vocab.pre_tokenizer,
                    PreTokenizerName(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json(),
                                     where));
-  ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::Create(tok->pre_name_));
-  tok->ignore_merges_ = m.value("ignore_merges", false);
+  vocab.ignore_merges = m.value("ignore_merges", false);
+  vocab.named_end_of_generation_special_only = true;
 
-  // Vocabulary.
+  // Vocabulary: model.vocab entries, then added_tokens on top.
   if (!m.contains("vocab") || !m["vocab"].is_object() || m["vocab"].empty()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": model.vocab is missing or empty"));
   }
   int64_t max_id = -1;
-  std::vector<std::pair<std::string, int64_t>> vocab;
-  vocab.reserve(m["vocab"].size());
   for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() >= kMaxTokenId) {
@@ -313,15 +204,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
                                                      "\"] = ", it.value().dump(),
                                                      " is not a token id"));
     }
-    vocab.emplace_back(it.key(), it.value().get<int64_t>());
-    max_id = std::max(max_id, vocab.back().second);
+    max_id = std::max(max_id, it.value().get<int64_t>());
   }
-  struct Added {
-    std::string content;
-    int64_t id;
-    bool special;
-  };
-  std::vector<Added> added;
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const Json& a : j["added_tokens"]) {
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
@@ -330,68 +214,67 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": added_tokens entry ", a.dump(), " needs id and content"));
       }
-      added.push_back({a["content"].get<std::string>(), a["id"].get<int64_t>(),
-                       a.value("special", false)});
-      max_id = std::max(max_id, added.back().id);
+      vocab.added.push_back({a["content"].get<std::string>(),
+                             static_cast<TokenId>(a["id"].get<int64_t>()),
+                             a.value("special", false)});
+      max_id = std::max<int64_t>(max_id, vocab.added.back().id);
     }
   }
   const int32_t n = static_cast<int32_t>(max_id + 1);
-  const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::Get();
-  tok->bytes_.assign(n, "");
-  tok->kinds_.assign(n, Kind::kUnused);
-  tok->end_of_generation_.assign(n, false);
-  tok->ids_.reserve(vocab.size());
-  for (auto& [text, id] : vocab) {
-    if (tok->kinds_[id] != Kind::kUnused) {
+  vocab.texts.assign(n, "");
+  vocab.kinds.assign(n, ByteLevelTokenKind::kAbsent);
+  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+    const int64_t id = it.value().get<int64_t>();
+    if (vocab.kinds[id] != ByteLevelTokenKind::kAbsent) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": token id ", id, " appears twice in model.vocab"));
     }
-    tok->kinds_[id] = Kind::kNormal;
-    tok->bytes_[id] = alphabet.Decode(text);
-    tok->ids_.emplace(std::move(text), static_cast<TokenId>(id));
+    vocab.kinds[id] = ByteLevelTokenKind::kNormal;
+    vocab.texts[id] = it.key();
   }
-  for (const Added& a : added) {
-    const TokenId id = static_cast<TokenId>(a.id);
-    if (tok->kinds_[id] == Kind::kNormal) {
-      auto it = tok->ids_.find(a.content);
-      if (it == tok->ids_.end() || it->second != id) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": added token '", a.content,
-                                                       "' reuses id ", id, " of another token"));
-      }
+  std::vector<bool> overridden(n, false);  // [vocab] an earlier added token took the id
+  for (const AddedToken& a : vocab.added) {
+    if (vocab.kinds[a.id] == ByteLevelTokenKind::kNormal && !overridden[a.id] &&
+        vocab.texts[a.id] != a.content) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": added token '", a.content,
+                                                     "' reuses id ", a.id, " of another token"));
     }
-    tok->kinds_[id] = a.special ? Kind::kControl : Kind::kUserDefined;
-    tok->bytes_[id] = a.content;  // added tokens render their literal text
-    tok->added_ids_[a.content] = id;
-    if (!a.special) tok->user_defined_.Add(a.content, id);
-    tok->all_special_.Add(a.content, id);
+    overridden[a.id] = true;
   }
+  // Tokenizer::Find before the tokenizer exists (model.vocab first, then the last added
+  // token with that content); a handful of lookups at load, so a scan.
+  auto find = [&](std::string_view text) -> TokenId {
+    for (int32_t id = 0; id < n; ++id) {
+      if (vocab.kinds[id] == ByteLevelTokenKind::kNormal && vocab.texts[id] == text) return id;
+    }
+    for (auto it = vocab.added.rbegin(); it != vocab.added.rend(); ++it) {
+      if (it->content == text) return it->id;
+    }
+    return -1;
+  };
 
   // Merges: "a b" strings or ["a", "b"] pairs.
-  std::vector<std::string> merge_texts;
   if (m.contains("merges") && m["merges"].is_array()) {
-    merge_texts.reserve(m["merges"].size());
+    vocab.merges.reserve(m["merges"].size());
     for (const Json& e : m["merges"]) {
       if (e.is_string()) {
-        merge_texts.push_back(e.get<std::string>());
+        vocab.merges.push_back(e.get<std::string>());
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        merge_texts.push_back(absl::StrCat(e[0].get<std::string>(), " ",
-                                           e[1].get<std::string>()));
+        vocab.merges.push_back(absl::StrCat(e[0].get<std::string>(), " ",
+                                            e[1].get<std::string>()));
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": merge ", e.dump(), " is neither \"a b\" nor [\"a\", \"b\"]"));
       }
     }
   }
-  std::vector<std::string_view> merges(merge_texts.begin(), merge_texts.end());
-  TokenId unk = -1;
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
-    unk = tok->Find(m["unk_token"].get<std::string>());
+    vocab.unknown = find(m["unk_token"].get<std::string>());
   }
-  tok->merger_ = std::make_unique<BpeMerger>(tok->ids_, merges, unk);
 
   // Special ids.
   auto resolve = [&](const std::string& text, const char* key) -> absl::StatusOr<TokenId> {
-    const TokenId id = tok->Find(text);
+    const TokenId id = find(text);
     if (id < 0) {
       return absl::InvalidArgumentError(absl::StrCat(files.where, "/tokenizer_config.json: ",
                                                      key, " '", text, "' is not a token"));
@@ -415,32 +298,27 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
   const std::string eos_text = tok_config.is_object() && tok_config.contains("eos_token")
                                    ? TokenText(tok_config["eos_token"]) : "";
   if (!bos_text.empty()) {
-    ASSIGN_OR_RETURN(tok->bos_, resolve(bos_text, "bos_token"));
+    ASSIGN_OR_RETURN(vocab.bos, resolve(bos_text, "bos_token"));
   } else if (!bos_ids.empty()) {
-    ASSIGN_OR_RETURN(tok->bos_, check_id(bos_ids[0], "bos_token_id"));
+    ASSIGN_OR_RETURN(vocab.bos, check_id(bos_ids[0], "bos_token_id"));
   }
   if (!eos_text.empty()) {
-    ASSIGN_OR_RETURN(tok->eos_, resolve(eos_text, "eos_token"));
+    ASSIGN_OR_RETURN(vocab.eos, resolve(eos_text, "eos_token"));
   } else if (!eos_ids.empty()) {
-    ASSIGN_OR_RETURN(tok->eos_, check_id(eos_ids[0], "eos_token_id"));
+    ASSIGN_OR_RETURN(vocab.eos, check_id(eos_ids[0], "eos_token_id"));
   }
-  if (tok->eos_ >= 0) tok->end_of_generation_[tok->eos_] = true;
   for (int64_t id : eos_ids) {
     ASSIGN_OR_RETURN(TokenId checked, check_id(id, "eos_token_id"));
-    tok->end_of_generation_[checked] = true;
-  }
-  for (std::string_view text :
-       {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>"}) {
-    const TokenId id = tok->Find(text);
-    if (id >= 0 && tok->IsSpecial(id)) tok->end_of_generation_[id] = true;
+    vocab.extra_end_of_generation.push_back(checked);
   }
 
   // add_bos: explicit flag, else a post_processor whose single-sequence template starts
   // with the BOS token.
   if (tok_config.is_object() && tok_config.contains("add_bos_token") &&
       tok_config["add_bos_token"].is_boolean()) {
-    tok->add_bos_ = tok_config["add_bos_token"].get<bool>();
-  } else if (tok->bos_ >= 0 && j.contains("post_processor") && j["post_processor"].is_object()) {
+    vocab.add_bos = tok_config["add_bos_token"].get<bool>();
+  } else if (vocab.bos >= 0 && j.contains("post_processor") && j["post_processor"].is_object()) {
+    const std::string bos_rendered = RenderedText(vocab, vocab.bos);
     std::vector<const Json*> procs;
     const Json& pp = j["post_processor"];
     if (pp.value("type", "") == "Sequence" && pp.contains("processors") &&
@@ -455,13 +333,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
         const Json& first = (*p)["single"][0];
         if (first.is_object() && first.contains("SpecialToken") &&
             first["SpecialToken"].is_object() &&
-            first["SpecialToken"].value("id", "") == tok->bytes_[tok->bos_]) {
-          tok->add_bos_ = true;
+            first["SpecialToken"].value("id", "") == bos_rendered) {
+          vocab.add_bos = true;
         }
       }
     }
   }
-  return std::unique_ptr<Tokenizer>(std::move(tok));
+  return MakeByteLevelBpeTokenizer(std::move(vocab));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& folder) {

@@ -7,7 +7,8 @@
 // exactly (regex text compared verbatim); anything else is Unimplemented naming what was
 // found, because a near-miss regex would tokenize differently without any visible error.
 // Normalizers: none, or NFC (ignored, as the GGUF path does for Qwen2: text arriving
-// through the API is overwhelmingly NFC already).
+// through the API is overwhelmingly NFC already). The files are only parsed here into a
+// ByteLevelBpeVocab: the tokenizer itself is the one GGUF uses (byte_level_bpe.h).
 #pragma once
 
 #include <memory>
