@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The whole GPU suite in ONE device call: kernel tests, compute-sanitizer memcheck and
 # racecheck on the small cases, the decode benchmark and the PyTorch SDPA baseline.
-# Build and pack here first:
-#   ninja -C build-cuda kernels_cuda_write_path_test kernels_cuda_metered_decode_test bench_decode_cuda
-#   scripts/pack_gpu.sh dist-gpu build-cuda/tests/kernels/cuda/kernels_cuda_* build-cuda/bench/decode_cuda/bench_decode_cuda
-# then on the GPU host (device `run`, carry dist-gpu):  scripts/gpu_suite.sh dist-gpu "$OUT" [--quick] [--no-bench]
-# Logs land in OUT_DIR; the last lines printed are a summary.
+# Build and pack here first (B = your build dir; the binaries hold every decode kernel, so
+# strip them and compress the pack to stay under the 64 MiB a device call carries):
+#   ninja -C $B kernels_cuda_write_path_test kernels_cuda_metered_decode_test bench_decode_cuda
+#   T=$B/tests/kernels/cuda; scripts/pack_gpu.sh $B/dist $T/kernels_cuda_write_path_test \
+#     $T/kernels_cuda_metered_decode_test $B/bench/decode_cuda/bench_decode_cuda
+#   strip $B/dist/bin/*; mkdir -p $B/gpu_pack; (cd $B && tar -cf - dist | xz -3 -T2 > gpu_pack/dist.tar.xz)
+# then on the GPU host (device `run`, carry $B/gpu_pack):
+#   mkdir -p /tmp/g && tar -xJf $B/gpu_pack/dist.tar.xz -C /tmp/g && scripts/gpu_suite.sh /tmp/g/dist "$OUT"
+#   [--quick] [--no-bench]
+# Logs land in OUT_DIR (resources.txt: registers/stack/shared memory of every decode kernel);
+# the last lines printed are a summary.
 set -uo pipefail
 pack="${1:?pack dir}"; out="${2:?out dir}"; shift 2
 quick=""; bench=1
@@ -24,6 +30,11 @@ step() {  # step NAME LOGFILE CMD...
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
 date -u >>"$out/gpu.txt"
 run="$pack/run"
+# Registers / stack / shared memory of every decode kernel (cuobjdump is in the toolkit there).
+objdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null)
+[ -n "$objdump" ] && "$objdump" --dump-resource-usage "$pack/bin/bench_decode_cuda" 2>&1 |
+  grep -A1 -E "Function .*(Pipelined|MeteredDecode)" | grep -E "Function|REG" | paste - - |
+  sed -E 's/.*Function ([^ :]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\2 \1/' >"$out/resources.txt"
 step write_path_test tests.log "$run" kernels_cuda_write_path_test
 step metered_decode_test tests_decode.log "$run" kernels_cuda_metered_decode_test
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)

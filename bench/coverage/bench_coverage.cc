@@ -2,9 +2,12 @@
 // without repair, per KV scheme and δ, and the page-ins the repair gate needs per 1k cells.
 //
 //   bench_coverage MODEL [DECODE_TOKENS] [TV_THRESHOLD]
+//   bench_coverage MODEL DECODE_TOKENS sweep   (observe only: coverage at several thresholds
+//                                               and the median TV bound, from every cell)
 // Prompts: natural prose, code, and a needle-in-a-haystack task (~1.5k tokens). Prefill runs
 // in chunks of 256 tokens, so every chunk after the first reads stored KV and is metered like
 // a decode step. Output: a Markdown table.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -64,16 +67,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int decode = argc > 2 ? std::atoi(argv[2]) : 32;
-  const float threshold = argc > 3 ? std::strtof(argv[3], nullptr) : 0.05f;
+  const bool sweep = argc > 3 && std::string(argv[3]) == "sweep";
+  const float threshold = argc > 3 && !sweep ? std::strtof(argv[3], nullptr) : 0.05f;
   const std::vector<std::pair<std::string, std::string>> prompts = {
       {"natural", kNatural}, {"code", kCode}, {"needle", Needle()}};
   const Scheme schemes[] = {{"fp16", "fp16"},         {"fp8-e4m3", "fp8-e4m3"},
                             {"fp8-e4m3-raw", "fp8-e4m3-raw"}, {"int8-rtn", "int8-rtn"},
-                            {"int8-dither", "int8-dither"},   {"int4-rtn", "int4-rtn"}};
+                            {"int8-dither", "int8-dither"},   {"int4-rtn", "int4-rtn"},
+                            {"kivi2", "kivi2"}};
   const double deltas[] = {1e-2, 2e-5};
   std::printf("| K/V scheme | δ | prompt | cells | coverage | Tier B cells | max TV bound | "
               "page-ins / 1k cells (repair) | uncertified after repair |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::vector<float> tv_bounds;  // every cell's TV bound before the gate (sweep mode)
   auto run = [&](LoadedEngine& le, const std::string& name,
                  const std::string& text) -> absl::StatusOr<RequestEvent> {
     Request request;
@@ -82,13 +88,55 @@ int main(int argc, char** argv) {
     request.sampling.temperature = 0.0f;
     request.stop.max_tokens = decode;
     request.stop.ignore_eos = true;
+    request.emit_cells = sweep;
     auto stream = le.engine->Submit(request);
     if (!stream.ok()) return stream.status();
     while (true) {
       RequestEvent e = *(*stream)->Next();
+      if (e.kind == RequestEvent::Kind::kCells) {
+        for (const CellRecord& c : e.cells) tv_bounds.push_back(c.tv_before);
+      }
       if (e.kind == RequestEvent::Kind::kFinish) return e;
     }
   };
+  if (sweep) {
+    const float thresholds[] = {0.01f, 0.05f, 0.1f, 0.2f, 0.5f};
+    std::printf("| K/V scheme | δ | prompt | cells | median TV bound | coverage at TV ≤ 0.01 | "
+                "0.05 | 0.1 | 0.2 | 0.5 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- "
+                "| --- |\n");
+    for (const Scheme& scheme : schemes) {
+      for (double delta : deltas) {
+        const bool tier_b = std::string(scheme.k) == "int8-dither";
+        if (!tier_b && delta != deltas[0]) continue;
+        EngineConfig config;
+        config.model_path = argv[1];
+        config.kv.k_scheme = scheme.k;
+        config.kv.v_scheme = scheme.v;
+        config.gate.mode = GateMode::kObserve;
+        config.gate.delta_req = delta;
+        config.scheduler.max_batched_tokens = 256;
+        auto loaded = LoadEngine(config);
+        if (!loaded.ok()) return 1;
+        for (const auto& [name, text] : prompts) {
+          tv_bounds.clear();
+          auto observed = run(**loaded, name, text);
+          if (!observed.ok() || tv_bounds.empty()) return 1;
+          std::vector<float> sorted = tv_bounds;
+          std::sort(sorted.begin(), sorted.end());
+          std::printf("| %s / %s | %s | %s | %zu | %.3g |", scheme.k, scheme.v,
+                      tier_b ? absl::StrFormat("%g", delta).c_str() : "–", name.c_str(),
+                      sorted.size(), sorted[sorted.size() / 2]);
+          for (float t : thresholds) {
+            const size_t n = std::upper_bound(sorted.begin(), sorted.end(), t) - sorted.begin();
+            std::printf(" %.1f%% |", 100.0 * n / sorted.size());
+          }
+          std::printf("\n");
+          std::fflush(stdout);
+        }
+      }
+    }
+    return 0;
+  }
   for (const Scheme& scheme : schemes) {
     for (double delta : deltas) {
       const bool tier_b = std::string(scheme.k) == "int8-dither";

@@ -62,7 +62,7 @@ KvCache::KvCache(const KvCacheOptions& o, const KvCodec* k_codec, const KvCodec*
   group_param_bytes_ = param_offset;
   const int64_t layer_bytes = o.num_blocks * o.block_size * o.num_kv_heads * slot_bytes_;
   const int64_t param_bytes = o.num_blocks * o.num_kv_heads * group_param_bytes_;
-  for (int32_t l = 0; l < o.num_layers; ++l) {
+  for (int32_t l = 0; o.host_storage && l < o.num_layers; ++l) {
     storage_.emplace_back(new uint8_t[layer_bytes]());
     params_.emplace_back(param_bytes > 0 ? new uint8_t[param_bytes]() : nullptr);
   }
@@ -179,8 +179,17 @@ void KvCache::FreeSequence(SeqId seq) {
   }
 }
 
+absl::Status KvCache::BlockIds(SeqId seq, std::vector<int32_t>* out) const {
+  absl::ReaderMutexLock lock(&seq_mu_);
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("sequence ", seq));
+  *out = it->second->table.blocks();
+  return absl::OkStatus();
+}
+
 absl::Status KvCache::Write(SeqId seq, int32_t layer, int64_t pos, const float* k,
                             const float* v) {
+  if (storage_.empty()) return absl::FailedPreconditionError("KV cache has no host storage");
   Sequence* s = Find(seq);
   if (s == nullptr) return absl::NotFoundError(absl::StrCat("sequence ", seq));
   if (layer < 0 || layer >= options_.num_layers || pos < 0 ||
@@ -351,6 +360,7 @@ void KvCache::DecodeRow(int32_t layer, int32_t block, int32_t offset, int32_t kv
 
 absl::Status KvCache::GatherHead(SeqId seq, int32_t layer, int32_t kv_head, int64_t context_len,
                                  GatheredHead* out) {
+  if (storage_.empty()) return absl::FailedPreconditionError("KV cache has no host storage");
   Sequence* s = Find(seq);
   if (s == nullptr) return absl::NotFoundError(absl::StrCat("sequence ", seq));
   if (context_len > s->table.capacity_tokens() || layer < 0 || layer >= options_.num_layers ||
@@ -399,6 +409,7 @@ absl::Status KvCache::GatherHead(SeqId seq, int32_t layer, int32_t kv_head, int6
 
 absl::StatusOr<bool> KvCache::PromoteBlock(SeqId seq, int32_t layer, int32_t kv_head,
                                            int64_t logical, GatheredHead* head) {
+  if (storage_.empty()) return absl::FailedPreconditionError("KV cache has no host storage");
   Sequence* s = Find(seq);
   if (s == nullptr) return absl::NotFoundError(absl::StrCat("sequence ", seq));
   if (logical < 0 || logical >= s->table.num_blocks()) {

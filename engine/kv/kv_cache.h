@@ -55,6 +55,10 @@ struct KvCacheOptions {
   uint64_t dither_seed = 0;
   int64_t backing_store_bytes = int64_t{1} << 30;
   int64_t exact_cache_blocks = 256;  // (block, layer, kv head) entries
+  // false: block accounting only (AddSequence / Reserve / FreeSequence / BlockIds); no host
+  // code storage is allocated and Write / GatherHead / PromoteBlock return FailedPrecondition.
+  // The CUDA backend keeps the codes on the device and uses this cache for its block tables.
+  bool host_storage = true;
 };
 
 using SeqId = int64_t;
@@ -101,6 +105,8 @@ class KvCache {
   [[nodiscard]] absl::Status AddSequence(SeqId seq);                 // AlreadyExists
   [[nodiscard]] absl::Status Reserve(SeqId seq, int64_t num_tokens); // ResourceExhausted
   void FreeSequence(SeqId seq);
+  // The physical block ids of `seq`, in logical order (NotFound for an unknown sequence).
+  [[nodiscard]] absl::Status BlockIds(SeqId seq, std::vector<int32_t>* out) const;
   // k, v [num_kv_heads, head_dim] fp32 post-RoPE for token `pos` (< reserved tokens).
   [[nodiscard]] absl::Status Write(SeqId seq, int32_t layer, int64_t pos, const float* k,
                                    const float* v);

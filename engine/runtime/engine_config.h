@@ -24,6 +24,8 @@ struct KvConfig {
 struct EngineConfig {
   std::string model_path;
   std::string chat_template;   // "" → from the model's metadata; "chatml" / "llama3"
+  // "cuda" | "cpu" | "auto" (cuda when the build has the CUDA backend and a GPU is present).
+  std::string device = "auto";
   int32_t threads = 0;         // 0 → all cores
   int32_t max_context = 0;     // 0 → the model's context length
   // Reference arithmetic (dequantized weights, double accumulation): slow; for verifying

@@ -4,6 +4,9 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#ifdef WITCERT_HAVE_CUDA_BACKEND
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
 #include "engine/common/status.h"
 #include "engine/model/model_source.h"
 #include "engine/tokenizer/hf_tokenizer.h"
@@ -35,6 +38,47 @@ absl::StatusOr<KvCacheOptions> MakeKvOptions(const ModelConfig& model, const KvC
   }
   return options;
 }
+
+namespace {
+
+// --device: cuda | cpu | auto (cuda when this build has the CUDA backend and a GPU is present).
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
+    const EngineConfig& config, const Model& model, const KvCacheOptions& kv_options,
+    const std::function<void(const std::string&)>& say) {
+  if (config.device != "cuda" && config.device != "cpu" && config.device != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device '%s': expected cuda, cpu or auto", config.device));
+  }
+#ifdef WITCERT_HAVE_CUDA_BACKEND
+  // The GPU gate observes but cannot repair yet: `auto` keeps a repair-mode server on the CPU.
+  const bool gpu_can_gate = config.gate.mode != GateMode::kRepair;
+  if (config.device == "auto" && !gpu_can_gate && CudaBackend::DeviceAvailable()) {
+    say("gate mode repair is CPU-only for now: using the cpu backend");
+  }
+  if (config.device == "cuda" ||
+      (config.device == "auto" && gpu_can_gate && CudaBackend::DeviceAvailable())) {
+    auto gpu = CudaBackend::Create(model, kv_options, CudaBackend::Options{.progress = say});
+    if (gpu.ok()) return std::unique_ptr<Backend>(std::move(*gpu));
+    // auto: a model or KV scheme the GPU path does not support yet runs on the CPU.
+    if (config.device == "cuda" || gpu.status().code() != absl::StatusCode::kUnimplemented) {
+      return gpu.status();
+    }
+    say(absl::StrFormat("cuda backend unavailable (%s); using the cpu backend",
+                        gpu.status().message()));
+  }
+#else
+  if (config.device == "cuda") {
+    return absl::FailedPreconditionError("--device cuda: this build has no CUDA backend");
+  }
+#endif
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
+                   CpuBackend::Create(model, kv_options,
+                                      CpuBackend::Options{.num_threads = config.threads,
+                                                          .exact_matmul = config.exact_matmul}));
+  return std::unique_ptr<Backend>(std::move(cpu));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
     const EngineConfig& config, const std::function<void(const std::string&)>& progress) {
@@ -75,12 +119,12 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   }
   ASSIGN_OR_RETURN(KvCacheOptions kv_options, MakeKvOptions(mc, config.kv));
   kv_options.exact_cache_blocks = config.gate.exact_cache_blocks;
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
-                   CpuBackend::Create(*loaded->model, kv_options,
-                                      CpuBackend::Options{.num_threads = config.threads,
-                                                          .exact_matmul = config.exact_matmul}));
-  say(absl::StrFormat("kv cache: K %s, V %s, %d blocks of %d tokens (%d tokens), gate %s",
-                      config.kv.k_scheme, config.kv.v_scheme, kv_options.num_blocks,
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   MakeBackend(config, *loaded->model, kv_options, say));
+  say(absl::StrFormat("backend %s; kv cache: K %s, V %s, %d blocks of %d tokens (%d tokens), "
+                      "gate %s",
+                      backend->name(), config.kv.k_scheme, config.kv.v_scheme,
+                      kv_options.num_blocks,
                       kv_options.block_size, kv_options.num_blocks * kv_options.block_size,
                       GateModeName(config.gate.mode)));
   EngineOptions options;

@@ -4,7 +4,8 @@
 // pool splits each vector's CPU slot into separate arrays (codes, scales, witness) so the
 // decode kernel reads codes with wide coalesced loads (paged_kv_cuda.h has the layout).
 // Adding a scheme = one enumerator + one row here + one device codec in kv_codec_device.cuh
-// + one line in the dispatch table (kv_dispatch.cuh); no kernel changes.
+// + one line in each dispatch table (LaunchForScheme / LaunchPipelinedForScheme in
+// metered_decode_cuda.cu) and its instantiation lines; no kernel changes.
 #pragma once
 
 #include <cstdint>

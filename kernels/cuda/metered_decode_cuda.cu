@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/metered_decode_kernel.cuh"
+#include "kernels/cuda/metered_decode_pipelined.cuh"
 
 namespace witcert {
 namespace cuda_kv {
@@ -23,6 +23,17 @@ extern template CudaStatus LaunchDecodeForCodec<DevFp8Scaled>(const DecodeParams
 extern template CudaStatus LaunchDecodeForCodec<DevInt8Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 extern template CudaStatus LaunchDecodeForCodec<DevInt8Dither>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 extern template CudaStatus LaunchDecodeForCodec<DevInt4Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+#define WITCERT_PIPE_EXTERN(C_) \
+  extern template CudaStatus LaunchPipelinedForCodec<C_>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, cudaStream_t);
+WITCERT_PIPE_EXTERN(DevFp32)
+WITCERT_PIPE_EXTERN(DevFp16)
+WITCERT_PIPE_EXTERN(DevBf16)
+WITCERT_PIPE_EXTERN(DevFp8Raw)
+WITCERT_PIPE_EXTERN(DevFp8Scaled)
+WITCERT_PIPE_EXTERN(DevInt8Rtn)
+WITCERT_PIPE_EXTERN(DevInt8Dither)
+WITCERT_PIPE_EXTERN(DevInt4Rtn)
+#undef WITCERT_PIPE_EXTERN
 
 namespace {
 
@@ -82,6 +93,21 @@ CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, d
     case KvScheme::kInt8Rtn: return LaunchDecodeForCodec<DevInt8Rtn>(p, meter, grid, dyn, stream);
     case KvScheme::kInt8Dither: return LaunchDecodeForCodec<DevInt8Dither>(p, meter, grid, dyn, stream);
     case KvScheme::kInt4Rtn: return LaunchDecodeForCodec<DevInt4Rtn>(p, meter, grid, dyn, stream);
+    default: return CudaStatus::Error("MeteredDecodeCuda: unknown scheme");
+  }
+}
+
+CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, const PipeSmemPlan& plan,
+                                    bool meter, dim3 grid, cudaStream_t stream) {
+  switch (scheme) {
+    case KvScheme::kFp32: return LaunchPipelinedForCodec<DevFp32>(p, plan, meter, grid, stream);
+    case KvScheme::kFp16: return LaunchPipelinedForCodec<DevFp16>(p, plan, meter, grid, stream);
+    case KvScheme::kBf16: return LaunchPipelinedForCodec<DevBf16>(p, plan, meter, grid, stream);
+    case KvScheme::kFp8Raw: return LaunchPipelinedForCodec<DevFp8Raw>(p, plan, meter, grid, stream);
+    case KvScheme::kFp8Scaled: return LaunchPipelinedForCodec<DevFp8Scaled>(p, plan, meter, grid, stream);
+    case KvScheme::kInt8Rtn: return LaunchPipelinedForCodec<DevInt8Rtn>(p, plan, meter, grid, stream);
+    case KvScheme::kInt8Dither: return LaunchPipelinedForCodec<DevInt8Dither>(p, plan, meter, grid, stream);
+    case KvScheme::kInt4Rtn: return LaunchPipelinedForCodec<DevInt4Rtn>(p, plan, meter, grid, stream);
     default: return CudaStatus::Error("MeteredDecodeCuda: unknown scheme");
   }
 }
@@ -193,12 +219,17 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   size_t acc_bytes = (cells * layout.head_dim * sizeof(float) + 255) / 256 * 256;
   p.parts = reinterpret_cast<meter::CertPartial*>(static_cast<char*>(args.workspace) + acc_bytes);
   const int gmax = GroupBound(g);
-  const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,
-                                                      static_cast<size_t>(kWarps) * gmax * layout.head_dim);
-  if (dyn > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>(args.batch));
-  WITCERT_CUDA_RETURN_IF_ERROR(LaunchForScheme(layout.scheme, p, args.meter, grid, dyn, stream));
+  const PipeSmemPlan plan = MakePipeSmemPlan(layout, gmax, p.lcap);
+  if (args.kernel == 0 && layout.block_size >= 8 && plan.bytes <= 200 * 1024) {
+    WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
+  } else {
+    const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,
+                                                        static_cast<size_t>(kWarps) * gmax * layout.head_dim);
+    if (dyn > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
+    WITCERT_CUDA_RETURN_IF_ERROR(LaunchForScheme(layout.scheme, p, args.meter, grid, dyn, stream));
+  }
   const dim3 mgrid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
   const size_t msmem = 0;
   if (args.meter) {

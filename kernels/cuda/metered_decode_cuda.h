@@ -11,6 +11,9 @@
 // pass 2 reads V with the exact split max, so every CertPartial is a leaf with the CPU's m,
 // chain and merge count (no online rescaling whose roundings the inflation would have to
 // cover). A merge kernel combines the splits with MergePartials (tree) and FinalizeCert.
+// Kernel: the pipelined one (metered_decode_pipelined.cuh: a cp.async ring of 64-token stages
+// keeps loads in flight across every phase) unless args.kernel = 1 or block_size < 8, which
+// select the first, two-phase kernel (metered_decode_kernel.cuh).
 // Split count: ChooseNumSplits (below). The meter is a template flag: `meter = false` runs a
 // kernel without any certificate arithmetic or witness reads.
 // Preconditions: K and V share one scheme; head_dim 64 or 128; block_size a power of two;
@@ -42,6 +45,8 @@ struct MeteredDecodeCudaArgs {
   double delta_loc = 0.0;               // Tier B per-cell δ; 0 disables Tier B
   bool meter = true;
   int32_t num_splits = 0;               // 0: ChooseNumSplits; else forced (clipped per sequence)
+  int32_t kernel = 0;                   // 0: pipelined kernel (block_size ≥ 8; else 1);
+                                        // 1: the first two-phase kernel (comparison/fallback)
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
   void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device

@@ -1,5 +1,8 @@
-// The fused metered split-KV decode kernel, templated on the device codec (kv_codec_device.cuh),
-// head dim, GQA group bound and the meter flag. Included only by the instantiation files.
+// The FIRST fused metered split-KV decode kernel, templated on the device codec
+// (kv_codec_device.cuh), head dim, GQA group bound and the meter flag. The default is now the
+// pipelined kernel (metered_decode_pipelined.cuh); this one stays as the comparison baseline
+// and the fallback (MeteredDecodeCudaArgs::kernel = 1, block_size < 8). Its DecodeParams,
+// ShflXorPartial and Bf16Bits are shared with the pipelined kernel.
 //
 // CTA = 256 threads = 8 warps, one (sequence, KV head, split). Thread mapping for K/V reads:
 // a token's vector is read by LPT = D/8 lanes, 8 channels each (one load of C::kBytes), so

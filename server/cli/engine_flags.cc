@@ -12,6 +12,8 @@ namespace witcert::cli {
 
 void DeclareEngineFlags(Args& args) {
   args.Flag("model", "", "GGUF model file (default: the fetched SmolLM2-135M-Instruct)");
+  args.Flag("device", "auto", "where the model runs: cuda | cpu | auto (cuda when a GPU is present "
+                             "and the build has the CUDA backend)");
   args.Flag("threads", "0", "CPU threads (0 = all cores)");
   args.Flag("ctx-size", "0", "max context in tokens (0 = the model's)");
   args.Flag("chat-template", "", "override the chat template: chatml | llama3");
@@ -62,6 +64,13 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
   if (given("threads") && !(s = int_flag("threads", &config->threads)).ok()) return s;
   if (given("ctx-size") && !(s = int_flag("ctx-size", &config->max_context)).ok()) return s;
   if (given("chat-template")) config->chat_template = args.Get("chat-template");
+  if (given("device")) {
+    const std::string device = args.Get("device");
+    if (device != "cuda" && device != "cpu" && device != "auto") {
+      return absl::InvalidArgumentError("--device must be cuda, cpu or auto");
+    }
+    config->device = device;
+  }
   if (args.On("exact-matmul")) config->exact_matmul = true;
   if (given("trace-file")) config->trace_path = args.Get("trace-file");
   if (given("kv-scheme")) config->kv.k_scheme = config->kv.v_scheme = args.Get("kv-scheme");

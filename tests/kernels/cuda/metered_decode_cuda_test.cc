@@ -28,6 +28,7 @@
 #include "kernels/cpu/metered_attention.h"
 #include "kernels/cuda/metered_decode_cuda.h"
 #include "kernels/meter/float_formats.h"
+#include "kernels/meter/partial_sum.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/meter/long_double_reference.h"
 
@@ -48,6 +49,7 @@ struct DecodeCase {
   bool adversarial = false;     // outliers, huge rows, aligned keys
   bool interleaved = true;
   bool check_truth = true;      // long-double TV / output error
+  int32_t kernel = 0;           // MeteredDecodeCudaArgs::kernel (1: the first kernel)
   uint32_t seed = 1;
   std::string Name() const {
     std::string s = std::string(SchemeInfo(scheme).name) + " d=" + std::to_string(d) +
@@ -166,6 +168,7 @@ class Problem {
     a.delta_loc = c_.delta;
     a.meter = c_.meter;
     a.num_splits = c_.splits;
+    a.kernel = c_.kernel;
     a.out = dout.get();
     a.cert = dc.get();
     ASSERT_CUDA_OK(ResolveNumSplits(L_, a, &r->splits));
@@ -316,6 +319,40 @@ TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
   }
 }
 
+// The first (two-phase) kernel stays selectable and correct: it is the comparison baseline.
+TEST(MeteredDecodeCuda, FirstKernelMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (KvScheme s : {KvScheme::kInt8Dither, KvScheme::kFp16, KvScheme::kInt4Rtn}) {
+    DecodeCase c;
+    c.scheme = s;
+    c.d = 128;
+    c.ctx = {1, 37, 700};
+    c.delta = 1e-6;
+    c.kernel = 1;
+    RunCase(c);
+  }
+}
+
+// Pipelined kernel edges: splits that start and end inside 64-token stages and inside
+// blocks, block size 8 (smallest the pipelined loader takes) and a split of exactly one stage.
+TEST(MeteredDecodeCuda, StageEdges) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  int seed = 300;
+  for (KvScheme s : {KvScheme::kInt8Rtn, KvScheme::kFp8Scaled, KvScheme::kBf16}) {
+    for (int32_t bs : {8, 16}) {
+      DecodeCase c;
+      c.scheme = s;
+      c.d = 64;
+      c.bs = bs;
+      c.ctx = {64, 65, 191, 129};
+      c.splits = 3;
+      c.delta = 1e-6;
+      c.seed = seed++;
+      RunCase(c);
+    }
+  }
+}
+
 TEST(MeteredDecodeCuda, SchemeShapeSweep) {
   WITCERT_SKIP_WITHOUT_GPU();
   const int forced[] = {0, 1, 3, 7};
@@ -428,6 +465,32 @@ TEST(MeteredDecodeCuda, AdversarialSoundness) {
       RunCase(c);
     }
   }
+}
+
+// Host-only: the weighted token add (w·expm1(ε̂), partial_sum.h) against cert_math.h's
+// PartialAddToken (expf(d1 + log expm1 ε̂)): same z, c, counts; b within the κ budget each
+// side is allowed (the two are different roundings of the same real sum).
+TEST(MeteredDecodeCuda, WeightedTokenAddMatchesPartialAddToken) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> logit(-120.0f, 0.0f), eps(0.0f, 3.0f);
+  meter::CertPartial a, b;
+  a.m = b.m = 0.0f;
+  for (int i = 0; i < 20000; ++i) {
+    const float l = (i % 97 == 0) ? -200.0f : logit(rng);
+    const float e = (i % 5 == 0) ? eps(rng) * 1e-6f : eps(rng);
+    const float r = eps(rng);
+    meter::PartialAddToken(&a, l, e, r, 0.0f, 0.0f);
+    meter::PartialAddTokenWeighted(&b, l, expf(l - b.m), e, r, 0.0f);
+  }
+  EXPECT_EQ(a.z, b.z);
+  EXPECT_EQ(a.c, b.c);
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_EQ(a.eps_max, b.eps_max);
+  EXPECT_NEAR(b.b, a.b, 2.0 * meter::kKappa * a.b);
+  meter::CertPartial big;
+  big.m = 0.0f;
+  meter::PartialAddTokenWeighted(&big, 0.0f, 1.0f, 100.0f, 0.0f, 0.0f);  // ε̂ > kEpsCap: vacuous
+  EXPECT_TRUE(std::isinf(big.b));
 }
 
 // Host-only properties of the split heuristic.

@@ -1,0 +1,137 @@
+// Decode ms/step of the CUDA backend on a synthetic model at a long context, batch 1 and 16:
+// int8-rtn KV with the meter in observe mode, int8-rtn with the meter off, fp16 KV (meter
+// off). The context is filled with seeded pseudo-random K/V through the write-path kernel
+// (CudaBackend::FillKvSynthetic) instead of a prefill: decode time does not depend on the KV
+// values, and an 8k prefill per sequence is not what this measures.
+//
+// Usage: bench_decode_gpu [preset=llama-3.1-8b] [context=8192] [steps=20] [batches=1,16]
+// Each Forward() includes the host packing, the logits copy back and a stream sync, i.e. what
+// the engine pays per step. Prints one markdown row per (scheme, meter, batch).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/synthetic_model.h"
+
+namespace witcert {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+int Run(int argc, char** argv) {
+  const std::string preset = argc > 1 ? argv[1] : "llama-3.1-8b";
+  const int64_t context = argc > 2 ? std::atoll(argv[2]) : 8192;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
+  std::vector<int> batches = {1, 16};
+  if (argc > 4) {
+    batches.clear();
+    for (absl::string_view b : absl::StrSplit(argv[4], ',')) {
+      int v = 0;
+      if (absl::SimpleAtoi(b, &v) && v > 0) batches.push_back(v);
+    }
+  }
+  if (!CudaBackend::DeviceAvailable()) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  auto t0 = Clock::now();
+  auto model = SyntheticModelLoader::Create(preset, 1, {}, 0);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const ModelConfig& c = (*model)->config();
+  std::printf("model synthetic:%s: host weights built in %.1f s\n", preset.c_str(), Seconds(t0));
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const int warmup = 3;
+  const int64_t per_seq_tokens = context + warmup + steps + 1;
+
+  struct Config { const char* scheme; bool meter; };
+  const Config configs[] = {{"int8-rtn", true}, {"int8-rtn", false}, {"fp16", false}};
+  std::printf("\n| model | KV | meter | batch | context | ms/step | tokens/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::string last_scheme;
+  std::unique_ptr<CudaBackend> backend;
+  for (const Config& cfg : configs) {
+    if (cfg.scheme != last_scheme) {
+      backend.reset();
+      KvCacheOptions o;
+      o.num_layers = c.num_layers;
+      o.num_kv_heads = c.num_kv_heads;
+      o.head_dim = c.head_dim;
+      o.rope_pairing = c.rope_pairing;
+      o.block_size = 16;
+      o.num_blocks = max_batch * ((per_seq_tokens + 15) / 16) + 16;
+      o.k_scheme = o.v_scheme = cfg.scheme;
+      auto t1 = Clock::now();
+      auto b = CudaBackend::Create(**model, o);
+      if (!b.ok()) {
+        std::fprintf(stderr, "%s\n", b.status().ToString().c_str());
+        return 1;
+      }
+      backend = std::move(*b);
+      std::fprintf(stderr, "[%s] weights uploaded (%.2f GiB) in %.1f s\n", cfg.scheme,
+                   backend->weight_bytes() / double(1 << 30), Seconds(t1));
+      t1 = Clock::now();
+      for (int s = 0; s < max_batch; ++s) {
+        if (!backend->kv_cache().AddSequence(s).ok() ||
+            !backend->kv_cache().Reserve(s, per_seq_tokens).ok()) {
+          std::fprintf(stderr, "KV reservation failed\n");
+          return 1;
+        }
+        absl::Status st = backend->FillKvSynthetic(s, context, 7 + s);
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s\n", st.ToString().c_str());
+          return 1;
+        }
+      }
+      std::fprintf(stderr, "[%s] KV filled (%d x %lld tokens) in %.1f s\n", cfg.scheme, max_batch,
+                   static_cast<long long>(context), Seconds(t1));
+      last_scheme = cfg.scheme;
+    }
+    GatePolicy observe;
+    observe.mode = GateMode::kObserve;
+    for (int batch : batches) {
+      std::vector<TokenId> tokens(batch);
+      std::vector<double> times;
+      for (int step = 0; step < warmup + steps; ++step) {
+        std::vector<ForwardItem> items(batch);
+        for (int s = 0; s < batch; ++s) {
+          tokens[s] = (s * 7919 + step * 104729) % c.vocab_size;
+          // Every config starts from the same filled context: positions are rewritten.
+          items[s] = ForwardItem{.seq = s, .tokens = absl::MakeSpan(&tokens[s], 1),
+                                 .start_pos = context + step, .decode_step = step,
+                                 .policy = cfg.meter ? &observe : nullptr};
+        }
+        ForwardResult r;
+        auto ts = Clock::now();
+        absl::Status st = backend->Forward(items, &r);
+        const double dt = Seconds(ts);
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s\n", st.ToString().c_str());
+          return 1;
+        }
+        if (step >= warmup) times.push_back(dt);
+      }
+      std::sort(times.begin(), times.end());
+      const double ms = 1e3 * times[times.size() / 2];
+      std::printf("| synthetic:%s | %s | %s | %d | %lld | %.2f | %.0f |\n", preset.c_str(),
+                  cfg.scheme, cfg.meter ? "observe" : "off", batch,
+                  static_cast<long long>(context), ms, batch * 1e3 / ms);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace witcert
+
+int main(int argc, char** argv) { return witcert::Run(argc, argv); }

@@ -1,0 +1,442 @@
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/common/status.h"
+#include "kernels/cuda/metered_decode_cuda.h"
+#include "kernels/cuda/ops/prefill_attention_cuda.h"
+#include "kernels/cuda/ops/transformer_ops_cuda.h"
+
+namespace witcert {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool MeterOn(const ForwardItem& item) {
+  return item.policy != nullptr && item.policy->mode != GateMode::kOff;
+}
+
+}  // namespace
+
+bool CudaBackend::DeviceAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& model,
+                                                                 const KvCacheOptions& kv_options,
+                                                                 Options options) {
+  const ModelConfig& c = model.config();
+  if (kv_options.num_layers != c.num_layers || kv_options.num_kv_heads != c.num_kv_heads ||
+      kv_options.head_dim != c.head_dim) {
+    return absl::InvalidArgumentError("KV cache options do not match the model's shape");
+  }
+  if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device is available");
+  if (kv_options.k_scheme != kv_options.v_scheme) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA backend stores K and V in one scheme; "
+                                                 "got K ", kv_options.k_scheme, ", V ",
+                                                 kv_options.v_scheme));
+  }
+  if (kv_options.outlier_channels != 0) {
+    return absl::UnimplementedError("the CUDA backend does not support outlier channels yet");
+  }
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return absl::UnimplementedError(
+        absl::StrCat("the CUDA decode kernel needs head_dim 64 or 128, the model has ",
+                     c.head_dim));
+  }
+  if (c.group_size() > 8) {
+    return absl::UnimplementedError("the CUDA decode kernel needs Hq/Hkv <= 8");
+  }
+  KvCacheOptions host = kv_options;
+  host.host_storage = false;
+  host.backing_store_bytes = 0;
+  host.exact_cache_blocks = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, KvCache::Create(host));
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(c, std::move(kv)));
+  RETURN_IF_ERROR(backend->Init(model, kv_options, options));
+  return backend;
+}
+
+CudaBackend::CudaBackend(const ModelConfig& config, std::unique_ptr<KvCache> kv)
+    : config_(config), kv_(std::move(kv)) {}
+
+CudaBackend::~CudaBackend() {
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
+                               const Options& options) {
+  device_ = options.device;
+  WITCERT_CUDA_OK(cudaSetDevice(device_));
+  WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  WITCERT_CUBLAS_OK(cublasCreate(&cublas_));
+  WITCERT_CUBLAS_OK(cublasSetStream(cublas_, stream_));
+  WITCERT_CUBLAS_OK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+
+  layout_.num_blocks = o.num_blocks;
+  layout_.num_kv_heads = o.num_kv_heads;
+  layout_.block_size = o.block_size;
+  layout_.head_dim = o.head_dim;
+  layout_.num_bands = o.num_bands;
+  layout_.interleaved = o.rope_pairing == RopePairing::kInterleaved;
+  if (!KvSchemeFromName(o.k_scheme, &layout_.scheme)) {
+    return absl::UnimplementedError(
+        absl::StrCat("KV scheme '", o.k_scheme, "' has no CUDA kernel (GPU schemes: fp32, fp16, "
+                     "bf16, fp8-e4m3-raw, fp8-e4m3, int8-rtn, int8-dither, int4-rtn)"));
+  }
+  WITCERT_KERNEL_OK(ValidateLayout(layout_));
+  dither_seed_ = o.dither_seed;
+  WITCERT_KERNEL_OK(pool_.Init(layout_, o.num_layers));
+  return UploadWeights(model, &weights_, options.progress);
+}
+
+absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
+                               int64_t rows, float* y, int64_t ldy, float beta) {
+  const float alpha = 1.0f;
+  // Row-major y [n, rows] is column-major yᵀ [rows, n] = W · xᵀ, with W row-major [rows, cols]
+  // read as column-major [cols, rows] and transposed.
+  WITCERT_CUBLAS_OK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+                                 static_cast<int>(n), static_cast<int>(cols), &alpha, w,
+                                 CUDA_R_16BF, static_cast<int>(cols), x, CUDA_R_16BF,
+                                 static_cast<int>(cols), &beta, y, CUDA_R_32F,
+                                 static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_t seed) {
+  WITCERT_CUDA_OK(cudaSetDevice(device_));
+  std::vector<int32_t> blocks;
+  RETURN_IF_ERROR(kv_->BlockIds(seq, &blocks));
+  const int64_t bs = layout_.block_size, kv_dim = config_.kv_dim();
+  if (num_tokens > static_cast<int64_t>(blocks.size()) * bs) {
+    return absl::FailedPreconditionError("FillKvSynthetic: positions not reserved");
+  }
+  constexpr int64_t kChunk = 1024;  // tokens per write
+  std::vector<float> host(2 * kChunk * kv_dim);  // [2, kChunk, kv_dim]: K then V
+  uint64_t state = 0x9E3779B97F4A7C15ull * (seed + 1);
+  for (float& f : host) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    f = static_cast<float>(static_cast<int64_t>(state >> 40) - (1 << 23)) / (1 << 23);
+  }
+  DeviceArray<float> kv;
+  DeviceArray<int64_t> slot_pos;  // [2, kChunk]: slots then positions
+  RETURN_IF_ERROR(kv.Grow(host.size()));
+  RETURN_IF_ERROR(slot_pos.Grow(2 * kChunk));
+  WITCERT_CUDA_OK(cudaMemcpy(kv.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<int64_t> sp(2 * kChunk);
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += kChunk) {
+    const int64_t nt = std::min(kChunk, num_tokens - t0);
+    for (int64_t i = 0; i < nt; ++i) {
+      const int64_t pos = t0 + i;
+      sp[i] = int64_t{blocks[pos / bs]} * bs + pos % bs;
+      sp[kChunk + i] = pos;
+    }
+    WITCERT_CUDA_OK(cudaMemcpy(slot_pos.get(), sp.data(), sp.size() * 8, cudaMemcpyHostToDevice));
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      KvWriteArgs write;
+      write.k = kv.get();
+      write.v = kv.get() + kChunk * kv_dim;
+      write.slots = slot_pos.get();
+      write.positions = slot_pos.get() + kChunk;
+      write.num_tokens = nt;
+      write.layer = layer;
+      write.dither_seed = dither_seed_;
+      WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+    }
+    WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t max_blocks) {
+  const int64_t h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
+  const int64_t ffn = config_.ffn_dim, hq = config_.num_heads, layers = config_.num_layers;
+  RETURN_IF_ERROR(x_.Grow(n * h));
+  RETURN_IF_ERROR(xn_.Grow(n * h));
+  RETURN_IF_ERROR(qkv_.Grow(n * (q + 2 * kv)));
+  RETURN_IF_ERROR(q_.Grow(n * q));
+  RETURN_IF_ERROR(k_.Grow(n * kv));
+  RETURN_IF_ERROR(v_.Grow(n * kv));
+  RETURN_IF_ERROR(attn_.Grow(n * q));
+  RETURN_IF_ERROR(attn_bf_.Grow(n * q));
+  RETURN_IF_ERROR(gate_up_.Grow(n * 2 * ffn));
+  RETURN_IF_ERROR(act_.Grow(n * ffn));
+  RETURN_IF_ERROR(last_.Grow(std::max<int64_t>(m, 1) * h));
+  RETURN_IF_ERROR(last_bf_.Grow(std::max<int64_t>(m, 1) * h));
+  RETURN_IF_ERROR(logits_.Grow(std::max<int64_t>(m, 1) * config_.vocab_size));
+  RETURN_IF_ERROR(logits_host_.Grow(std::max<int64_t>(m, 1) * config_.vocab_size));
+  const int64_t cells = std::max<int64_t>(1, layers * s * hq);
+  RETURN_IF_ERROR(cert_.Grow(cells));
+  RETURN_IF_ERROR(out_norm_.Grow(cells));
+  RETURN_IF_ERROR(cert_host_.Grow(cells));
+  RETURN_IF_ERROR(out_norm_host_.Grow(cells));
+  const size_t input_bytes = AlignUp(n * 4) + 2 * AlignUp(n * 8) + AlignUp(s * max_blocks * 4) +
+                             AlignUp(s * 4);
+  RETURN_IF_ERROR(inputs_.Grow(input_bytes));
+  RETURN_IF_ERROR(inputs_host_.Grow(input_bytes));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardResult* result) {
+  WITCERT_CUDA_OK(cudaSetDevice(device_));
+  const int64_t hidden = config_.hidden_dim, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const int64_t qkv_dim = q_dim + 2 * kv_dim, ffn = config_.ffn_dim;
+  const int32_t hq = config_.num_heads, hkv = config_.num_kv_heads, d = config_.head_dim;
+  const int32_t layers = config_.num_layers, bs = layout_.block_size;
+
+  // Row order: decode items (start_pos > 0) first, grouped by (meter, δ_loc), then prompt
+  // chunks at position 0. first_row[b] is item b's first row in that order.
+  std::vector<size_t> order(batch.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  for (const ForwardItem& item : batch) {
+    if (item.tokens.empty()) return absl::InvalidArgumentError("empty forward item");
+    if (item.policy != nullptr && item.policy->mode == GateMode::kRepair && item.start_pos > 0) {
+      return absl::UnimplementedError(
+          "gate repair mode is not implemented on the CUDA backend yet (use observe, or "
+          "--device cpu)");
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const ForwardItem &x = batch[a], &y = batch[b];
+    if ((x.start_pos == 0) != (y.start_pos == 0)) return x.start_pos != 0;
+    if (MeterOn(x) != MeterOn(y)) return MeterOn(x);
+    return x.delta_loc < y.delta_loc;
+  });
+  std::vector<int64_t> first_row(batch.size());
+  std::vector<DecodeGroup> groups;
+  int64_t n = 0, s = 0, m = 0, max_blocks = 1;
+  for (size_t b : order) {
+    const ForwardItem& item = batch[b];
+    const int64_t len = static_cast<int64_t>(item.tokens.size());
+    first_row[b] = n;
+    n += len;
+    if (item.compute_logits) ++m;
+    max_blocks = std::max(max_blocks, (item.start_pos + len + bs - 1) / bs);
+    if (item.start_pos == 0) continue;
+    const bool meter = MeterOn(item);
+    const double delta = meter ? item.delta_loc : 0.0;
+    if (groups.empty() || groups.back().meter != meter || groups.back().delta_loc != delta) {
+      groups.push_back(DecodeGroup{.first_row = s, .meter = meter, .delta_loc = delta});
+    }
+    groups.back().num_rows += len;
+    groups.back().max_context = std::max(groups.back().max_context, item.start_pos + len);
+    s += len;
+  }
+  RETURN_IF_ERROR(GrowScratch(n, s, m, max_blocks));
+
+  // Packed inputs: ids [N] i32 | positions [N] i64 | slots [N] i64 | block tables [S, maxb]
+  // i32 | context lengths [S] i32. One pinned buffer, one copy.
+  const size_t off_pos = AlignUp(n * 4), off_slot = off_pos + AlignUp(n * 8);
+  const size_t off_table = off_slot + AlignUp(n * 8);
+  const size_t off_ctx = off_table + AlignUp(s * max_blocks * 4);
+  const size_t input_bytes = off_ctx + AlignUp(s * 4);
+  uint8_t* hbase = inputs_host_.get();
+  auto* ids = reinterpret_cast<int32_t*>(hbase);
+  auto* positions = reinterpret_cast<int64_t*>(hbase + off_pos);
+  auto* slots = reinterpret_cast<int64_t*>(hbase + off_slot);
+  auto* tables = reinterpret_cast<int32_t*>(hbase + off_table);
+  auto* ctx = reinterpret_cast<int32_t*>(hbase + off_ctx);
+  std::vector<int32_t> blocks;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const ForwardItem& item = batch[b];
+    RETURN_IF_ERROR(kv_->BlockIds(item.seq, &blocks));
+    const int64_t len = static_cast<int64_t>(item.tokens.size());
+    if (item.start_pos < 0 ||
+        item.start_pos + len > static_cast<int64_t>(blocks.size()) * bs) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("sequence %d: positions [%d, %d) not reserved in the KV cache",
+                          item.seq, item.start_pos, item.start_pos + len));
+    }
+    for (int64_t i = 0; i < len; ++i) {
+      const int64_t row = first_row[b] + i, pos = item.start_pos + i;
+      const TokenId token = item.tokens[i];
+      if (token < 0 || token >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrFormat("token id %d out of range", token));
+      }
+      ids[row] = token;
+      positions[row] = pos;
+      slots[row] = int64_t{blocks[pos / bs]} * bs + pos % bs;
+      if (item.start_pos == 0) continue;
+      int32_t* t = tables + row * max_blocks;  // decode rows are rows [0, S)
+      std::fill(t, t + max_blocks, 0);
+      std::copy(blocks.begin(),
+                blocks.begin() + std::min<int64_t>(max_blocks, static_cast<int64_t>(blocks.size())),
+                t);
+      ctx[row] = static_cast<int32_t>(pos + 1);
+    }
+  }
+  uint8_t* dbase = inputs_.get();
+  WITCERT_CUDA_OK(cudaMemcpyAsync(dbase, hbase, input_bytes, cudaMemcpyHostToDevice, stream_));
+  const auto* d_ids = reinterpret_cast<const int32_t*>(dbase);
+  const auto* d_pos = reinterpret_cast<const int64_t*>(dbase + off_pos);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(dbase + off_slot);
+  const auto* d_tables = reinterpret_cast<const int32_t*>(dbase + off_table);
+  const auto* d_ctx = reinterpret_cast<const int32_t*>(dbase + off_ctx);
+
+  // Split counts and the decode workspace, once per batch.
+  size_t workspace_bytes = 0;
+  for (DecodeGroup& g : groups) {
+    MeteredDecodeCudaArgs probe;
+    probe.batch = static_cast<int32_t>(g.num_rows);
+    probe.num_q_heads = hq;
+    probe.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+    probe.max_context = g.max_context;
+    WITCERT_KERNEL_OK(ResolveNumSplits(layout_, probe, &g.num_splits));
+    workspace_bytes = std::max(workspace_bytes,
+                               MeteredDecodeWorkspaceBytes(probe.batch, hq, d, g.num_splits));
+  }
+  RETURN_IF_ERROR(workspace_.Grow(std::max<size_t>(workspace_bytes, 1)));
+
+  const DeviceWeights& w = weights_;
+  float* x = x_.get();
+  WITCERT_KERNEL_OK(EmbeddingCuda(w.token_embd.get(), config_.vocab_size, hidden, d_ids, n, x,
+                                  stream_));
+  const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
+  for (int32_t layer = 0; layer < layers; ++layer) {
+    const DeviceLayerWeights& lw = w.layers[layer];
+    WITCERT_KERNEL_OK(RmsNormCuda(x, lw.attn_norm.get(), n, hidden, config_.rms_norm_eps,
+                                  nullptr, xn_.get(), stream_));
+    RETURN_IF_ERROR(Gemm(xn_.get(), n, hidden, lw.wqkv.get(), qkv_dim, qkv_.get(), qkv_dim, 0.0f));
+    if (config_.qkv_bias) {
+      WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
+    }
+    WITCERT_KERNEL_OK(RopeCuda(qkv_.get(), n, qkv_dim, hq, d, d_pos, config_.rope_theta,
+                               interleaved, stream_));
+    WITCERT_KERNEL_OK(RopeCuda(qkv_.get() + q_dim, n, qkv_dim, hkv, d, d_pos,
+                               config_.rope_theta, interleaved, stream_));
+    // Contiguous Q [N, q_dim], K and V [N, kv_dim] out of the fused rows.
+    const size_t pitch = qkv_dim * sizeof(float);
+    WITCERT_CUDA_OK(cudaMemcpy2DAsync(q_.get(), q_dim * 4, qkv_.get(), pitch, q_dim * 4, n,
+                                      cudaMemcpyDeviceToDevice, stream_));
+    WITCERT_CUDA_OK(cudaMemcpy2DAsync(k_.get(), kv_dim * 4, qkv_.get() + q_dim, pitch,
+                                      kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
+    WITCERT_CUDA_OK(cudaMemcpy2DAsync(v_.get(), kv_dim * 4, qkv_.get() + q_dim + kv_dim, pitch,
+                                      kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
+    KvWriteArgs write;
+    write.k = k_.get();
+    write.v = v_.get();
+    write.slots = d_slots;
+    write.positions = d_pos;
+    write.num_tokens = n;
+    write.layer = layer;
+    write.dither_seed = dither_seed_;
+    WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+
+    for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
+      if (batch[b].start_pos != 0) continue;
+      const int64_t r = first_row[b];
+      WITCERT_KERNEL_OK(PrefillAttentionCuda(
+          q_.get() + r * q_dim, q_dim, k_.get() + r * kv_dim, v_.get() + r * kv_dim, kv_dim,
+          static_cast<int64_t>(batch[b].tokens.size()), hq, hkv, d, attn_.get() + r * q_dim,
+          q_dim, stream_));
+    }
+    for (const DecodeGroup& g : groups) {  // decode rows: metered kernel over the pool
+      MeteredDecodeCudaArgs a;
+      a.q = q_.get() + g.first_row * q_dim;
+      a.block_tables = d_tables + g.first_row * max_blocks;
+      a.context_lens = d_ctx + g.first_row;
+      a.batch = static_cast<int32_t>(g.num_rows);
+      a.num_q_heads = hq;
+      a.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+      a.max_context = g.max_context;
+      a.layer = layer;
+      a.dither_seed = dither_seed_;
+      a.delta_loc = g.delta_loc;
+      a.meter = g.meter;
+      a.num_splits = g.num_splits;
+      a.out = attn_.get() + g.first_row * q_dim;
+      const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
+      a.cert = g.meter ? cert_.get() + cell0 : nullptr;
+      a.workspace = workspace_.get();
+      a.workspace_bytes = workspace_.size();
+      WITCERT_KERNEL_OK(MeteredDecodeCuda(layout_, pool_.layer(layer), a, stream_));
+      if (g.meter) {
+        WITCERT_KERNEL_OK(RowNormsCuda(a.out, g.num_rows * hq, d, out_norm_.get() + cell0,
+                                       stream_));
+      }
+    }
+    WITCERT_KERNEL_OK(FloatToBf16Cuda(attn_.get(), n * q_dim, attn_bf_.get(), stream_));
+    RETURN_IF_ERROR(Gemm(attn_bf_.get(), n, q_dim, lw.wo.get(), hidden, x, hidden, 1.0f));
+
+    WITCERT_KERNEL_OK(RmsNormCuda(x, lw.ffn_norm.get(), n, hidden, config_.rms_norm_eps, nullptr,
+                                  xn_.get(), stream_));
+    RETURN_IF_ERROR(Gemm(xn_.get(), n, hidden, lw.w_gate_up.get(), 2 * ffn, gate_up_.get(),
+                         2 * ffn, 0.0f));
+    WITCERT_KERNEL_OK(SwiGluCuda(gate_up_.get(), gate_up_.get() + ffn, n, ffn, 2 * ffn, nullptr,
+                                 act_.get(), stream_));
+    RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));
+  }
+
+  // Logits of the last row of each item that asks for them, in batch order.
+  int64_t li = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (!batch[b].compute_logits) continue;
+    const int64_t row = first_row[b] + static_cast<int64_t>(batch[b].tokens.size()) - 1;
+    WITCERT_CUDA_OK(cudaMemcpyAsync(last_.get() + li * hidden, x + row * hidden, hidden * 4,
+                                    cudaMemcpyDeviceToDevice, stream_));
+    ++li;
+  }
+  const int64_t vocab = config_.vocab_size;
+  if (m > 0) {
+    WITCERT_KERNEL_OK(RmsNormCuda(last_.get(), w.output_norm.get(), m, hidden,
+                                  config_.rms_norm_eps, nullptr, last_bf_.get(), stream_));
+    RETURN_IF_ERROR(Gemm(last_bf_.get(), m, hidden, w.output, vocab, logits_.get(), vocab, 0.0f));
+    WITCERT_CUDA_OK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), m * vocab * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+  }
+  const bool any_meter = std::any_of(groups.begin(), groups.end(),
+                                     [](const DecodeGroup& g) { return g.meter; });
+  const int64_t cells = int64_t{layers} * s * hq;
+  if (any_meter) {
+    WITCERT_CUDA_OK(cudaMemcpyAsync(cert_host_.get(), cert_.get(),
+                                    cells * sizeof(meter::CertBound), cudaMemcpyDeviceToHost,
+                                    stream_));
+    WITCERT_CUDA_OK(cudaMemcpyAsync(out_norm_host_.get(), out_norm_.get(), cells * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+  }
+  WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+  result->logits.assign(logits_host_.get(), logits_host_.get() + m * vocab);
+
+  // Cells in the CPU backend's order: per layer, per token, per head.
+  result->cells.assign(batch.size(), {});
+  const bool tier_b_scheme = SchemeInfo(layout_.scheme).tier_b;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const ForwardItem& item = batch[b];
+    if (item.policy == nullptr || item.start_pos == 0) continue;
+    const int64_t len = static_cast<int64_t>(item.tokens.size());
+    std::vector<CellRecord>& out = result->cells[b];
+    out.resize(static_cast<size_t>(layers * len * hq));
+    if (!MeterOn(item)) continue;
+    const GatePolicy& p = *item.policy;
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      for (int64_t i = 0; i < len; ++i) {
+        for (int32_t h = 0; h < hq; ++h) {
+          const int64_t src = (int64_t{layer} * s + first_row[b] + i) * hq + h;
+          const meter::CertBound& cb = cert_host_.get()[src];
+          const float norm = out_norm_host_.get()[src];
+          const float rel_v = norm > 0 ? cb.v_bound / norm : (cb.v_bound > 0 ? INFINITY : 0.0f);
+          CellRecord& cell = out[(layer * len + i) * hq + h];
+          cell.layer = layer;
+          cell.head = h;
+          cell.step = item.decode_step + i;
+          cell.tier = tier_b_scheme && item.delta_loc > 0 ? 'B' : 'A';
+          cell.tv_before = cell.tv_after = cb.tv;
+          cell.v_before = cell.v_after = rel_v;
+          cell.certified =
+              cb.tv <= p.tv_threshold && (p.v_threshold <= 0 || rel_v <= p.v_threshold);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace witcert

@@ -1,0 +1,521 @@
+// The pipelined fused metered split-KV decode kernel (the default; metered_decode_kernel.cuh
+// keeps the first, two-phase kernel for comparison and as the fallback).
+//
+// Why this shape: the first kernel was bound by latency, not bandwidth: its loads were issued
+// only in bursts between three __syncthreads phases per tile, so most of the time no bytes
+// were in flight. Here every byte the CTA reads goes through a ring of S shared-memory
+// stages of 64 tokens filled with cp.async (16-byte, L1-bypassing), S−1 stages ahead of the
+// compute: loads stay in flight across every phase, the K pass, the split-max reduction,
+// the weights/meter step and the V pass alike (one global stage sequence: K stages, then
+// V stages, so the first V stages load while the split max is being reduced).
+//  * Stages are aligned to absolute token positions (multiples of 64), so each 8-token
+//    group lies in one block (block_size ≥ 8) and its codes, scales and witnesses are
+//    contiguous 16-byte-aligned runs; tokens outside [begin, end) are masked (edge stages).
+//  * The split's block-table slice is staged in shared memory once: address math never
+//    waits on a global load.
+//  * K pass: lane = 8 channels of one token (LPT = D/8 lanes per token, as before); the G
+//    dot products are combined by a reduce-scatter butterfly (each round halves the values
+//    a lane carries), so a token costs log2(LPT)+G−1 shuffles instead of G·log2(LPT), and
+//    each of G lanes ends with one head's logit.
+//  * V stage: one thread per (query head, token) computes w = e^{ℓ̂−m} once (it feeds both
+//    the output and, via PartialAddTokenWeighted, the certificate), ε̂ from the staged K
+//    witness / K scale and ‖ρ‖ from the staged V witness; after one barrier the V lanes
+//    accumulate Σ w ṽ and max(‖ṽ‖+‖ρ‖). The certificate math is the two-pass split of the
+//    first kernel, unchanged: the split max is known before any term is summed.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/metered_decode_kernel.cuh"
+#include "kernels/cuda/pipe_stage.cuh"
+
+namespace witcert::cuda_kv {
+
+template <int GMAX>
+struct PipeSmem {
+  float wt[GMAX][kStageTokens];   // weights of the current V stage
+  float rho[kStageTokens];        // ‖ρ‖ of the current V stage (meter)
+  float m[GMAX];
+  float eta[GMAX];
+  float red[kWarps][GMAX];
+  float vmax[kWarps];
+  float qbn[GMAX][64];            // query band norms ‖q_b‖
+  double q1[GMAX][64];            // per-band Σ|q_c| (Tier B ‖q‖₁)
+  float tierb[GMAX];
+  // [kWarps] CertPartial, raw storage: a __shared__ object may not have initializers.
+  alignas(8) unsigned char wpart_raw[kWarps][sizeof(meter::CertPartial)];
+  __device__ meter::CertPartial& wpart(int w) {
+    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w]);
+  }
+};
+
+template <class C, int D, int GMAX, bool METER>
+__global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const DecodeParams p, const PipeSmemPlan plan) {
+  constexpr int LPT = D / 8, TPW = 32 / LPT, U = kStageTokens / (kWarps * TPW);
+  constexpr int NW = C::kBytes / 4;
+  constexpr int CB = C::kBytes * D / 8;  // code bytes per vector
+  constexpr int NS = C::kScaled ? (C::kGroupScale ? D / 32 : 1) : 0;
+  constexpr int S = PipeStages(C::kBytes, D);  // bits per channel = bytes per 8-channel lane
+  constexpr int TPH = kThreads / GMAX;    // threads per head in the weights step
+  constexpr int NP = kStageTokens / TPH;  // tokens per thread per stage in that step
+  constexpr bool kWit = METER && !C::kExact;
+  constexpr bool kKScale = METER && C::kTierB;
+  extern __shared__ __align__(16) uint8_t dsm[];
+  __shared__ PipeSmem<GMAX> sm;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int sub = lane / LPT, part = lane % LPT, ch0 = part * 8;
+  const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const PagedKvLayout& L = p.layout;
+  const int32_t hkv = L.num_kv_heads, bs = L.block_size, nb = L.num_bands, G = p.q_per_kv;
+  const int64_t Sctx = p.context_lens[seq];
+  const int64_t P = Sctx < p.num_splits ? Sctx : p.num_splits;
+  if (split >= P) return;
+  const int64_t begin = Sctx * split / P, end = Sctx * (split + 1) / P;
+  if (end - begin > p.lcap) {  // max_context understated by the caller: vacuous, never OOB
+    if (tid < G) {
+      meter::CertPartial r;
+      r.m = 0.0f; r.z = 1.0f; r.count = 1; r.chain = 1; r.bad = true;
+      const int64_t cell = (static_cast<int64_t>(seq) * p.num_q_heads + kvh * G + tid) * p.num_splits + split;
+      p.parts[cell] = r;
+      for (int c = 0; c < D; ++c) p.part_acc[cell * D + c] = NAN;
+    }
+    return;
+  }
+  const StageLayout& sl = plan.stage;
+  uint8_t* ring = dsm;
+  float* logits = reinterpret_cast<float*>(dsm + plan.logits_off);  // [GMAX, lcap]
+  int32_t* btl = reinterpret_cast<int32_t*>(dsm + plan.bt_off);      // [bt_entries]
+  const int64_t begin_al = begin / kStageTokens * kStageTokens;
+  const int32_t n_st = static_cast<int32_t>((end - begin_al + kStageTokens - 1) / kStageTokens);
+  const int64_t blk0 = begin_al >> p.bs_shift;
+  const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+  {
+    const int64_t nblk = ((end - 1) >> p.bs_shift) - blk0 + 1;
+    for (int i = tid; i < nblk; i += kThreads) btl[i] = bt[blk0 + i];
+  }
+  const int scale_idx = C::kScaled ? (NS > 1 ? ch0 / 32 : 0) : 0;
+  const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
+  const int h0 = kvh * G;
+  const uint64_t h1 = meter::Mix64(meter::Mix64(p.seed) ^
+                                   ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
+
+  // ---- meter prologue: query band norms and the Tier B coefficient (CPU: PrepareMeteredQuery)
+  if constexpr (METER) {
+    for (int gi = tid; kWit && gi < G * nb; gi += kThreads) {
+      const int g = gi / nb, b = gi % nb;
+      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+      const int half = D / 2, ppb = half / nb;
+      float amax = 0.0f;
+      double a1 = 0.0;
+      for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+        const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
+        amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
+        a1 += fabs(static_cast<double>(qg[d0])) + fabs(static_cast<double>(qg[d1]));
+      }
+      float norm = amax;
+      if (amax > 0.0f && amax <= 3.0e38f) {
+        const float inv = 1.0f / amax;
+        float s = 0.0f;
+        for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+          const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
+          const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
+          s += y0 * y0;
+          s += y1 * y1;
+        }
+        norm = amax * sqrtf(s);
+      }
+      sm.qbn[g][b] = norm;
+      sm.q1[g][b] = a1;
+    }
+  }
+  __syncthreads();  // btl, qbn
+  if constexpr (METER) {
+    if (tid < GMAX) {
+      float coef = 0.0f;
+      if (C::kTierB && p.delta_loc > 0.0 && tid < G) {
+        float s2 = 0.0f;
+        double n1 = 0.0;
+        for (int b = 0; b < nb; ++b) {
+          s2 += sm.qbn[tid][b] * sm.qbn[tid][b];
+          n1 += sm.q1[tid][b];
+        }
+        const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
+        coef = meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, Sctx, p.delta_loc);
+      }
+      sm.tierb[tid] = coef;  // read after the next barrier
+    }
+  }
+
+  // ---- the stage loader: stage k < n_st reads K, k ≥ n_st reads V (+ witnesses, K scales)
+  const int64_t cbytes = CB;
+  auto issue = [&](int k) {
+    if (k < 2 * n_st) {
+      const bool isv = k >= n_st;
+      const int64_t sb = begin_al + int64_t{kStageTokens} * (isv ? k - n_st : k);
+      uint8_t* st = ring + (k % S) * sl.bytes;
+      auto group_vec = [&](int grp, bool* ok) -> int64_t {
+        const int64_t t0 = sb + grp * 8;
+        *ok = t0 < end && t0 + 8 > begin;
+        if (!*ok) return 0;
+        const int64_t blk = btl[(t0 >> p.bs_shift) - blk0];
+        return ((blk * hkv + kvh) << p.bs_shift) + (t0 & (bs - 1));
+      };
+      const uint8_t* codes = isv ? p.kv.v_codes : p.kv.k_codes;
+      constexpr int CPG = CB / 2;  // 16-byte chunks per 8-token group
+      for (int ci = tid; ci < kStageGroups * CPG; ci += kThreads) {
+        const int grp = ci / CPG, r = ci % CPG;
+        bool ok;
+        const int64_t v0 = group_vec(grp, &ok);
+        CpAsync16(st + sl.codes + grp * 8 * CB + r * 16, codes + v0 * cbytes + r * 16, ok);
+      }
+      if constexpr (NS > 0) {
+        const uint8_t* sc = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
+        for (int ci = tid; ci < kStageGroups * NS; ci += kThreads) {
+          const int grp = ci / NS, r = ci % NS;
+          bool ok;
+          const int64_t v0 = group_vec(grp, &ok);
+          CpAsync16(st + sl.scales + grp * 16 * NS + r * 16, sc + v0 * (2 * NS) + r * 16, ok);
+        }
+      }
+      if (isv) {
+        if constexpr (kKScale) {
+          const uint8_t* sc = reinterpret_cast<const uint8_t*>(p.kv.k_scales);
+          for (int ci = tid; ci < kStageGroups * NS; ci += kThreads) {
+            const int grp = ci / NS, r = ci % NS;
+            bool ok;
+            const int64_t v0 = group_vec(grp, &ok);
+            CpAsync16(st + sl.kscales + grp * 16 * NS + r * 16, sc + v0 * (2 * NS) + r * 16, ok);
+          }
+        }
+        if constexpr (kWit) {
+          const uint8_t* kw = reinterpret_cast<const uint8_t*>(p.kv.k_witness);
+          const uint8_t* vw = reinterpret_cast<const uint8_t*>(p.kv.v_witness);
+          for (int ci = tid; ci < 2 * kStageGroups * nb; ci += kThreads) {
+            const int which = ci >= kStageGroups * nb, c2 = which ? ci - kStageGroups * nb : ci;
+            const int grp = c2 / nb, r = c2 % nb;
+            bool ok;
+            const int64_t v0 = group_vec(grp, &ok);
+            CpAsync16(st + (which ? sl.vwit : sl.kwit) + grp * 16 * nb + r * 16,
+                      (which ? vw : kw) + v0 * (2 * nb) + r * 16, ok);
+          }
+        }
+      }
+    }
+    CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
+  };
+#pragma unroll
+  for (int k = 0; k < S - 1; ++k) issue(k);
+
+  // ---- pass 1: logits of the whole split -------------------------------------------------
+  float q[GMAX][8];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[g][i] = g < G ? p.q[(static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D + ch0 + i] : 0.0f;
+    }
+  }
+  float mloc = -INFINITY, admax[GMAX];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) admax[g] = 0.0f;
+  int my_h = 0;
+  for (int k = 0; k < n_st; ++k) {
+    CpAsyncWait<S - 2>();
+    __syncthreads();
+    issue(k + S - 1);
+    const uint8_t* st = ring + (k % S) * sl.bytes;
+    const int64_t sb = begin_al + int64_t{kStageTokens} * k;
+    const bool edge = sb < begin || sb + kStageTokens > end;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = u * kWarps * TPW + warp * TPW + sub;
+      const int64_t t = sb + j;
+      uint32_t raw[NW];
+      LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
+      float sc = 1.0f;
+      if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
+      bool valid = true;
+      if (edge) valid = t >= begin && t < end;
+      DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, false};
+      float x[8];
+      C::Decode8(raw, ctx, x);
+      if (!valid) {
+        sc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+      }
+      float dot[GMAX];
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s = fmaf(q[g][i], x[i], s);
+        dot[g] = s * sc;
+      }
+      if constexpr (METER) {  // η: per head, max over tokens of this lane's Σ|q_c x_c|·s
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          float a = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) a = fmaf(fabsf(q[g][i]), fabsf(x[i]), a);
+          admax[g] = fmaxf(admax[g], a * sc);
+        }
+      }
+      const float l = ReduceScatter<GMAX, LPT>(dot, part, &my_h) * inv_sqrt_d;
+      if (valid && my_h < G && (part & (LPT / GMAX - 1)) == 0) {
+        logits[my_h * p.lcap + (t - begin)] = l;
+        mloc = fmaxf(mloc, l);
+      }
+    }
+  }
+  // Split max per head: lanes sharing my_h (all but the head bits of `part`).
+  constexpr int kHeadBits = (LPT - 1) & ~(LPT / GMAX - 1);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    if (o & kHeadBits) continue;
+    mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, o));
+  }
+  if (METER) {
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      float a = admax[g];
+#pragma unroll
+      for (int o = LPT / 2; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+#pragma unroll
+      for (int o = 16; o >= LPT; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+      admax[g] = a;
+    }
+  }
+  if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) sm.red[warp][my_h] = mloc;
+  __syncthreads();
+  if (tid < GMAX) {
+    float m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.red[w][tid]);
+    sm.m[tid] = m > -INFINITY ? m : 0.0f;  // all logits NaN: the partial is marked bad later
+  }
+  if (METER) {
+    __syncthreads();
+    if (lane == 0) {
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) sm.red[warp][g] = admax[g];
+    }
+    __syncthreads();
+    if (tid < GMAX) {
+      float a = 0.0f;
+      for (int w = 0; w < kWarps; ++w) a = fmaxf(a, sm.red[w][tid]);
+      sm.eta[tid] = meter::EtaFactor(D) * a * inv_sqrt_d;
+    }
+  }
+  // sm.m / sm.eta become visible at the first V stage's barrier.
+
+  // ---- pass 2: per V stage, weights + meter, then values ------------------------------------
+  float acc[GMAX][8];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  }
+  meter::CertPartial cp;  // head tid / TPH: warp-uniform
+  float vmax = 0.0f;
+  const float infl = meter::EpsInflation(D, nb);
+  const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+  for (int k = n_st; k < 2 * n_st; ++k) {
+    CpAsyncWait<S - 2>();
+    __syncthreads();
+    issue(k + S - 1);
+    const uint8_t* st = ring + (k % S) * sl.bytes;
+    const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
+    const bool edge = sb < begin || sb + kStageTokens > end;
+    // (a) weights and certificate terms: thread = (head g, tokens jj0 + TPH·r)
+#pragma unroll
+    for (int r = 0; r < NP; ++r) {
+      const int g = tid / TPH, jj = tid % TPH + r * TPH;
+      const int64_t t = sb + jj;
+      const bool valid = g < G && t >= begin && t < end;
+      float w = 0.0f, rho = 0.0f;
+      if (valid) {
+        const float mg = sm.m[g];
+        const float l = logits[g * p.lcap + (t - begin)];
+        w = expf(l - mg);
+        cp.m = mg;
+        if constexpr (METER) {
+          float e = 0.0f;
+          if constexpr (kWit) {
+            const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + jj * nb;
+            const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + jj * nb;
+            if (nb == 8) {
+              float w8[8];
+              Half8(kw, w8);
+              e = meter::TierAEpsilon(sm.qbn[g], w8, 8, inv_sqrt_d, infl);
+              Half8(vw, w8);
+              rho = meter::ResidualNormFromWitness(w8, 8);
+            } else {
+              float wb[64];
+              for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(kw[b]));
+              e = meter::TierAEpsilon(sm.qbn[g], wb, nb, inv_sqrt_d, infl);
+              for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(vw[b]));
+              rho = meter::ResidualNormFromWitness(wb, nb);
+            }
+          }
+          if constexpr (kKScale) {
+            const float tb = sm.tierb[g];
+            if (tb > 0.0f) {
+              const float ks = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[jj * NS]);
+              const float ub = tb * ks * (1.0f + 4 * meter::kUnitRoundoff);
+              e = kWit ? fminf(e, ub) : ub;
+            }
+          }
+          meter::PartialAddTokenWeighted(&cp, l, w, e, rho, 0.0f);
+        } else {
+          cp.z += w;
+          cp.count += 1;
+          cp.chain += 1;
+        }
+      }
+      if (g < GMAX) sm.wt[g][jj] = w;
+      if (METER && g == 0) sm.rho[jj] = rho;
+    }
+    __syncthreads();
+    // (b) values
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = u * kWarps * TPW + warp * TPW + sub;
+      const int64_t t = sb + j;
+      uint32_t raw[NW];
+      LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
+      float sc = 1.0f;
+      if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
+      bool valid = true;
+      if (edge) valid = t >= begin && t < end;
+      DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, true};
+      float x[8];
+      C::Decode8(raw, ctx, x);
+      if (!valid) {
+        sc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+      }
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        const float ws = sm.wt[g][j] * sc;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
+      }
+      if constexpr (METER) {
+        float amax = 1.0f, inv = 1.0f;
+        if constexpr (C::kWideRange) {  // bf16/fp32 squares can overflow or underflow
+          amax = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+#pragma unroll
+          for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+          inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
+        }
+        float vscale = sc;
+        if constexpr (C::kGroupScale) {  // fold each lane's scale in, relative to the largest
+          float smax = sc;
+#pragma unroll
+          for (int o = LPT / 2; o > 0; o >>= 1) smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, o));
+          inv = smax > 0.0f ? sc / smax : 0.0f;
+          vscale = smax;
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float y = x[i] * inv;
+          ss = fmaf(y, y, ss);
+        }
+#pragma unroll
+        for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float norm = amax * sqrtf(ss);
+        if (C::kWideRange && inv == 0.0f) norm = amax;  // 0, inf or NaN
+        const float cand = norm * vscale * vn_infl + sm.rho[j];
+        if (valid) vmax = meter::MaxAcc(vmax, cand);  // NaN ignored, as PartialAddToken does
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cp = meter::SumPartialsSameMax(cp, ShflXorPartial(cp, o));
+  if (METER) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+  }
+  __syncthreads();  // every thread is done with logits / sm.wt / sm.rho
+  if (lane == 0) {
+    sm.wpart(warp) = cp;
+    sm.vmax[warp] = vmax;
+  }
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int o = 16; o >= LPT; o >>= 1) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+    }
+  }
+  float* red = logits;  // [kWarps, GMAX, D]
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) red[(warp * GMAX + g) * D + ch0 + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
+  if (tid < G) {
+    // head g's weights-step threads: [g·TPH, (g+1)·TPH) = warps g·TPH/32 ...
+    meter::CertPartial c;
+    for (int w = tid * TPH / 32; w < (tid + 1) * TPH / 32; ++w) c = meter::SumPartialsSameMax(c, sm.wpart(w));
+    c.m = sm.m[tid];
+    if (METER) {
+      float vm = 0.0f;
+      for (int w = 0; w < kWarps; ++w) vm = fmaxf(vm, sm.vmax[w]);
+      c.vmax = vm;
+      c.eta_max = fmaxf(c.eta_max, sm.eta[tid]);
+    }
+    p.parts[cell0 + static_cast<int64_t>(tid) * p.num_splits] = c;
+  }
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int g = i / D, c = i % D;
+    float s = 0.0f;
+    for (int w = 0; w < kWarps; ++w) s += red[(w * GMAX + g) * D + c];
+    p.part_acc[(cell0 + static_cast<int64_t>(g) * p.num_splits) * D + c] = s;
+  }
+}
+
+template <class C, int D, int GMAX, bool METER>
+CudaStatus LaunchPipelined(const DecodeParams& p, const PipeSmemPlan& plan, dim3 grid, cudaStream_t stream) {
+  auto kernel = PipelinedDecodeKernel<C, D, GMAX, METER>;
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(plan.bytes)));
+  kernel<<<grid, kThreads, plan.bytes, stream>>>(p, plan);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+template <class C>
+CudaStatus LaunchPipelinedForCodec(const DecodeParams& p, const PipeSmemPlan& plan, bool meter, dim3 grid,
+                                   cudaStream_t stream) {
+  const int d = p.layout.head_dim;
+  const bool g8 = p.q_per_kv > 4;
+#define WITCERT_PIPE_CASE(D_, G_)                                                  \
+  if (d == D_ && g8 == (G_ == 8)) {                                                \
+    return meter ? LaunchPipelined<C, D_, G_, true>(p, plan, grid, stream)         \
+                 : LaunchPipelined<C, D_, G_, false>(p, plan, grid, stream);       \
+  }
+  WITCERT_PIPE_CASE(64, 4)
+  WITCERT_PIPE_CASE(64, 8)
+  WITCERT_PIPE_CASE(128, 4)
+  WITCERT_PIPE_CASE(128, 8)
+#undef WITCERT_PIPE_CASE
+  return CudaStatus::Error("MeteredDecodeCuda: head_dim must be 64 or 128, got " + std::to_string(d));
+}
+
+}  // namespace witcert::cuda_kv

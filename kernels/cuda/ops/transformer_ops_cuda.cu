@@ -1,0 +1,255 @@
+// Row-wise and element-wise transformer ops (see the header for math and shapes).
+//
+// These are a small share of a decode step next to the GEMMs and attention: simple
+// grid-stride kernels, one block per row for the row reductions.
+#include "kernels/cuda/ops/transformer_ops_cuda.h"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+namespace witcert {
+namespace {
+
+constexpr int kThreads = 256;
+
+CudaStatus LastLaunch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return CudaErrorStatus(err, what, __FILE__, __LINE__);
+  return CudaStatus::Ok();
+}
+
+unsigned Blocks(int64_t count) {
+  int64_t b = (count + kThreads - 1) / kThreads;
+  if (b > 65535 * 8) b = 65535 * 8;  // grid-stride loops cover the rest
+  return static_cast<unsigned>(b < 1 ? 1 : b);
+}
+
+__device__ inline uint16_t ToBf16Bits(float f) {
+  __nv_bfloat16 b = __float2bfloat16_rn(f);
+  return *reinterpret_cast<uint16_t*>(&b);
+}
+
+__device__ inline float Bf16BitsToFloat(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// Sum over the block (blockDim.x == kThreads); every thread gets the result.
+__device__ inline float BlockSum(float v) {
+  __shared__ float warp_sums[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  float s = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) s += warp_sums[w];
+  __syncthreads();  // warp_sums may be reused by the caller's next BlockSum
+  return s;
+}
+
+__global__ void EmbeddingKernel(const uint16_t* table, int64_t vocab, int64_t hidden,
+                                const int32_t* ids, int64_t n, float* out) {
+  const int64_t total = n * hidden;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e / hidden, j = e % hidden;
+    const int32_t id = ids[i];
+    out[e] = (id < 0 || id >= vocab) ? __int_as_float(0x7fc00000)
+                                     : Bf16BitsToFloat(table[id * hidden + j]);
+  }
+}
+
+__global__ void RmsNormKernel(const float* x, const float* weight, int64_t dim, float eps,
+                              float* out_f32, uint16_t* out_bf16) {
+  const int64_t row = blockIdx.x;
+  const float* xi = x + row * dim;  // [dim]
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) ss += xi[j] * xi[j];
+  ss = BlockSum(ss);
+  const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / dim + eps));
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    const float y = xi[j] * scale * weight[j];
+    if (out_bf16 != nullptr) out_bf16[row * dim + j] = ToBf16Bits(y);
+    if (out_f32 != nullptr) out_f32[row * dim + j] = y;
+  }
+}
+
+// One thread per (row, head, pair).
+__global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_heads,
+                           int32_t head_dim, const int64_t* positions, float theta,
+                           bool interleaved) {
+  const int32_t half = head_dim / 2;
+  const int64_t total = n * num_heads * half;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t p = static_cast<int32_t>(e % half);
+    const int64_t h = (e / half) % num_heads;
+    const int64_t i = e / (int64_t{half} * num_heads);
+    const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
+    const double angle = static_cast<double>(positions[i]) * inv_freq;
+    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+    float* xh = x + i * row_stride + h * head_dim;  // [head_dim]
+    const int32_t a = interleaved ? 2 * p : p;
+    const int32_t b = interleaved ? 2 * p + 1 : p + half;
+    const float xa = xh[a], xb = xh[b];
+    xh[a] = xa * c - xb * s;
+    xh[b] = xa * s + xb * c;
+  }
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, int64_t cols,
+                             int64_t in_stride, float* out_f32, uint16_t* out_bf16) {
+  const int64_t total = n * cols;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e / cols, j = e % cols;
+    const float g = gate[i * in_stride + j];
+    const float y = g / (1.0f + expf(-g)) * up[i * in_stride + j];
+    if (out_bf16 != nullptr) out_bf16[e] = ToBf16Bits(y);
+    if (out_f32 != nullptr) out_f32[e] = y;
+  }
+}
+
+__global__ void AddKernel(float* y, const float* x, int64_t count) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < count;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    y[e] += x[e];
+  }
+}
+
+__global__ void AddBiasKernel(float* y, int64_t n, int64_t cols, int64_t row_stride,
+                              const float* bias) {
+  const int64_t total = n * cols;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e / cols, j = e % cols;
+    y[i * row_stride + j] += bias[j];
+  }
+}
+
+__global__ void ToBf16Kernel(const float* x, int64_t count, uint16_t* out) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < count;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    out[e] = ToBf16Bits(x[e]);
+  }
+}
+
+// One warp per row.
+__global__ void RowNormsKernel(const float* x, int64_t n, int32_t dim, float* out) {
+  const int64_t row = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n) return;
+  float ss = 0.0f;
+  for (int32_t j = lane; j < dim; j += 32) {
+    const float v = x[row * dim + j];
+    ss += v * v;
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (lane == 0) out[row] = sqrtf(ss);
+}
+
+// One block per row: each thread keeps its best (value, index), then a tree over the block.
+__global__ void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
+  __shared__ float best_v[kThreads];
+  __shared__ int32_t best_i[kThreads];
+  const float* row = logits + blockIdx.x * vocab;  // [vocab]
+  float bv = -INFINITY;
+  int32_t bi = -1;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float v = row[j];
+    if (v == v && (bi < 0 || v > bv)) {  // first index wins ties (j increases per thread)
+      bv = v;
+      bi = static_cast<int32_t>(j);
+    }
+  }
+  best_v[threadIdx.x] = bv;
+  best_i[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = best_v[threadIdx.x + s];
+      const int32_t oi = best_i[threadIdx.x + s];
+      const int32_t mi = best_i[threadIdx.x];
+      const bool take = oi >= 0 && (mi < 0 || ov > best_v[threadIdx.x] ||
+                                    (ov == best_v[threadIdx.x] && oi < mi));
+      if (take) {
+        best_v[threadIdx.x] = ov;
+        best_i[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] < 0 ? 0 : best_i[0];
+}
+
+}  // namespace
+
+CudaStatus EmbeddingCuda(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids,
+                         int64_t n, float* out, cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  EmbeddingKernel<<<Blocks(n * hidden), kThreads, 0, stream>>>(table, vocab, hidden, ids, n, out);
+  return LastLaunch("EmbeddingKernel");
+}
+
+CudaStatus RmsNormCuda(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+                       float* out_f32, uint16_t* out_bf16, cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  if (n > 0x7fffffff) return CudaStatus::Error("RmsNormCuda: too many rows");
+  RmsNormKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, weight, dim, eps, out_f32,
+                                                                   out_bf16);
+  return LastLaunch("RmsNormKernel");
+}
+
+CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, int32_t head_dim,
+                    const int64_t* positions, float theta, bool interleaved, cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  if (head_dim % 2 != 0) return CudaStatus::Error("RopeCuda: head_dim must be even");
+  RopeKernel<<<Blocks(n * num_heads * (head_dim / 2)), kThreads, 0, stream>>>(
+      x, n, row_stride, num_heads, head_dim, positions, theta, interleaved);
+  return LastLaunch("RopeKernel");
+}
+
+CudaStatus SwiGluCuda(const float* gate, const float* up, int64_t n, int64_t cols,
+                      int64_t in_stride, float* out_f32, uint16_t* out_bf16,
+                      cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  SwiGluKernel<<<Blocks(n * cols), kThreads, 0, stream>>>(gate, up, n, cols, in_stride, out_f32,
+                                                          out_bf16);
+  return LastLaunch("SwiGluKernel");
+}
+
+CudaStatus AddInPlaceCuda(float* y, const float* x, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return CudaStatus::Ok();
+  AddKernel<<<Blocks(count), kThreads, 0, stream>>>(y, x, count);
+  return LastLaunch("AddKernel");
+}
+
+CudaStatus AddBiasRowsCuda(float* y, int64_t n, int64_t cols, int64_t row_stride,
+                           const float* bias, cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  AddBiasKernel<<<Blocks(n * cols), kThreads, 0, stream>>>(y, n, cols, row_stride, bias);
+  return LastLaunch("AddBiasKernel");
+}
+
+CudaStatus FloatToBf16Cuda(const float* x, int64_t count, uint16_t* out, cudaStream_t stream) {
+  if (count <= 0) return CudaStatus::Ok();
+  ToBf16Kernel<<<Blocks(count), kThreads, 0, stream>>>(x, count, out);
+  return LastLaunch("ToBf16Kernel");
+}
+
+CudaStatus RowNormsCuda(const float* x, int64_t n, int32_t dim, float* out, cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  constexpr int kRowsPerBlock = kThreads / 32;
+  RowNormsKernel<<<static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0,
+                   stream>>>(x, n, dim, out);
+  return LastLaunch("RowNormsKernel");
+}
+
+CudaStatus ArgmaxRowsCuda(const float* logits, int64_t n, int64_t vocab, int32_t* out,
+                          cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  ArgmaxKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(logits, vocab, out);
+  return LastLaunch("ArgmaxKernel");
+}
+
+}  // namespace witcert

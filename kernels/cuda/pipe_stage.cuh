@@ -1,0 +1,130 @@
+// Building blocks of the pipelined decode kernel (metered_decode_pipelined.cuh): the
+// shared-memory stage layout and ring plan (host and device agree on them), cp.async
+// wrappers, shared-memory chunk loads, and the reduce-scatter butterfly of the G dot products.
+//
+// Why 64-token stages aligned to absolute positions: every 8-token group then lies in one
+// paged block (block_size ≥ 8), so its codes, scales and witnesses are contiguous runs whose
+// size is a multiple of 16 bytes and which a handful of 16-byte cp.async copies move.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/metered_decode_kernel.cuh"
+
+namespace witcert::cuda_kv {
+
+constexpr int kStageTokens = 64;
+constexpr int kStageGroups = kStageTokens / 8;  // 8-token groups: one block each (block_size ≥ 8)
+
+// Ring depth: about 48 KB of codes per CTA in the ring (two CTAs per SM keep ≥ 32 KB per SM
+// in flight, what ~4.8 TB/s × ~1 µs of latency needs across 132 SMs), 2 to 4 stages.
+__host__ __device__ constexpr int PipeStages(int bits_per_channel, int head_dim) {
+  const int stage_code_bytes = kStageTokens * bits_per_channel * head_dim / 8;
+  const int s = 49152 / stage_code_bytes;
+  return s < 2 ? 2 : (s > 4 ? 4 : s);
+}
+
+__host__ __device__ constexpr int RoundUp16(int x) { return (x + 15) / 16 * 16; }
+
+// Byte offsets inside one stage of kStageTokens tokens.
+struct StageLayout {
+  int32_t codes, scales, kscales, kwit, vwit, bytes;
+};
+__host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32_t nscale, int32_t nb) {
+  StageLayout s;
+  int32_t o = 0;
+  s.codes = o;   o += kStageTokens * code_bytes;              // [64, code_bytes]
+  s.scales = o;  o += RoundUp16(kStageTokens * 2 * nscale);   // [64, nscale] bf16
+  s.kscales = o; o += RoundUp16(kStageTokens * 2 * nscale);   // [64, nscale] K scales (Tier B)
+  s.kwit = o;    o += RoundUp16(kStageTokens * 2 * nb);       // [64, B] fp16
+  s.vwit = o;    o += RoundUp16(kStageTokens * 2 * nb);       // [64, B] fp16
+  s.bytes = o;
+  return s;
+}
+
+// Dynamic shared memory of the pipelined kernel: ring, logits (later the output
+// reduction), block-table slice. Offsets in bytes.
+struct PipeSmemPlan {
+  StageLayout stage;
+  int32_t stages, logits_off, bt_off, bt_entries;
+  size_t bytes;
+};
+inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32_t lcap) {
+  PipeSmemPlan p;
+  p.stage = MakeStageLayout(L.code_bytes(), L.scales_per_vector(), L.num_bands);
+  p.stages = PipeStages(SchemeInfo(L.scheme).bits_per_channel, L.head_dim);
+  p.logits_off = p.stages * p.stage.bytes;
+  const int64_t lf = std::max<int64_t>(int64_t{gmax} * lcap, int64_t{kWarps} * gmax * L.head_dim);
+  p.bt_off = p.logits_off + static_cast<int32_t>(4 * lf);
+  p.bt_entries = (lcap + 2 * kStageTokens) / L.block_size + 2;
+  p.bytes = static_cast<size_t>(p.bt_off) + 4 * static_cast<size_t>(p.bt_entries);
+  return p;
+}
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// `BYTES` bytes from shared memory (generic pointer, suitably aligned).
+template <int BYTES>
+__device__ __forceinline__ void LoadSmemChunk(const uint8_t* p, uint32_t (&w)[BYTES / 4]) {
+  if constexpr (BYTES >= 16) {
+#pragma unroll
+    for (int i = 0; i < BYTES / 16; ++i) {
+      const uint4 a = reinterpret_cast<const uint4*>(p)[i];
+      w[4 * i] = a.x; w[4 * i + 1] = a.y; w[4 * i + 2] = a.z; w[4 * i + 3] = a.w;
+    }
+  } else if constexpr (BYTES == 8) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    w[0] = a.x; w[1] = a.y;
+  } else {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+}
+
+// 8 fp16 band values (16 bytes) → floats.
+__device__ __forceinline__ void Half8(const uint16_t* p, float* w) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&wv[i]));
+    w[2 * i] = f.x;
+    w[2 * i + 1] = f.y;
+  }
+}
+
+// Reduce-scatter over the LPT lanes of a token: on return the lane holds the full sum of
+// v[h] for h = the returned head index. Lanes with (part & (LPT/G − 1)) != 0 hold copies.
+template <int G, int LPT>
+__device__ __forceinline__ float ReduceScatter(float (&v)[G], int part, int* head) {
+  static_assert(LPT >= G, "reduce-scatter needs at least G lanes per token");
+  int h = 0;
+#pragma unroll
+  for (int r = 0, n = G; n > 1; ++r, n >>= 1) {
+    const int o = LPT >> (r + 1);
+    const bool up = (part & o) != 0;
+#pragma unroll
+    for (int k = 0; k < n / 2; ++k) {
+      const float send = up ? v[k] : v[k + n / 2];
+      const float keep = up ? v[k + n / 2] : v[k];
+      v[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+    if (up) h += n / 2;
+  }
+  float s = v[0];
+#pragma unroll
+  for (int o = LPT / G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  *head = h;
+  return s;
+}
+
+}  // namespace witcert::cuda_kv

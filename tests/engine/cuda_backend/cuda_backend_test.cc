@@ -1,0 +1,283 @@
+// CudaBackend vs CpuBackend, end to end, on synthetic models with the shapes the GPU decode
+// kernel takes (head_dim 64, GQA 2): a llama-style one (interleaved RoPE, untied) and a
+// qwen2-style one (half-split RoPE, QKV bias, tied embeddings), BF16 weights, so both
+// backends multiply the same weight values and differ only by the GPU's bf16 rounding of
+// GEMM inputs and summation order.
+//
+// Tolerances (why): each GEMM input rounded to bf16 carries ≤ 2^-9 relative error; over
+// 2 layers × 4 GEMMs plus the head the logits move by ~1e-2 relative at most, so we ask
+// ‖gpu − cpu‖₂ / ‖cpu‖₂ ≤ 2e-2 and max |gpu − cpu| ≤ 0.1 (logits are O(1) here). Greedy
+// tokens must be identical at every step where the CPU's top-2 gap exceeds twice that step's
+// measured max |gpu − cpu| (below that, a flip is within the arithmetic's reach: a near-tie).
+// At a near-tie both backends continue with the CPU's token (the step is not counted), so
+// every prompt runs 16 decode steps with its logits checked. Random-weight models with a
+// 512-token vocabulary have many close top-2 pairs; over 6 prompts × 16 steps the test asserts
+// that at least half the steps were compared (identical tokens) and no compared step differed.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/synthetic_model.h"
+#include "gtest/gtest.h"
+
+namespace witcert {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!CudaBackend::DeviceAvailable()) GTEST_SKIP() << "no CUDA device"
+
+ModelConfig TestConfig(bool qwen) {
+  ModelConfig c;
+  c.architecture = qwen ? "qwen2" : "llama";
+  c.name = qwen ? "gpu-test-qwen2" : "gpu-test-llama";
+  c.num_layers = 2;
+  c.hidden_dim = 256;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.ffn_dim = 512;
+  c.vocab_size = 512;
+  c.context_length = 4096;
+  c.rope_theta = qwen ? 1000000.0f : 10000.0f;
+  c.rms_norm_eps = qwen ? 1e-6f : 1e-5f;
+  c.rope_pairing = qwen ? RopePairing::kHalfSplit : RopePairing::kInterleaved;
+  c.qkv_bias = qwen;
+  c.tied_embeddings = qwen;
+  return c;
+}
+
+KvCacheOptions KvOptions(const ModelConfig& c, const std::string& scheme) {
+  KvCacheOptions o;
+  o.num_layers = c.num_layers;
+  o.num_kv_heads = c.num_kv_heads;
+  o.head_dim = c.head_dim;
+  o.rope_pairing = c.rope_pairing;
+  o.block_size = 16;
+  o.num_blocks = 64;
+  o.k_scheme = o.v_scheme = scheme;
+  o.backing_store_bytes = 64 << 20;
+  return o;
+}
+
+std::vector<TokenId> Prompt(int32_t len, int32_t seed, int32_t vocab) {
+  std::vector<TokenId> p(len);
+  for (int32_t i = 0; i < len; ++i) p[i] = (seed * 131 + i * 37 + i * i * 7) % vocab;
+  return p;
+}
+
+struct Pair {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuBackend> cpu;
+  std::unique_ptr<CudaBackend> gpu;
+};
+
+Pair MakePair(bool qwen, const std::string& scheme) {
+  Pair p;
+  auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen), 1234, {}, 2);
+  EXPECT_TRUE(m.ok()) << m.status();
+  p.model = std::move(*m);
+  auto cpu = CpuBackend::Create(*p.model, KvOptions(p.model->config(), scheme), {.num_threads = 2});
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  p.cpu = std::move(*cpu);
+  auto gpu = CudaBackend::Create(*p.model, KvOptions(p.model->config(), scheme));
+  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  p.gpu = std::move(*gpu);
+  return p;
+}
+
+void AddSeq(Backend& b, SeqId seq, int64_t tokens) {
+  ASSERT_TRUE(b.kv_cache().AddSequence(seq).ok());
+  ASSERT_TRUE(b.kv_cache().Reserve(seq, tokens).ok());
+}
+
+// Returns max |gpu − cpu| after checking the tolerances.
+double ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
+  EXPECT_EQ(gpu.size(), cpu.size()) << what;
+  if (gpu.size() != cpu.size()) return INFINITY;
+  double num = 0, den = 0, max_abs = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(gpu[i])) << what << " @" << i;
+    num += (gpu[i] - cpu[i]) * double(gpu[i] - cpu[i]);
+    den += double(cpu[i]) * cpu[i];
+    max_abs = std::max(max_abs, std::fabs(double(gpu[i]) - cpu[i]));
+  }
+  EXPECT_LE(std::sqrt(num / den), 2e-2) << what;
+  EXPECT_LE(max_abs, 0.1) << what;
+  return max_abs;
+}
+
+TokenId Argmax(const float* x, int32_t n, float* gap) {
+  int32_t best = 0, second = -1;
+  for (int32_t j = 1; j < n; ++j) {
+    if (x[j] > x[best]) {
+      second = best;
+      best = j;
+    } else if (second < 0 || x[j] > x[second]) {
+      second = j;
+    }
+  }
+  *gap = x[best] - x[second];
+  return best;
+}
+
+class CudaBackendTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaBackendTest, LogitsAndGreedyDecodeMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  Pair p = MakePair(GetParam(), "fp16");
+  const int32_t vocab = p.model->config().vocab_size;
+  int compared = 0, longest = 0;
+  double worst_abs = 0;
+  SeqId seq = 1;
+  for (int32_t len : {5, 9, 16, 17, 33, 40}) {
+    std::vector<TokenId> prompt = Prompt(len, len, vocab);
+    AddSeq(*p.cpu, seq, len + 20);
+    AddSeq(*p.gpu, seq, len + 20);
+    ForwardResult rc, rg;
+    ForwardItem item{.seq = seq, .tokens = prompt, .start_pos = 0};
+    ASSERT_TRUE(p.cpu->Forward({item}, &rc).ok());
+    absl::Status st = p.gpu->Forward({item}, &rg);
+    ASSERT_TRUE(st.ok()) << st;
+    double max_abs = ExpectClose(rg.logits, rc.logits, "prefill");
+    int64_t pos = len;
+    int run = 0;
+    for (int step = 0; step < 16; ++step) {
+      worst_abs = std::max(worst_abs, max_abs);
+      float gap = 0;
+      const TokenId tc = Argmax(rc.logits.data(), vocab, &gap);
+      float unused = 0;
+      const TokenId tg = Argmax(rg.logits.data(), vocab, &unused);
+      const bool near_tie = gap <= 2 * max_abs;  // see the file comment
+      if (!near_tie) {
+        ASSERT_EQ(tg, tc) << "prompt " << len << " step " << step;
+        ++compared;
+        ++run;
+        longest = std::max(longest, run);
+      } else {
+        run = 0;
+      }
+      const TokenId next[1] = {tc};
+      ForwardItem d{.seq = seq, .tokens = next, .start_pos = pos, .decode_step = step};
+      ASSERT_TRUE(p.cpu->Forward({d}, &rc).ok());
+      st = p.gpu->Forward({d}, &rg);
+      ASSERT_TRUE(st.ok()) << st;
+      max_abs = ExpectClose(rg.logits, rc.logits, "decode");
+      ++pos;
+    }
+    ++seq;
+  }
+  std::printf("greedy: %d steps compared, longest run %d, worst max|gpu-cpu| logit %.4g\n",
+              compared, longest, worst_abs);
+  EXPECT_GE(compared, 48);  // of 96
+}
+
+TEST_P(CudaBackendTest, BatchedDecodeAndChunkedPrefillMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  Pair p = MakePair(GetParam(), "fp16");
+  const int32_t vocab = p.model->config().vocab_size;
+  const std::vector<int32_t> lens = {7, 23, 40};
+  std::vector<std::vector<TokenId>> prompts;
+  for (int32_t len : lens) prompts.push_back(Prompt(len, len + 3, vocab));
+  for (SeqId s = 0; s < 3; ++s) {
+    AddSeq(*p.cpu, s, 64);
+    AddSeq(*p.gpu, s, 64);
+  }
+  // One batch: seq 0 whole prompt, seq 1 whole prompt, seq 2 only its first chunk of 16.
+  std::vector<ForwardItem> batch;
+  for (SeqId s = 0; s < 3; ++s) {
+    absl::Span<const TokenId> t = prompts[s];
+    if (s == 2) t = t.subspan(0, 16);
+    batch.push_back({.seq = s, .tokens = t, .start_pos = 0});
+  }
+  ForwardResult rc, rg;
+  ASSERT_TRUE(p.cpu->Forward(batch, &rc).ok());
+  absl::Status st = p.gpu->Forward(batch, &rg);
+  ASSERT_TRUE(st.ok()) << st;
+  ExpectClose(rg.logits, rc.logits, "batched prefill");
+  // Next batch: decode seqs 0 and 1, and seq 2's second chunk (24 rows reading stored KV).
+  std::vector<TokenId> next = {1, 2};
+  batch = {{.seq = 0, .tokens = absl::MakeSpan(&next[0], 1), .start_pos = 7},
+           {.seq = 2, .tokens = absl::Span<const TokenId>(prompts[2]).subspan(16), .start_pos = 16},
+           {.seq = 1, .tokens = absl::MakeSpan(&next[1], 1), .start_pos = 23}};
+  ASSERT_TRUE(p.cpu->Forward(batch, &rc).ok());
+  st = p.gpu->Forward(batch, &rg);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(rg.logits.size(), 3u * vocab);
+  ExpectClose(rg.logits, rc.logits, "batched decode + chunk");
+}
+
+TEST_P(CudaBackendTest, MeterObserveRecordsCellsLikeCpu) {
+  SKIP_WITHOUT_GPU();
+  Pair p = MakePair(GetParam(), "int8-rtn");
+  const ModelConfig& c = p.model->config();
+  GatePolicy observe;
+  observe.mode = GateMode::kObserve;
+  std::vector<TokenId> prompt = Prompt(30, 5, c.vocab_size);
+  AddSeq(*p.cpu, 9, 40);
+  AddSeq(*p.gpu, 9, 40);
+  ForwardResult rc, rg;
+  ForwardItem item{.seq = 9, .tokens = prompt, .start_pos = 0, .policy = &observe};
+  ASSERT_TRUE(p.cpu->Forward({item}, &rc).ok());
+  ASSERT_TRUE(p.gpu->Forward({item}, &rg).ok());
+  ASSERT_EQ(rg.cells.size(), 1u);
+  EXPECT_TRUE(rg.cells[0].empty());  // the prompt read no stored KV
+  const TokenId next[2] = {3, 4};
+  ForwardItem d{.seq = 9, .tokens = next, .start_pos = 30, .decode_step = 7, .policy = &observe};
+  ASSERT_TRUE(p.cpu->Forward({d}, &rc).ok());
+  ASSERT_TRUE(p.gpu->Forward({d}, &rg).ok());
+  ExpectClose(rg.logits, rc.logits, "int8 decode");
+  const std::vector<CellRecord>& gc = rg.cells[0];
+  const std::vector<CellRecord>& cc = rc.cells[0];
+  ASSERT_EQ(gc.size(), cc.size());
+  ASSERT_EQ(gc.size(), static_cast<size_t>(2 * c.num_layers * c.num_heads));
+  for (size_t i = 0; i < gc.size(); ++i) {
+    EXPECT_EQ(gc[i].layer, cc[i].layer);
+    EXPECT_EQ(gc[i].head, cc[i].head);
+    EXPECT_EQ(gc[i].step, cc[i].step);
+    // int8 codes: a real, non-vacuous bound. The GPU's K differs from the CPU's by bf16
+    // rounding of the GEMM inputs (~0.5%), which re-draws each element's quantization
+    // residual, so the witnesses (residual band norms over d/B = 8 channels) differ per token
+    // although the bound, a sum over the context, stays close: within 25% (10% seen).
+    EXPECT_GT(gc[i].tv_before, 0.0f);
+    EXPECT_LT(gc[i].tv_before, 1.0f);
+    EXPECT_NEAR(gc[i].tv_before, cc[i].tv_before, 0.25f * cc[i].tv_before + 1e-5f) << i;
+    if (std::fabs(cc[i].tv_before - observe.tv_threshold) > 0.3f * cc[i].tv_before) {
+      EXPECT_EQ(gc[i].certified, cc[i].certified) << i;  // away from the threshold
+    }
+  }
+  // Meter off (no policy): no cells.
+  const TokenId last[1] = {5};
+  ForwardItem off{.seq = 9, .tokens = last, .start_pos = 32};
+  ASSERT_TRUE(p.gpu->Forward({off}, &rg).ok());
+  EXPECT_TRUE(rg.cells[0].empty());
+}
+
+TEST_P(CudaBackendTest, RepairModeAndMixedSchemesAreUnimplemented) {
+  SKIP_WITHOUT_GPU();
+  Pair p = MakePair(GetParam(), "int8-rtn");
+  GatePolicy repair;
+  repair.mode = GateMode::kRepair;
+  AddSeq(*p.gpu, 1, 8);
+  const TokenId t[2] = {1, 2};
+  ForwardResult r;
+  ASSERT_TRUE(p.gpu->Forward({{.seq = 1, .tokens = absl::MakeSpan(t, 1), .start_pos = 0}}, &r).ok());
+  absl::Status st = p.gpu->Forward(
+      {{.seq = 1, .tokens = absl::MakeSpan(t + 1, 1), .start_pos = 1, .policy = &repair}}, &r);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  KvCacheOptions mixed = KvOptions(p.model->config(), "int8-rtn");
+  mixed.v_scheme = "fp16";
+  EXPECT_EQ(CudaBackend::Create(*p.model, mixed).status().code(), absl::StatusCode::kUnimplemented);
+  // Unreserved positions are an error, not an out-of-bounds write.
+  st = p.gpu->Forward({{.seq = 1, .tokens = absl::MakeSpan(t, 1), .start_pos = 16}}, &r);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaBackendTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Qwen2Style" : "LlamaStyle"; });
+
+}  // namespace
+}  // namespace witcert
