@@ -28,11 +28,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+MODEL = "default"
+
+
 async def one_stream(client, tokens, idx):
     t0 = time.perf_counter()
     stamps = []
     stream = await client.chat.completions.create(
-        model="default", stream=True, max_tokens=tokens, temperature=0.7, seed=idx,
+        model=MODEL, stream=True, max_tokens=tokens, temperature=0.7, seed=idx,
         messages=[{"role": "user", "content": f"Tell me a long story about lighthouse {idx}."}],
         extra_body={"ignore_eos": True})
     async for chunk in stream:
@@ -80,6 +83,8 @@ def main():
                 break
         except httpx.HTTPError:
             time.sleep(0.1)
+    global MODEL
+    MODEL = httpx.get(base + "/v1/models", timeout=5).json()["data"][0]["id"]
     rows = []
     try:
         for level in [int(x) for x in args.levels.split(",")]:
@@ -91,7 +96,7 @@ def main():
                                        check=True, capture_output=True, text=True).stdout)
     print("| concurrent streams | errors | aggregate tok/s | vs 1 stream | TTFT p50 (ms) | "
           "ITL p50 (ms) |\n| --- | --- | --- | --- | --- | --- |")
-    single = rows[0]["tok_s"]
+    single = rows[0]["tok_s"] or float("nan")
     for r in rows:
         print(f"| {r['concurrency']} | {r['errors']} | {r['tok_s']:.1f} | {r['tok_s'] / single:.2f}× "
               f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} |")

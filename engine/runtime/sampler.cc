@@ -62,56 +62,90 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
   if (params_.temperature <= 0.0f) {
     chosen = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   } else {
-    // Candidates sorted by logit, truncated by top-k.
+    // Candidates: the top-k when asked (sorted), else the whole vocabulary (unsorted: a full
+    // sort of 50k-150k logits per token would cost more than the sampling itself).
     candidates_.resize(vocab);
     std::iota(candidates_.begin(), candidates_.end(), 0);
-    int32_t keep = vocab;
-    if (params_.top_k > 0 && params_.top_k < vocab) keep = params_.top_k;
-    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b]; };
-    if (keep < vocab) {
-      std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(),
-                        by_logit);
-      candidates_.resize(keep);
-    } else {
-      std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    auto by_logit = [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    bool sorted = false;
+    if (params_.top_k > 0 && params_.top_k < vocab) {
+      std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k,
+                        candidates_.end(), by_logit);
+      candidates_.resize(params_.top_k);
+      sorted = true;
     }
-    // Softmax at temperature over the candidates.
+    // Softmax at temperature over the candidates, relative to the largest logit.
     const float inv_t = 1.0f / params_.temperature;
-    const float top_logit = logits[candidates_[0]];
+    float top_logit = logits[candidates_[0]];
+    for (int32_t t : candidates_) top_logit = std::max(top_logit, logits[t]);
     probs_.resize(candidates_.size());
     double total = 0.0;
     for (size_t i = 0; i < candidates_.size(); ++i) {
       probs_[i] = std::exp((logits[candidates_[i]] - top_logit) * inv_t);
       total += probs_[i];
     }
-    for (float& p : probs_) p = static_cast<float>(p / total);
-    size_t n = candidates_.size();
-    // top-p: smallest prefix whose mass reaches top_p (at least one token).
-    if (params_.top_p < 1.0f) {
-      double mass = 0.0;
-      size_t cut = n;
-      for (size_t i = 0; i < n; ++i) {
-        mass += probs_[i];
-        if (mass >= params_.top_p) { cut = i + 1; break; }
-      }
-      n = std::max<size_t>(1, cut);
-    }
-    // min-p: relative to the most likely token.
+    // min-p: drop tokens below min_p times the most likely one (p_max ∝ 1 here).
     if (params_.min_p > 0.0f) {
-      const float floor_p = params_.min_p * probs_[0];
-      size_t cut = 1;
-      while (cut < n && probs_[cut] >= floor_p) ++cut;
+      size_t kept = 0;
+      for (size_t i = 0; i < candidates_.size(); ++i) {
+        if (probs_[i] >= params_.min_p) {
+          candidates_[kept] = candidates_[i];
+          probs_[kept++] = probs_[i];
+        }
+      }
+      candidates_.resize(kept);
+      probs_.resize(kept);
+      total = 0.0;
+      for (float p : probs_) total += p;
+    }
+    size_t n = candidates_.size();
+    // top-p: the smallest most-likely prefix whose mass reaches top_p. Sort only as far as
+    // needed: the nucleus is usually a few dozen tokens.
+    if (params_.top_p < 1.0f) {
+      std::vector<size_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      auto by_prob = [&](size_t a, size_t b) {
+        return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
+      };
+      const double target = params_.top_p * total;
+      size_t k = std::min<size_t>(n, 64), cut = n;
+      while (true) {
+        if (!sorted) std::partial_sort(order.begin(), order.begin() + k, order.end(), by_prob);
+        double mass = 0.0;
+        for (size_t i = 0; i < k; ++i) {
+          mass += probs_[order[i]];
+          if (mass >= target) {
+            cut = i + 1;
+            break;
+          }
+        }
+        if (cut < n || k == n) break;
+        k = std::min(n, k * 4);
+      }
+      std::vector<int32_t> nucleus_tokens(cut);
+      std::vector<float> nucleus_probs(cut);
+      total = 0.0;
+      for (size_t i = 0; i < cut; ++i) {
+        nucleus_tokens[i] = candidates_[order[i]];
+        nucleus_probs[i] = probs_[order[i]];
+        total += nucleus_probs[i];
+      }
+      candidates_ = std::move(nucleus_tokens);
+      probs_ = std::move(nucleus_probs);
       n = cut;
     }
-    double kept = 0.0;
-    for (size_t i = 0; i < n; ++i) kept += probs_[i];
-    std::uniform_real_distribution<double> uniform(0.0, kept);
+    std::uniform_real_distribution<double> uniform(0.0, total);
     const double r = uniform(rng_);
     double acc = 0.0;
     chosen = candidates_[n - 1];
     for (size_t i = 0; i < n; ++i) {
       acc += probs_[i];
-      if (r < acc) { chosen = candidates_[i]; break; }
+      if (r < acc) {
+        chosen = candidates_[i];
+        break;
+      }
     }
   }
   result.token = chosen;
