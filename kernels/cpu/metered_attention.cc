@@ -3,6 +3,10 @@
 
 #include <cmath>
 #include <cstring>
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <vector>
 
 namespace witcert {
@@ -41,7 +45,35 @@ MeteredQuery PrepareMeteredQuery(const MeteredHeadInputs& in, const float* q,
 }
 
 float StoredValueNorm(const float* v, int32_t head_dim) {
-  return meter::ScaledNorm(v, head_dim) * (1.0f + 2.0f * (head_dim + 6) * meter::kUnitRoundoff);
+  const float inflation = 1.0f + 2.0f * (head_dim + 6) * meter::kUnitRoundoff;
+#ifdef __AVX2__
+  // Same scaled norm as meter::ScaledNorm, 8 lanes at a time. Summing in 8 lanes and then
+  // across them has a smaller rounding bound (γ_{d/8+3}) than the sequential sum the
+  // inflation was derived for (γ_d), so the inflated result stays an upper bound.
+  if (head_dim % 8 == 0) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int32_t c = 0; c < head_dim; c += 8) {
+      amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + c)), amax8);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, amax8);
+    float amax = 0.0f;
+    for (float l : lanes) amax = meter::MaxAcc(amax, l);
+    if (amax == 0.0f || !(amax <= 3.0e38f)) return meter::ScaledNorm(v, head_dim) * inflation;
+    const __m256 inv = _mm256_set1_ps(1.0f / amax);
+    __m256 sum8 = _mm256_setzero_ps();
+    for (int32_t c = 0; c < head_dim; c += 8) {
+      const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(v + c), inv);
+      sum8 = _mm256_add_ps(sum8, _mm256_mul_ps(y, y));
+    }
+    _mm256_store_ps(lanes, sum8);
+    float sum = 0.0f;
+    for (float l : lanes) sum += l;
+    return amax * std::sqrt(sum) * inflation;
+  }
+#endif
+  return meter::ScaledNorm(v, head_dim) * inflation;
 }
 
 void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter, int64_t begin,

@@ -23,7 +23,7 @@ const char* CertLabelsName(CertLabels labels);
 struct HttpConfig {
   std::string host = "127.0.0.1";
   int32_t port = 8000;
-  int32_t threads = 64;              // httplib worker threads = max concurrent connections
+  int32_t threads = 256;             // httplib worker threads = max concurrent connections
   int64_t max_body_bytes = 4 << 20;  // larger bodies → 413
   int32_t read_timeout_s = 30;       // a client that sends its body slower than this is cut
   int32_t write_timeout_s = 30;
