@@ -1,9 +1,9 @@
 // Matmul driver: activation quantization, row-tile loop, threading; plus the reference.
 //
 // Loop order: each thread owns a contiguous range of weight rows; for each weight row it
-// walks the activation rows in tiles of kMaxTile, so the row (≤ a few KB) stays in L1 while
-// the quantized activations (n × ~1.1·cols bytes) stream from L2. Decode (n = 1) is then a
-// single pass over the weights, which is what bounds its speed. Each output element is
+// walks the activation rows in tiles of kMaxTile (kMaxWideTile for AVX-512), so the row (≤ a few
+// KB) stays in L1 while the quantized activations (n × ~1.1·cols bytes) stream from L2. Decode (n =
+// 1) is then a single pass over the weights, which is what bounds its speed. Each output element is
 // produced by exactly one kernel call whose arithmetic does not depend on the thread count
 // or the tile position, so results are bit-identical across pool sizes and batch sizes.
 #include "kernels/cpu/matmul.h"
@@ -20,36 +20,30 @@ namespace {
 
 using matmul_internal::BlockQ8_Kx;
 using matmul_internal::kMaxTile;
+using matmul_internal::kMaxWideTile;
 using matmul_internal::RowDotFn;
 
 enum class ActFormat { kF32, kQ8_1, kQ8_K };
 
 struct Plan {
   RowDotFn dot = nullptr;
+  int tile = kMaxTile;  // activation rows per kernel call
   ActFormat act = ActFormat::kF32;
 };
 
 Plan PlanFor(GgmlType type) {
-  namespace mi = matmul_internal;
+  const matmul_internal::RowDot rd =
+      matmul_internal::RowDotFor(type, matmul_internal::SelectedCpuKernel());
   switch (type) {
-    case GgmlType::kF32:
-      return {mi::DotF32, ActFormat::kF32};
-    case GgmlType::kF16:
-      return {mi::DotF16, ActFormat::kF32};
-    case GgmlType::kBF16:
-      return {mi::DotBF16, ActFormat::kF32};
     case GgmlType::kQ4_0:
-      return {mi::DotQ4_0, ActFormat::kQ8_1};
     case GgmlType::kQ4_1:
-      return {mi::DotQ4_1, ActFormat::kQ8_1};
     case GgmlType::kQ8_0:
-      return {mi::DotQ8_0, ActFormat::kQ8_1};
+      return {rd.dot, rd.max_tile, ActFormat::kQ8_1};
     case GgmlType::kQ4_K:
-      return {mi::DotQ4_K, ActFormat::kQ8_K};
     case GgmlType::kQ6_K:
-      return {mi::DotQ6_K, ActFormat::kQ8_K};
+      return {rd.dot, rd.max_tile, ActFormat::kQ8_K};
     default:
-      return {};
+      return {rd.dot, rd.max_tile, ActFormat::kF32};
   }
 }
 
@@ -103,12 +97,13 @@ void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPoo
   }
 
   const RowDotFn dot = plan.dot;
+  const int64_t tile = plan.tile;
   auto rows_fn = [&](int64_t r0, int64_t r1) {
-    float tile_out[kMaxTile];
+    float tile_out[kMaxWideTile];
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* w_row = w.row(r);
-      for (int64_t t = 0; t < n; t += kMaxTile) {
-        const int nx = static_cast<int>(std::min<int64_t>(kMaxTile, n - t));
+      for (int64_t t = 0; t < n; t += tile) {
+        const int nx = static_cast<int>(std::min<int64_t>(tile, n - t));
         dot(w_row, act + t * act_stride, act_stride, nx, cols, tile_out);
         for (int j = 0; j < nx; ++j) y[(t + j) * rows + r] = tile_out[j];
       }

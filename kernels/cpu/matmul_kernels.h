@@ -5,7 +5,9 @@
 // Batch invariance: the arithmetic for activation row j is the same op sequence whatever
 // nx and j are, so a token's logits do not depend on how many rows share its call.
 // Every kernel has a scalar version (always compiled, used when AVX2 is off, tested
-// directly) and an AVX2 version.
+// directly) and an AVX2 version; the 32-element formats also have AVX-VNNI and AVX512-VNNI
+// versions, compiled with per-function target attributes and chosen once at run time
+// (SelectedCpuKernel), giving bit-identical results to the AVX2 version.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +17,8 @@
 
 namespace witcert::matmul_internal {
 
-inline constexpr int kMaxTile = 4;
+inline constexpr int kMaxTile = 4;      // widest tile of the 256-bit kernels
+inline constexpr int kMaxWideTile = 8;  // widest tile of the AVX-512 kernels
 
 // Calls K<nx>::Run(w_row, x, stride, cols, out): one instantiation per tile width.
 template <template <int> class K>
@@ -87,5 +90,41 @@ void DotQ4_1Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*)
 void DotQ8_0Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ4_KScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ6_KScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+
+// AVX-VNNI (256-bit) and AVX512-VNNI versions of the 32-element format dots. Call only when
+// CpuKernelAvailable says so. The AVX-512 ones take nx up to kMaxWideTile.
+void DotQ4_0Vnni(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ4_1Vnni(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ8_0Vnni(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ4_0Avx512(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ4_1Avx512(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotQ8_0Avx512(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+
+// Instruction-set variants of the row dots, slowest first.
+enum class CpuKernel { kScalar, kAvx2, kAvxVnni, kAvx512Vnni };
+inline constexpr CpuKernel kAllCpuKernels[] = {CpuKernel::kScalar, CpuKernel::kAvx2,
+                                               CpuKernel::kAvxVnni, CpuKernel::kAvx512Vnni};
+
+// "scalar", "avx2", "avxvnni", "avx512vnni": the names WITCERT_CPU_KERNEL accepts.
+const char* CpuKernelName(CpuKernel k);
+// Compiled into this binary and supported by this CPU (and OS).
+bool CpuKernelAvailable(CpuKernel k);
+// The variant Matmul uses: the test override if set, else WITCERT_CPU_KERNEL (read once;
+// a name that is unknown or unavailable here falls back to the best available variant
+// below it), else the best available one.
+CpuKernel SelectedCpuKernel();
+// Test hook: forces `k` (clamped to an available variant like the env var) until cleared.
+void SetCpuKernelOverride(CpuKernel k);
+void ClearCpuKernelOverride();
+
+// The row dot for `type` in variant `k` and the widest nx it accepts; dot == nullptr for
+// formats Matmul does not support. Variants without a dedicated kernel for a format use
+// the next slower one (e.g. K-quants run AVX2 under kAvx512Vnni; float formats have no
+// scalar variant when the build has AVX2).
+struct RowDot {
+  RowDotFn dot = nullptr;
+  int max_tile = kMaxTile;
+};
+RowDot RowDotFor(GgmlType type, CpuKernel k);
 
 }  // namespace witcert::matmul_internal

@@ -1,4 +1,4 @@
-// Small AVX2 helpers shared by the matmul dot kernels.
+// Small AVX2 helpers shared by the matmul dot kernels, and which ISA variants are built.
 #pragma once
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -21,4 +21,11 @@ inline __m256i DotU8I8(__m256i u, __m256i i) {
 }
 
 }  // namespace witcert::matmul_internal
+
+// The VNNI variants are compiled with `#pragma GCC target` regions (GCC >= 11 knows
+// avxvnni); other compilers get the AVX2 kernels only.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define WITCERT_MATMUL_AVXVNNI 1
+#define WITCERT_MATMUL_AVX512 1
+#endif
 #endif

@@ -11,11 +11,15 @@
 // The tight check compares against the reference run on the *dequantized int8 activations*,
 // so only tol_fp applies there; a wrong nibble order or scale shows up as O(1/sqrt(cols))
 // relative error, far above tol_fp (≤ 6e-4 relative at cols = 4096).
+// The SIMD variants (AVX2, AVX-VNNI, AVX512-VNNI) are compared with each other bit for bit:
+// their integer dots are exact and their fp32 op order is the same by design.
 #include "kernels/cpu/matmul.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -300,6 +304,155 @@ TEST(MatmulScalarTest, ScalarKernelsMatchDispatchedKernels) {
       for (int64_t i = 0; i < n; ++i) {
         EXPECT_LE(std::fabs(fast[i] - slow[i]), 2 * tol.fp[i * rows + r]) << r << "," << i;
       }
+    }
+  }
+}
+
+// --- Instruction-set variants (avx2, avxvnni, avx512vnni, scalar) --------------------------
+
+// Restores automatic variant selection when a test ends, even on an early ASSERT return.
+struct OverrideGuard {
+  ~OverrideGuard() { mi::ClearCpuKernelOverride(); }
+};
+
+std::vector<mi::CpuKernel> AvailableSimdKernels() {
+  std::vector<mi::CpuKernel> out;
+  for (mi::CpuKernel k : mi::kAllCpuKernels) {
+    if (k != mi::CpuKernel::kScalar && mi::CpuKernelAvailable(k)) out.push_back(k);
+  }
+  return out;
+}
+
+// Sets every code byte of rows 0 and 1 to extremes: 0x80 (Q8_0: -128, the one value whose
+// |w| needs the unsigned reading) and 0xFF (4-bit: 15 in both nibbles; Q8_0: -1).
+void ForceExtremeCodes(GgmlType type, OwnedMatrix& m) {
+  const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(type));
+  const size_t head = type == GgmlType::kQ4_1 ? 4 : 2;  // fp16 d (and m) lead each block
+  for (int64_t r = 0; r < std::min<int64_t>(2, m.view.rows); ++r) {
+    uint8_t* row = m.bytes.data() + r * m.view.row_bytes;
+    for (size_t b = 0; b < m.view.row_bytes; b += info->block_bytes) {
+      std::memset(row + b + head, r == 0 ? 0x80 : 0xFF, info->block_bytes - head);
+    }
+  }
+}
+
+// Integer dots are exact and every SIMD variant keeps the AVX2 kernels' fp32 op order, so
+// they must agree bit for bit through the whole Matmul (tiles of 4 vs 8 rows, nb % 8 tails).
+TEST(MatmulVariantTest, AllSimdVariantsGiveIdenticalBits) {
+  if (!mi::CpuKernelAvailable(mi::CpuKernel::kAvx2)) {
+    GTEST_SKIP() << "no AVX2 here";
+  }
+  OverrideGuard guard;
+  const std::vector<mi::CpuKernel> kernels = AvailableSimdKernels();
+  std::string names;
+  for (mi::CpuKernel k : kernels) names += std::string(mi::CpuKernelName(k)) + " ";
+  std::printf("SIMD variants available here: %s\n", names.c_str());
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                            GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16};
+  std::mt19937 rng(2024);
+  for (GgmlType type : types) {
+    const std::vector<int64_t> col_set =
+        ActBlock(type) == 256  ? std::vector<int64_t>{256, 1536}
+        : ActBlock(type) == 32 ? std::vector<int64_t>{32, 64, 96, 256, 288, 544, 576, 1536}
+                               : std::vector<int64_t>{13, 576};
+    for (int64_t cols : col_set) {
+      const int64_t rows = 29;
+      OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
+      if (ActBlock(type) == 32) ForceExtremeCodes(type, w);
+      for (int64_t n : {1, 3, 4, 5, 8, 9, 16, 17}) {
+        SCOPED_TRACE(TypeName(type) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
+        const std::vector<float> x = RandomActivations(n, cols, rng);  // [n, cols]
+        std::vector<float> y_avx2(n * rows);                           // [n, rows]
+        mi::SetCpuKernelOverride(mi::CpuKernel::kAvx2);
+        Matmul(x.data(), n, w.view, y_avx2.data(), nullptr);
+        for (mi::CpuKernel k : kernels) {
+          mi::SetCpuKernelOverride(k);
+          ASSERT_EQ(mi::SelectedCpuKernel(), k);
+          std::vector<float> y(n * rows, -1.0f);  // [n, rows]
+          Matmul(x.data(), n, w.view, y.data(), nullptr);
+          for (int64_t e = 0; e < n * rows; ++e) {
+            ASSERT_EQ(std::memcmp(&y[e], &y_avx2[e], 4), 0)
+                << mi::CpuKernelName(k) << " element " << e << ": " << y[e] << " vs avx2 "
+                << y_avx2[e];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Each variant's row dot, called directly for every tile width it accepts, gives every
+// activation row the bits of a lone nx = 1 call of the AVX2 kernel (batch invariance).
+TEST(MatmulVariantTest, TileWidthDoesNotChangeBits) {
+  if (!mi::CpuKernelAvailable(mi::CpuKernel::kAvx2)) {
+    GTEST_SKIP() << "no AVX2 here";
+  }
+  std::mt19937 rng(31);
+  const int64_t cols = 576, rows = 4;  // 18 blocks: two groups of 8 and a tail of 2
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(TypeName(type));
+    const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
+    const int64_t n = mi::kMaxWideTile;
+    const std::vector<float> x = RandomActivations(n, cols, rng);  // [n, cols]
+    const size_t stride = mi::Q8_1RowBytes(cols);
+    std::vector<uint8_t> act(stride * n);  // [n, stride]
+    for (int64_t i = 0; i < n; ++i) {
+      mi::QuantizeRowQ8_1(x.data() + i * cols, cols, act.data() + i * stride);
+    }
+    const mi::RowDotFn avx2 = mi::RowDotFor(type, mi::CpuKernel::kAvx2).dot;
+    for (mi::CpuKernel k : AvailableSimdKernels()) {
+      const mi::RowDot rd = mi::RowDotFor(type, k);
+      ASSERT_NE(rd.dot, nullptr);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int nx = 1; nx <= rd.max_tile; ++nx) {
+          float out[mi::kMaxWideTile];
+          rd.dot(w.view.row(r), act.data(), stride, nx, cols, out);
+          for (int j = 0; j < nx; ++j) {
+            float lone;
+            avx2(w.view.row(r), act.data() + j * stride, stride, 1, cols, &lone);
+            EXPECT_EQ(std::memcmp(&out[j], &lone, 4), 0)
+                << mi::CpuKernelName(k) << " row " << r << " nx " << nx << " j " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulVariantTest, OverrideAlwaysSelectsAnAvailableVariant) {
+  OverrideGuard guard;
+  EXPECT_TRUE(mi::CpuKernelAvailable(mi::SelectedCpuKernel()));
+  for (mi::CpuKernel k : mi::kAllCpuKernels) {
+    mi::SetCpuKernelOverride(k);
+    const mi::CpuKernel sel = mi::SelectedCpuKernel();
+    EXPECT_TRUE(mi::CpuKernelAvailable(sel)) << mi::CpuKernelName(k);
+    EXPECT_LE(static_cast<int>(sel), static_cast<int>(k)) << mi::CpuKernelName(k);
+    if (mi::CpuKernelAvailable(k)) EXPECT_EQ(sel, k);
+  }
+  mi::ClearCpuKernelOverride();
+  EXPECT_TRUE(mi::CpuKernelAvailable(mi::SelectedCpuKernel()));
+}
+
+// The scalar variant sums in another order, so it is held to the fp32 tolerance against the
+// quantized-activation reference (see the top of this file), through the full Matmul.
+TEST(MatmulVariantTest, ScalarVariantMatchesReference) {
+  OverrideGuard guard;
+  mi::SetCpuKernelOverride(mi::CpuKernel::kScalar);
+  ASSERT_EQ(mi::SelectedCpuKernel(), mi::CpuKernel::kScalar);
+  std::mt19937 rng(8);
+  for (GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    SCOPED_TRACE(TypeName(type));
+    const int64_t cols = ActBlock(type) == 256 ? 512 : 576, rows = 21, n = 9;
+    const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
+    const std::vector<float> x = RandomActivations(n, cols, rng);  // [n, cols]
+    const std::vector<float> xq = QuantizedActivations(type, x, n, cols);
+    std::vector<float> y(n * rows), y_ref_q(n * rows);  // [n, rows]
+    Matmul(x.data(), n, w.view, y.data(), nullptr);
+    MatmulReference(xq.data(), n, w.view, y_ref_q.data());
+    const Tolerances tol = ComputeTolerances(type, w.view, x, n);
+    for (int64_t e = 0; e < n * rows; ++e) {
+      ASSERT_LE(std::fabs(static_cast<double>(y[e]) - y_ref_q[e]), tol.fp[e]) << "element " << e;
     }
   }
 }
