@@ -5,7 +5,11 @@
 // cache); "cold" rotates through copies totalling >= 512 MiB so weights come from DRAM,
 // which is the decode situation for a model that does not fit in cache. Times are the best
 // batch mean (see TimeIt). A plain read
-// bandwidth probe gives the ceiling. Usage: bench_kernels_cpu [threads...] (default 1 2).
+// bandwidth probe gives the ceiling. A second table compares the instruction-set variants
+// (scalar / avx2 / avxvnni / avx512vnni, forced through the test hook) side by side in
+// GFLOP/s at n = 1, 16, 64 for the default model's shapes; the first table uses the variant
+// Matmul picks (WITCERT_CPU_KERNEL overrides it). Usage: bench_kernels_cpu [threads...]
+// (default 1 2).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -96,8 +101,53 @@ double ReadBandwidth(ThreadPool& pool, size_t bytes) {
   return static_cast<double>(bytes) / TimeIt(run, 0.5) / 1e9;
 }
 
+// GFLOP/s of every available variant at n = 1, 16, 64 on hot (cached) weights.
+void CompareVariants(ThreadPool& pool) {
+  namespace mi = matmul_internal;
+  const Shape shapes[] = {
+      {"Q4_1 [576->1536]", GgmlType::kQ4_1, 576, 1536, 0},
+      {"Q4_1 [1536->576]", GgmlType::kQ4_1, 1536, 576, 0},
+      {"Q4_1 [576->576]", GgmlType::kQ4_1, 576, 576, 0},
+      {"Q4_1 [576->192]", GgmlType::kQ4_1, 576, 192, 0},
+      {"Q8_0 [576->49152]", GgmlType::kQ8_0, 576, 49152, 0},
+  };
+  const int64_t ns[] = {1, 16, 64};
+  std::printf("\nGFLOP/s by variant (hot weights; best batch mean)\n%-20s", "shape");
+  for (mi::CpuKernel k : mi::kAllCpuKernels) {
+    if (!mi::CpuKernelAvailable(k)) continue;
+    for (int64_t n : ns) {
+      char head[32];
+      std::snprintf(head, sizeof(head), "%s n=%d", mi::CpuKernelName(k), static_cast<int>(n));
+      std::printf(" %15s", head);
+    }
+  }
+  std::printf("\n");
+  for (const Shape& s : shapes) {
+    const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(s.type));
+    std::vector<uint8_t> bytes = MakeWeights(s.type, s.rows, s.cols, 7);  // [rows, row_bytes]
+    const QuantMatrix w{s.type, s.rows, s.cols, GgmlRowBytes(*info, s.cols), bytes.data()};
+    std::vector<float> x(64 * s.cols), y(64 * s.rows);  // [64, cols], [64, rows]
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<float>((i * 7919) % 2003) / 1000.0f - 1.0f;
+    std::printf("%-20s", s.name);
+    for (mi::CpuKernel k : mi::kAllCpuKernels) {
+      if (!mi::CpuKernelAvailable(k)) continue;
+      mi::SetCpuKernelOverride(k);
+      for (int64_t n : ns) {
+        const double t = TimeIt([&] { Matmul(x.data(), n, w, y.data(), &pool); }, 0.25);
+        std::printf(" %15.1f", 2.0 * s.rows * s.cols * n / t / 1e9);
+      }
+    }
+    mi::ClearCpuKernelOverride();
+    std::printf("\n");
+  }
+}
+
 void Run(int threads) {
   ThreadPool pool(threads);
+  std::printf("\n== %d thread(s); Matmul variant: %s\n", threads,
+              matmul_internal::CpuKernelName(matmul_internal::SelectedCpuKernel()));
+  CompareVariants(pool);
   std::printf("\n== %d thread(s); DRAM read probe: %.1f GB/s\n", threads,
               ReadBandwidth(pool, size_t{512} << 20));
   std::vector<int64_t> touched(1024);

@@ -427,7 +427,9 @@ TEST(MatmulVariantTest, OverrideAlwaysSelectsAnAvailableVariant) {
     const mi::CpuKernel sel = mi::SelectedCpuKernel();
     EXPECT_TRUE(mi::CpuKernelAvailable(sel)) << mi::CpuKernelName(k);
     EXPECT_LE(static_cast<int>(sel), static_cast<int>(k)) << mi::CpuKernelName(k);
-    if (mi::CpuKernelAvailable(k)) EXPECT_EQ(sel, k);
+    if (mi::CpuKernelAvailable(k)) {
+      EXPECT_EQ(sel, k);
+    }
   }
   mi::ClearCpuKernelOverride();
   EXPECT_TRUE(mi::CpuKernelAvailable(mi::SelectedCpuKernel()));
