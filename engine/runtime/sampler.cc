@@ -28,8 +28,11 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
   const int32_t vocab = static_cast<int32_t>(logits.size());
   SampledToken result;
 
-  // Logprobs are reported for the model's distribution, before any request shaping.
-  const auto lse_parts = LogSumExpParts(logits);
+  // Logprobs are reported for the model's distribution, before any request shaping. The
+  // normalizer costs an exp per vocabulary entry, so it is computed only when asked for.
+  const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
+  const auto lse_parts =
+      want_logprobs ? LogSumExpParts(logits) : std::pair<float, double>{0.0f, 0.0};
   const float raw_max = lse_parts.first;
   const double raw_log_sum = lse_parts.second;
   auto raw_logprob = [&](int32_t t) {
@@ -151,7 +154,7 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
   result.token = chosen;
   const auto raw = raw_penalized.find(chosen);
   const float raw_logit = raw == raw_penalized.end() ? logits[chosen] : raw->second;
-  result.logprob = static_cast<float>(raw_logit - raw_max - raw_log_sum);
+  result.logprob = want_logprobs ? static_cast<float>(raw_logit - raw_max - raw_log_sum) : 0.0f;
   result.top = std::move(top);
   return result;
 }

@@ -17,7 +17,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // times the count of each generated token
   std::optional<uint64_t> seed;    // unset → seeded from a random device
   int32_t top_logprobs = 0;        // return this many alternatives per token (0..20)
-  bool logprobs = false;
+  bool logprobs = false;           // fill SampledToken::logprob (else it is 0)
 };
 
 struct StopCondition {

@@ -17,6 +17,7 @@ constexpr int32_t kDefaultMaxTokens = 256;
 
 void FillSampling(const v1::SamplingOptions& in, Request* out) {
   SamplingParams& s = out->sampling;
+  s.logprobs = true;  // TokenEvent carries each token's logprob
   if (in.has_temperature()) s.temperature = in.temperature();
   if (in.has_top_p()) s.top_p = in.top_p();
   if (in.has_top_k()) s.top_k = in.top_k();

@@ -104,6 +104,7 @@ TEST(SamplerTest, PenaltiesDemoteGeneratedTokens) {
 TEST(SamplerTest, LogprobsAreOfTheRawDistribution) {
   SamplingParams p;
   p.temperature = 0.0f;
+  p.logprobs = true;
   p.top_logprobs = 3;
   p.frequency_penalty = 2.0f;
   Sampler s(p);
