@@ -9,6 +9,8 @@
 #endif
 #include <vector>
 
+#include "kernels/meter/partial_sum.h"
+
 namespace witcert {
 namespace {
 
@@ -157,7 +159,9 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
     float rho = 0.0f;
     if (!exact && in.v_witness != nullptr) rho = RhoNorm(in.v_witness + (begin + i) * nb, nb);
     float vn = in.v_norm != nullptr ? in.v_norm[begin + i] : StoredValueNorm(v, d);
-    meter::PartialAddToken(partial, lg[i], ep[i], rho, vn + rho, eta[i]);
+    // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
+    meter::PartialAddTokenWeighted(partial, lg[i], w, ep[i], rho, eta[i]);
+    partial->vmax = meter::MaxAcc(partial->vmax, vn + rho);
   }
   if (logit != nullptr) std::memcpy(logit, lg.data(), sizeof(float) * n);
   if (eps != nullptr && meter) std::memcpy(eps, ep.data(), sizeof(float) * n);
