@@ -1,6 +1,7 @@
 #include "server/cli/args.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,18 @@ absl::Status Args::Parse(const std::vector<std::string>& argv) {
     values_[name] = value;
   }
   return absl::OkStatus();
+}
+
+std::optional<int> Args::ParseOrExitCode(const std::vector<std::string>& argv) {
+  if (absl::Status s = Parse(argv); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (help_requested()) {
+    std::printf("%s", Help().c_str());
+    return 0;
+  }
+  return std::nullopt;
 }
 
 std::string Args::Help() const {

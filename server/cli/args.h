@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ class Args {
 
   // Parses argv after the subcommand. `--help` sets help_requested().
   absl::Status Parse(const std::vector<std::string>& argv);
+  // Parse() for a subcommand's entry point: prints the error (→ 2) or the help (→ 0) and
+  // returns the exit code then; nullopt when the command should run.
+  std::optional<int> ParseOrExitCode(const std::vector<std::string>& argv);
   bool help_requested() const { return help_; }
   std::string Help() const;
 

@@ -1,5 +1,6 @@
 // `witcert chat`: an interactive conversation on the terminal.
 #include <cstdio>
+#include <optional>
 #include <iostream>
 
 #include "server/cli/commands.h"
@@ -17,15 +18,7 @@ int RunChat(const std::vector<std::string>& argv) {
   args.Flag("temperature", "0.7", "sampling temperature (0 = greedy)");
   args.Flag("seed", "", "RNG seed");
   args.Switch("quiet", "no summary line after each reply");
-  absl::Status s = args.Parse(argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::printf("%s", args.Help().c_str());
-    return 0;
-  }
+  if (std::optional<int> done = args.ParseOrExitCode(argv)) return *done;
   EngineConfig config;
   long long max_tokens = 0, seed = 0;
   double temperature = 0;

@@ -1,5 +1,6 @@
 // `witcert generate`: one completion, printed as it is generated.
 #include <cstdio>
+#include <optional>
 
 #include "server/cli/commands.h"
 #include "server/cli/engine_flags.h"
@@ -20,15 +21,7 @@ int RunGenerate(const std::vector<std::string>& argv) {
   args.Flag("seed", "", "RNG seed (makes sampling reproducible)");
   args.Flag("stop", "", "a stop string");
   args.Switch("ignore-eos", "keep generating past end-of-generation tokens");
-  absl::Status s = args.Parse(argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::printf("%s", args.Help().c_str());
-    return 0;
-  }
+  if (std::optional<int> done = args.ParseOrExitCode(argv)) return *done;
   if (!args.Has("prompt")) {
     std::fprintf(stderr, "error: --prompt is required (see witcert generate --help)\n");
     return 2;
