@@ -52,20 +52,35 @@ constexpr int64_t kMinMacsPerChunk = 1 << 16;
 
 }  // namespace
 
-void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPool* pool) {
-  const Plan plan = PlanFor(w.type);
-  const int64_t rows = w.rows, cols = w.cols;
-  if (n <= 0 || rows <= 0) return;
-  const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(w.type));
-  const bool shape_ok =
-      info != nullptr && GgmlRowBytes(*info, cols) == w.row_bytes && w.row_bytes != 0;
+void MatmulMany(const float* x, int64_t n, const QuantMatrix* const* ws, float* const* ys,
+                int count, ThreadPool* pool) {
+  if (n <= 0 || count <= 0) return;
+  const QuantMatrix& w0 = *ws[0];
+  for (int m = 1; m < count; ++m) {
+    if (ws[m]->type != w0.type || ws[m]->cols != w0.cols) {
+      for (int k = 0; k < count; ++k) Matmul(x, n, *ws[k], ys[k], pool);
+      return;
+    }
+  }
+  const Plan plan = PlanFor(w0.type);
+  const int64_t cols = w0.cols;
+  const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(w0.type));
+  int64_t total_rows = 0;
+  bool shape_ok = info != nullptr;
+  for (int m = 0; m < count; ++m) {
+    shape_ok = shape_ok && GgmlRowBytes(*info, cols) == ws[m]->row_bytes && ws[m]->row_bytes != 0;
+    total_rows += ws[m]->rows;
+  }
   if (plan.dot == nullptr || !shape_ok) {
     // Unsupported format or broken precondition: loud garbage, never plausible numbers.
-    std::fill(y, y + n * rows, std::numeric_limits<float>::quiet_NaN());
+    for (int m = 0; m < count; ++m)
+      std::fill(ys[m], ys[m] + n * ws[m]->rows, std::numeric_limits<float>::quiet_NaN());
     return;
   }
+  if (total_rows <= 0) return;
 
-  // Quantized activations, reused across calls on this thread. [n, act_stride bytes]
+  // Quantized activations, shared by every matrix and reused across calls on this thread.
+  // [n, act_stride bytes]
   thread_local std::vector<uint8_t> act_buffer;
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   size_t act_stride = static_cast<size_t>(cols) * sizeof(float);
@@ -96,25 +111,38 @@ void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPoo
     act = buf;
   }
 
+  // One pass over the rows of all matrices, as if they were stacked: each output element is
+  // still computed by one thread, in the same order as a separate Matmul call.
   const RowDotFn dot = plan.dot;
   const int64_t tile = plan.tile;
   auto rows_fn = [&](int64_t r0, int64_t r1) {
     float tile_out[kMaxWideTile];
+    int m = 0;
+    int64_t base = 0;  // first stacked row of matrix m
     for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* w_row = w.row(r);
+      while (r >= base + ws[m]->rows) base += ws[m++]->rows;
+      const QuantMatrix& w = *ws[m];
+      const int64_t local = r - base;
+      const uint8_t* w_row = w.row(local);
       for (int64_t t = 0; t < n; t += tile) {
         const int nx = static_cast<int>(std::min<int64_t>(tile, n - t));
         dot(w_row, act + t * act_stride, act_stride, nx, cols, tile_out);
-        for (int j = 0; j < nx; ++j) y[(t + j) * rows + r] = tile_out[j];
+        for (int j = 0; j < nx; ++j) ys[m][(t + j) * w.rows + local] = tile_out[j];
       }
     }
   };
   const int64_t min_chunk = std::max<int64_t>(1, kMinMacsPerChunk / std::max<int64_t>(1, cols * n));
-  if (pool != nullptr && rows >= 2 * min_chunk) {
-    pool->ParallelFor(rows, min_chunk, rows_fn);
+  if (pool != nullptr && total_rows >= 2 * min_chunk) {
+    pool->ParallelFor(total_rows, min_chunk, rows_fn);
   } else {
-    rows_fn(0, rows);
+    rows_fn(0, total_rows);
   }
+}
+
+void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPool* pool) {
+  const QuantMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  MatmulMany(x, n, ws, ys, 1, pool);
 }
 
 void MatmulReference(const float* x, int64_t n, const QuantMatrix& w, float* y) {

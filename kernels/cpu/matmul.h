@@ -21,6 +21,13 @@ class ThreadPool;
 // `pool` may be null (single thread). Rows of W are split across threads.
 void Matmul(const float* x, int64_t n, const QuantMatrix& w, float* y, ThreadPool* pool);
 
+// y_k = x · W_kᵀ for several matrices that read the same activations (Q/K/V, gate/up):
+// the activations are quantized once and the rows of all matrices share one parallel pass.
+// Results are bit-identical to separate Matmul calls. ws[k] [rows_k, cols], ys[k] [n, rows_k].
+// Matrices of different type or width fall back to separate calls.
+void MatmulMany(const float* x, int64_t n, const QuantMatrix* const* ws, float* const* ys,
+                int count, ThreadPool* pool);
+
 // Plain reference: dequantize each row, accumulate in double.
 void MatmulReference(const float* x, int64_t n, const QuantMatrix& w, float* y);
 

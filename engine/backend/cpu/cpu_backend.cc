@@ -40,6 +40,17 @@ CpuBackend::CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, Options 
       pool_(options.num_threads),
       exact_matmul_(options.exact_matmul) {}
 
+void CpuBackend::MatmulRowsMany(const float* x, int64_t n,
+                                std::initializer_list<const QuantMatrix*> ws,
+                                std::initializer_list<float*> ys) {
+  if (exact_matmul_) {
+    auto y = ys.begin();
+    for (const QuantMatrix* w : ws) MatmulRows(x, n, *w, *y++);
+    return;
+  }
+  MatmulMany(x, n, ws.begin(), ys.begin(), static_cast<int>(ws.size()), &pool_);
+}
+
 void CpuBackend::MatmulRows(const float* x, int64_t n, const QuantMatrix& w, float* y) {
   if (exact_matmul_) {
     // Reference arithmetic, split over rows of W: each thread multiplies a row slice into
@@ -159,9 +170,7 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
   for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
     RmsNorm(x_.data(), F32(lw.attn_norm), total, hidden, config_.rms_norm_eps, xn_.data());
-    MatmulRows(xn_.data(), total, lw.wq, q_.data());
-    MatmulRows(xn_.data(), total, lw.wk, k_.data());
-    MatmulRows(xn_.data(), total, lw.wv, v_.data());
+    MatmulRowsMany(xn_.data(), total, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
     AddBias(q_.data(), total, lw.bq);
     AddBias(k_.data(), total, lw.bk);
     AddBias(v_.data(), total, lw.bv);
@@ -205,8 +214,7 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
     AddInPlace(x_.data(), proj_.data(), total * hidden);
 
     RmsNorm(x_.data(), F32(lw.ffn_norm), total, hidden, config_.rms_norm_eps, xn_.data());
-    MatmulRows(xn_.data(), total, lw.w_gate, gate_.data());
-    MatmulRows(xn_.data(), total, lw.w_up, up_.data());
+    MatmulRowsMany(xn_.data(), total, {&lw.w_gate, &lw.w_up}, {gate_.data(), up_.data()});
     SwiGlu(gate_.data(), up_.data(), total * ffn, gate_.data());
     MatmulRows(gate_.data(), total, lw.w_down, proj_.data());
     AddInPlace(x_.data(), proj_.data(), total * hidden);

@@ -2,6 +2,7 @@
 // decode attention read from the metered KV cache.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,9 @@ class CpuBackend : public Backend {
  private:
   CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, Options options);
   void MatmulRows(const float* x, int64_t n, const QuantMatrix& w, float* y);
+  // Several matrices over the same activations (quantized once); ys[k] [n, ws[k]->rows].
+  void MatmulRowsMany(const float* x, int64_t n, std::initializer_list<const QuantMatrix*> ws,
+                      std::initializer_list<float*> ys);
 
   // Causal attention of a prompt chunk that starts at position 0 over its own fresh K/V
   // (exact: nothing has been stored yet, so there is no certificate cell to record).
