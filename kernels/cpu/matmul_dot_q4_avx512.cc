@@ -142,34 +142,8 @@ struct DotTile512 {
 template <template <int> class K>
 void DispatchWideTile(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
                       float* out) {
-  switch (nx) {
-    case 1:
-      K<1>::Run(w_row, x, stride, cols, out);
-      return;
-    case 2:
-      K<2>::Run(w_row, x, stride, cols, out);
-      return;
-    case 3:
-      K<3>::Run(w_row, x, stride, cols, out);
-      return;
-    case 4:
-      K<4>::Run(w_row, x, stride, cols, out);
-      return;
-    case 5:
-      K<5>::Run(w_row, x, stride, cols, out);
-      return;
-    case 6:
-      K<6>::Run(w_row, x, stride, cols, out);
-      return;
-    case 7:
-      K<7>::Run(w_row, x, stride, cols, out);
-      return;
-    default:
-      K<8>::Run(w_row, x, stride, cols, out);
-      return;
-  }
+  DispatchTileUpTo<kMaxWideTile, K>(w_row, x, stride, nx, cols, out);
 }
-static_assert(kMaxWideTile == 8, "DispatchWideTile covers widths 1..8");
 
 template <int NX>
 struct Q4_0W : DotTile512<Fmt::kQ4_0, NX> {};

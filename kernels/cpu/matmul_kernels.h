@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cpu/quant_blocks.h"
 
@@ -20,26 +21,28 @@ namespace witcert::matmul_internal {
 inline constexpr int kMaxTile = 4;      // widest tile of the 256-bit kernels
 inline constexpr int kMaxWideTile = 8;  // widest tile of the AVX-512 kernels
 
-// Calls K<nx>::Run(w_row, x, stride, cols, out): one instantiation per tile width.
+// Calls K<nx>::Run(w_row, x, stride, cols, out) for 1 ≤ nx ≤ kMax (wider → K<kMax>): one
+// instantiation per tile width, chosen by a fold over the widths.
+template <template <int> class K, int... I>
+inline void DispatchTileImpl(std::integer_sequence<int, I...>, const uint8_t* w_row,
+                             const uint8_t* x, size_t stride, int nx, int64_t cols, float* out) {
+  constexpr int kMax = static_cast<int>(sizeof...(I));
+  const int width = nx < 1 ? 1 : (nx > kMax ? kMax : nx);
+  ((width == I + 1 ? (K<I + 1>::Run(w_row, x, stride, cols, out), 0) : 0), ...);
+}
+
+template <int kMax, template <int> class K>
+void DispatchTileUpTo(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx,
+                      int64_t cols, float* out) {
+  DispatchTileImpl<K>(std::make_integer_sequence<int, kMax>{}, w_row, x, stride, nx, cols, out);
+}
+
+// The 256-bit kernels' dispatch (widths 1..kMaxTile).
 template <template <int> class K>
 void DispatchTile(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
                   float* out) {
-  switch (nx) {
-    case 1:
-      K<1>::Run(w_row, x, stride, cols, out);
-      return;
-    case 2:
-      K<2>::Run(w_row, x, stride, cols, out);
-      return;
-    case 3:
-      K<3>::Run(w_row, x, stride, cols, out);
-      return;
-    default:
-      K<4>::Run(w_row, x, stride, cols, out);
-      return;
-  }
+  DispatchTileUpTo<kMaxTile, K>(w_row, x, stride, nx, cols, out);
 }
-static_assert(kMaxTile == 4, "DispatchTile covers widths 1..4");
 
 // One activation row for the 32-element formats, stored struct-of-arrays so the kernels
 // load 8 block scales as one vector: d[nb], s[nb], then qs[nb][32] (nb = cols / 32).
