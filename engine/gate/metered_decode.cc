@@ -66,6 +66,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
   auto process_kv_head = [&](int32_t g) -> absl::Status {
     GatheredHead head;
     std::vector<float> risk(s), block_risk(num_blocks);  // [S], [blocks]
+    std::vector<uint8_t> unrepairable(num_blocks, 0);    // [blocks] exact copy evicted
     std::vector<float> ek, ev;                           // [S, d] exact rows (audit)
     {
       RETURN_IF_ERROR(kv.GatherHead(req.seq, req.layer, g, s, &head));
@@ -97,6 +98,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
           for (int64_t t = 0; t < s; ++t) block_risk[t / bs] += risk[t];
           int64_t best = -1;
           for (int64_t b = 0; b < num_blocks; ++b) {
+            if (unrepairable[b]) continue;
             bool all_exact = true;
             for (int64_t t = b * bs; t < std::min<int64_t>(s, (b + 1) * bs); ++t) {
               all_exact = all_exact && head.token_exact[t] != 0;
@@ -107,21 +109,14 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
           if (best < 0) break;
           ASSIGN_OR_RETURN(bool paged, kv.PromoteBlock(req.seq, req.layer, g, best, &head));
           --budget;
-          if (!paged) {  // unrepairable: never try this block again this step
-            for (int64_t t = best * bs; t < std::min<int64_t>(s, (best + 1) * bs); ++t) {
-              head.token_exact[t] = 2;  // "skip" marker, read as exact by no one: reset below
-            }
+          if (!paged) {  // its exact copy is gone: never try this block again this call
+            unrepairable[best] = 1;
             continue;
           }
           ++cell.pageins;
-          // Unrepairable markers (2) must not be treated as exact by the kernel.
-          std::vector<uint8_t> saved = head.token_exact;
-          for (auto& e : head.token_exact) e = e == 1 ? 1 : 0;
           ValueNorms(head, d, &v_norm);  // promoted rows are exact now
           MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res, risk.data());
-          head.token_exact = saved;
         }
-        for (auto& e : head.token_exact) e = e == 1 ? 1 : 0;
         cell.tv_after = res.bound.tv;
         cell.v_after = RelV(res);
         cell.certified = Certified(res, *policy);
