@@ -64,13 +64,19 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
   // One KV head's work: gather its context once, then every query head of its GQA group.
   // Scratch is per call so KV heads can run on different threads.
   auto process_kv_head = [&](int32_t g) -> absl::Status {
-    GatheredHead head;
-    std::vector<float> risk(s), block_risk(num_blocks);  // [S], [blocks]
-    std::vector<uint8_t> unrepairable(num_blocks, 0);    // [blocks] exact copy evicted
-    std::vector<float> ek, ev;                           // [S, d] exact rows (audit)
+    // Scratch reused across calls on this thread (decode calls this per sequence, layer and
+    // KV head every step: fresh buffers were a measurable share of a batched step).
+    thread_local GatheredHead head;
+    thread_local std::vector<float> risk, block_risk;  // [S], [blocks]
+    thread_local std::vector<uint8_t> unrepairable;    // [blocks] exact copy evicted
+    thread_local std::vector<float> ek, ev;            // [S, d] exact rows (audit)
+    thread_local std::vector<float> v_norm;            // [S]
+    risk.assign(s, 0.0f);
+    block_risk.assign(num_blocks, 0.0f);
+    unrepairable.assign(num_blocks, 0);
     {
       RETURN_IF_ERROR(kv.GatherHead(req.seq, req.layer, g, s, &head));
-      std::vector<float> v_norm;  // [S]
+      v_norm.clear();
       if (meter) ValueNorms(head, d, &v_norm);
       for (int32_t j = 0; j < group; ++j) {
         const int32_t h = g * group + j;

@@ -118,7 +118,11 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
   std::memset(acc, 0, sizeof(float) * d);
   *partial = meter::CertPartial();
   if (n <= 0) return;
-  std::vector<float> lg(n), ep(meter ? n : 0), eta(meter ? n : 0);  // [n] each
+  // Per-thread scratch, reused: this runs per (sequence, layer, head, split) every step.
+  thread_local std::vector<float> lg, ep, eta;  // [n] each
+  lg.resize(n);
+  ep.resize(meter ? n : 0);
+  eta.resize(meter ? n : 0);
   const float* q = mq.q;
   float m = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
@@ -179,10 +183,16 @@ void MeteredAttention(const MeteredHeadInputs& in, const float* q,
   if (splits > s) splits = s;
   MeteredQuery mq = PrepareMeteredQuery(in, q, options);
   result->tier_b = mq.tier_b_coef > 0.0f;
-  std::vector<meter::CertPartial> parts(splits);
-  std::vector<float> acc(splits * d);  // [splits, d]
+  thread_local std::vector<meter::CertPartial> parts;
+  thread_local std::vector<float> acc;  // [splits, d]
+  parts.assign(splits, meter::CertPartial());
+  acc.assign(splits * d, 0.0f);
   const bool want_tokens = token_risk != nullptr && options.meter;
-  std::vector<float> lg(want_tokens ? s : 0), ep(want_tokens ? s : 0);  // [S]
+  thread_local std::vector<float> token_logit, token_eps;  // [S]
+  token_logit.resize(want_tokens ? s : 0);
+  token_eps.resize(want_tokens ? s : 0);
+  std::vector<float>& lg = token_logit;
+  std::vector<float>& ep = token_eps;
   for (int64_t i = 0; i < splits; ++i) {
     int64_t b = s * i / splits, e = s * (i + 1) / splits;
     MeteredSplit(in, mq, options.meter, b, e, &parts[i], &acc[i * d],
