@@ -8,8 +8,9 @@ set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 OUT_DIR BINARY [BINARY ...]" >&2; exit 2; }
 out="$1"; shift
 mkdir -p "$out/lib" "$out/bin"
-# Libraries every Linux host (and the GPU driver) provides: never carry these.
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libnvidia)'
+# Libraries every Linux host, the GPU driver and the CUDA toolkit (with cuBLAS) provide there:
+# never carry these.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libnvidia|libcublas|libcudart|libnvrtc|libnvJitLink)'
 for bin in "$@"; do
   cp -L "$bin" "$out/bin/"
   ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
