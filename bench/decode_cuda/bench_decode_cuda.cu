@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/metered_decode_cuda.h"
@@ -94,8 +95,10 @@ int CopyBandwidth(double* tbps) {
   return 0;
 }
 
-int RunScheme(KvScheme scheme, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
+// kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 2: pipelined).
+int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
               int iters, std::vector<Row>* rows) {
+  const std::string label = std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : "");
   const int32_t hq = 32, hkv = 8, d = 128, bs = 16;
   for (int batch : batches) {
     for (int64_t ctx : ctxs) {
@@ -167,6 +170,7 @@ int RunScheme(KvScheme scheme, const std::vector<int>& batches, const std::vecto
         a.dither_seed = 42;
         a.delta_loc = 1e-9;
         a.meter = meter;
+        a.kernel = kernel;
         a.out = dout;
         a.cert = dc;
         int32_t splits = 0;
@@ -192,9 +196,9 @@ int RunScheme(KvScheme scheme, const std::vector<int>& batches, const std::vecto
                                       (meter && L.has_witness() ? 2 * L.num_bands : 0));
         const double bytes = per_tok * hkv * static_cast<double>(batch) * ctx;
         const double sec = Median(ms) * 1e-3;
-        rows->push_back({SchemeInfo(scheme).name, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12});
-        std::printf("%-12s batch %2d ctx %6lld meter %d splits %3d layers %2d: %9.1f us  %.3f TB/s\n",
-                    SchemeInfo(scheme).name, batch, static_cast<long long>(ctx), meter, splits, layers,
+        rows->push_back({label, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12});
+        std::printf("%-20s batch %2d ctx %6lld meter %d splits %3d layers %2d: %9.1f us  %.3f TB/s\n",
+                    label.c_str(), batch, static_cast<long long>(ctx), meter, splits, layers,
                     sec * 1e6, bytes / sec / 1e12);
         std::fflush(stdout);
         cudaFree(a.workspace);
@@ -223,8 +227,11 @@ int Main(int argc, char** argv) {
   std::vector<int> batches = quick ? std::vector<int>{1, 16} : std::vector<int>{1, 16, 64};
   std::vector<int64_t> ctxs = quick ? std::vector<int64_t>{8192} : std::vector<int64_t>{8192, 32768, 131072};
   std::vector<Row> rows;
-  for (KvScheme s : {KvScheme::kFp16, KvScheme::kInt8Rtn, KvScheme::kInt8Dither, KvScheme::kFp8Scaled}) {
-    if (RunScheme(s, batches, ctxs, quick ? 10 : 30, &rows)) return 1;
+  // int8-rtn twice: its default (tensor-core) kernel and the pipelined one, side by side.
+  const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0}, {KvScheme::kInt8Rtn, 0}, {KvScheme::kInt8Rtn, 2},
+                                           {KvScheme::kInt8Dither, 0}, {KvScheme::kFp8Scaled, 0}};
+  for (const auto& [s, kern] : runs) {
+    if (RunScheme(s, kern, batches, ctxs, quick ? 10 : 30, &rows)) return 1;
   }
   // Capacity: tokens per GiB (one layer, one KV head, K+V, witnesses included).
   std::printf("\n| scheme | bytes/token/KV head (K+V) | tokens per GiB per (layer, KV head) | vs fp16 |\n|---|---|---|---|\n");

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/metered_decode_int8_mma.cuh"
 #include "kernels/cuda/metered_decode_pipelined.cuh"
 
 namespace witcert {
@@ -34,6 +35,8 @@ WITCERT_PIPE_EXTERN(DevInt8Rtn)
 WITCERT_PIPE_EXTERN(DevInt8Dither)
 WITCERT_PIPE_EXTERN(DevInt4Rtn)
 #undef WITCERT_PIPE_EXTERN
+extern template CudaStatus LaunchInt8Mma<true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 
 namespace {
 
@@ -115,8 +118,10 @@ CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, cons
 }  // namespace
 }  // namespace cuda_kv
 
+// G ≤ 4: 2048 tokens (8192 logits, 32 KB), so two CTAs of the tensor-core kernel fit an SM
+// beside its ring; G = 8: 1536 (12288 logits), the pipelined kernel's limit.
 int64_t MaxSplitTokens(int32_t q_per_kv) {
-  return (12288 / cuda_kv::GroupBound(q_per_kv)) / 128 * 128;
+  return cuda_kv::GroupBound(q_per_kv) <= 4 ? 2048 : 1536;
 }
 
 // Why these numbers: the kernel is memory-bound and an SM keeps 2 CTAs (256 threads each)
@@ -222,7 +227,17 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>(args.batch));
   const PipeSmemPlan plan = MakePipeSmemPlan(layout, gmax, p.lcap);
-  if (args.kernel == 0 && layout.block_size >= 8 && plan.bytes <= 200 * 1024) {
+  const bool mma_ok = MmaKernelSupports(layout, g);
+  if (args.kernel == 3 && !mma_ok) {
+    return CudaStatus::Error("MeteredDecodeCuda: the tensor-core kernel takes int8-rtn, head_dim 128, "
+                             "at most 4 query heads per KV head and block_size >= 8");
+  }
+  if ((args.kernel == 0 || args.kernel == 3) && mma_ok) {
+    const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
+    if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
+    WITCERT_CUDA_RETURN_IF_ERROR(args.meter ? LaunchInt8Mma<true>(p, mplan, grid, stream)
+                                            : LaunchInt8Mma<false>(p, mplan, grid, stream));
+  } else if ((args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 && plan.bytes <= 200 * 1024) {
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
   } else {
     const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,

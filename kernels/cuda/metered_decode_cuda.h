@@ -11,9 +11,11 @@
 // pass 2 reads V with the exact split max, so every CertPartial is a leaf with the CPU's m,
 // chain and merge count (no online rescaling whose roundings the inflation would have to
 // cover). A merge kernel combines the splits with MergePartials (tree) and FinalizeCert.
-// Kernel: the pipelined one (metered_decode_pipelined.cuh: a cp.async ring of 64-token stages
-// keeps loads in flight across every phase) unless args.kernel = 1 or block_size < 8, which
-// select the first, two-phase kernel (metered_decode_kernel.cuh).
+// Kernel: for int8-rtn with d = 128 and ≤ 4 query heads per KV head, the tensor-core kernel
+// (metered_decode_int8_mma.cuh: exact int8 MMAs on digit-split queries and weights); else the
+// pipelined one (metered_decode_pipelined.cuh: a cp.async ring of 64-token stages keeps loads
+// in flight across every phase); block_size < 8 or args.kernel = 1 select the first,
+// two-phase kernel (metered_decode_kernel.cuh).
 // Split count: ChooseNumSplits (below). The meter is a template flag: `meter = false` runs a
 // kernel without any certificate arithmetic or witness reads.
 // Preconditions: K and V share one scheme; head_dim 64 or 128; block_size a power of two;
@@ -45,16 +47,18 @@ struct MeteredDecodeCudaArgs {
   double delta_loc = 0.0;               // Tier B per-cell δ; 0 disables Tier B
   bool meter = true;
   int32_t num_splits = 0;               // 0: ChooseNumSplits; else forced (clipped per sequence)
-  int32_t kernel = 0;                   // 0: pipelined kernel (block_size ≥ 8; else 1);
-                                        // 1: the first two-phase kernel (comparison/fallback)
+  int32_t kernel = 0;                   // 0: the fastest that applies (3, else 2, else 1);
+                                        // 1: the first two-phase kernel (comparison/fallback);
+                                        // 2: the pipelined kernel (block_size ≥ 8);
+                                        // 3: the tensor-core kernel (int8-rtn, d = 128, G ≤ 4)
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
   void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device
   size_t workspace_bytes = 0;
 };
 
-// Longest split one CTA can hold (its logits live in shared memory): 12288 / group size,
-// rounded down to a multiple of 128.
+// Longest split one CTA can hold (its logits live in shared memory): 2048 tokens for up to 4
+// query heads per KV head, 1536 for up to 8.
 int64_t MaxSplitTokens(int32_t q_per_kv);
 
 // Heuristic (documented in the .cu): enough CTAs to fill the SMs several times over

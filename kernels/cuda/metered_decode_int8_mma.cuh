@@ -1,0 +1,574 @@
+// The tensor-core metered decode kernel for int8-rtn KV (d = 128, up to 4 query heads per KV
+// head): the default for that scheme; other schemes and shapes use the pipelined kernel.
+//
+// Why: the pipelined kernel is bound by instruction issue, not bytes (bench/RESULTS.md): per
+// token and lane it spends ~95 warp-instructions on fp32 FMAs, int8→fp32 converts and
+// reductions, while 4 TB/s leaves ~68. Here both products run on int8 tensor cores
+// (mma.m16n8k32 s8·s8→s32), which are EXACT, so the codes are fed as stored, unconverted:
+//  * q·k: the query is split into four base-128 int8 digits (kernels/meter/int_digit_dot.h);
+//    rows of the A operand are (head, digit), the B operand is the K codes. The four exact
+//    int32 dots are combined by three fmas; the logit rounding η is bounded in that header
+//    (≈ 20× tighter than the fp32 dot's), so the certificate stays sound.
+//  * p·v: the weights w_t·s_t (V scale folded in) are split the same way into digits relative
+//    to a power of two above the split's largest V scale; the int32 accumulators are exact.
+//    This is the output only (not part of the certificate): its error is ≤ 2^-29 of the
+//    largest weight per token, below the fp32 reference's own rounding.
+// Everything else — the two-pass split (logits in shared memory, exact split max before any
+// sum), the certificate terms per (head, token), the partial layout — is the pipelined
+// kernel's, so the merge kernel and FinalizeCert are shared unchanged.
+//
+// Layout and lane mapping (m16n8k32; gid = lane/4, tig = lane%4; PTX fragment layouts):
+//  * A stage holds 128 tokens; token j's 128 code bytes are 8 16-byte chunks stored at chunk
+//    position r ^ f(j), f(j) = ((j&3)<<1) | ((j>>2)&1): both passes' 16-byte shared loads are
+//    then free of bank conflicts.
+//  * K pass: n-tile t = 8 tokens, column n ↔ token 8t + (n>>1) + 4(n&1). Logical k of k-step
+//    s ↔ channel (k%16/4)·32 + 8s + (k/16)·4 + k%4, so lane tig reads its token's channels
+//    [32·tig, 32·tig+32) as two chunks and every B register is one code word as stored.
+//  * V pass: warp w takes the 32 tokens [32w, 32w+32) of the stage; logical k ↔ token
+//    (k%16/4) + 4·(k%4) + 16·(k/16), column n of tile i ↔ channel 16n + i. Lane (n, tig)
+//    reads 16 channels of 8 tokens and transposes bytes with prmt (8 per 4 registers).
+//  * A rows: row gid (gid < 4: head gid digit 0, else head gid−4 digit 2), row gid+8 the next
+//    digit, so lane gid holds digits {0,1} and lane gid+4 digits {2,3} of one head.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/metered_decode_kernel.cuh"
+#include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/meter/int_digit_dot.h"
+
+namespace witcert::cuda_kv {
+
+constexpr int kMmaThreads = 128, kMmaWarps = 4, kMmaStageTokens = 128, kMmaRing = 3;
+constexpr int kMmaD = 128, kMmaG = 4;
+constexpr int kMmaCodeBytes = kMmaStageTokens * kMmaD;  // int8 codes of one stage
+
+// Byte offsets inside one stage (the host plan and the kernel agree on them).
+struct MmaStageLayout {
+  int32_t codes, sc0, sc1, kwit, vwit, bytes;
+};
+__host__ __device__ inline MmaStageLayout MakeMmaStageLayout(int32_t nb) {
+  MmaStageLayout s;
+  int32_t o = 0;
+  s.codes = o; o += kMmaCodeBytes;               // [128, 128] int8, swizzled chunks
+  s.sc0 = o;   o += kMmaStageTokens * 2;         // [128] bf16: K scales (K stage), V (V stage)
+  s.sc1 = o;   o += kMmaStageTokens * 2;         // [128] bf16: V scales (K stage)
+  s.kwit = o;  o += kMmaStageTokens * 2 * nb;    // [128, B] fp16 (V stage, meter)
+  s.vwit = o;  o += kMmaStageTokens * 2 * nb;    // [128, B] fp16 (V stage, meter)
+  s.bytes = o;
+  return s;
+}
+
+struct MmaSmemPlan {
+  MmaStageLayout stage;
+  int32_t logits_off, bt_off, bt_entries;
+  size_t bytes;
+};
+inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
+  MmaSmemPlan p;
+  p.stage = MakeMmaStageLayout(L.num_bands);
+  p.logits_off = kMmaRing * p.stage.bytes;
+  // logits [G, lcap] fp32; later the output reduction [warps, 16 tiles, 32 lanes, 4] int32.
+  const int64_t lf = std::max<int64_t>(int64_t{kMmaG} * lcap, int64_t{kMmaWarps} * 16 * 32 * 4);
+  p.bt_off = p.logits_off + static_cast<int32_t>(4 * lf);
+  p.bt_entries = (lcap + 2 * kMmaStageTokens) / L.block_size + 2;
+  p.bytes = static_cast<size_t>(p.bt_off) + 4 * static_cast<size_t>(p.bt_entries);
+  return p;
+}
+
+// True when the tensor-core kernel handles this layout and group size.
+inline bool MmaKernelSupports(const PagedKvLayout& L, int32_t q_per_kv) {
+  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == kMmaD && q_per_kv <= kMmaG &&
+         L.block_size >= 8 && L.num_bands <= 64;
+}
+
+__device__ __forceinline__ int MmaSwizzle(int j) { return ((j & 3) << 1) | ((j >> 2) & 1); }
+
+// D += A·B, m16n8k32, int8 inputs, int32 accumulators (exact).
+__device__ __forceinline__ void MmaS8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  return __byte_perm(a, b, sel);
+}
+
+// Transposes 4×4 bytes: out[b] = {t0.byte b, t1.byte b, t2.byte b, t3.byte b}.
+__device__ __forceinline__ void Transpose4x4(uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, uint32_t (&o)[4]) {
+  const uint32_t lo01 = Prmt(t0, t1, 0x5140), hi01 = Prmt(t0, t1, 0x7362);
+  const uint32_t lo23 = Prmt(t2, t3, 0x5140), hi23 = Prmt(t2, t3, 0x7362);
+  o[0] = Prmt(lo01, lo23, 0x5410);
+  o[1] = Prmt(lo01, lo23, 0x7632);
+  o[2] = Prmt(hi01, hi23, 0x5410);
+  o[3] = Prmt(hi01, hi23, 0x7632);
+}
+
+struct MmaSmem {
+  int8_t qdig[4][kMmaG][kMmaD];             // query digits [digit, head, channel]
+  uint32_t pdig[4][4][kMmaG][8];            // weight digits [k-step, digit, head, 32 tokens]
+  float qbn[kMmaG][64];                     // ‖q_b‖
+  double q1[kMmaG];                         // ‖q‖₁
+  float qscale[kMmaG];
+  int32_t qexp[kMmaG];
+  int32_t qbad[kMmaG];
+  float m[kMmaG];
+  float eta[kMmaG];
+  float red[kMmaWarps][kMmaG];
+  float smax[kMmaWarps][2];                 // K, V scale maxima per warp
+  float vscale_mul, vscale_out;             // 2^{6−kV}, 2^{kV−6}
+  float vmax[kMmaWarps];
+  alignas(8) unsigned char wpart_raw[kMmaWarps][sizeof(meter::CertPartial)];
+  __device__ meter::CertPartial& wpart(int w) {
+    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w]);
+  }
+};
+
+template <bool METER>
+__global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const DecodeParams p, const MmaSmemPlan plan) {
+  constexpr int D = kMmaD, G4 = kMmaG, ST = kMmaStageTokens;
+  extern __shared__ __align__(16) uint8_t dsm[];
+  __shared__ MmaSmem sm;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const PagedKvLayout& L = p.layout;
+  const int32_t hkv = L.num_kv_heads, bs = L.block_size, nb = L.num_bands, G = p.q_per_kv;
+  const int64_t Sctx = p.context_lens[seq];
+  const int64_t P = Sctx < p.num_splits ? Sctx : p.num_splits;
+  if (split >= P) return;
+  const int64_t begin = Sctx * split / P, end = Sctx * (split + 1) / P;
+  if (end - begin > p.lcap) {  // max_context understated by the caller: vacuous, never OOB
+    if (tid < G) {
+      meter::CertPartial r;
+      r.m = 0.0f; r.z = 1.0f; r.count = 1; r.chain = 1; r.bad = true;
+      const int64_t cell = (static_cast<int64_t>(seq) * p.num_q_heads + kvh * G + tid) * p.num_splits + split;
+      p.parts[cell] = r;
+      for (int c = 0; c < D; ++c) p.part_acc[cell * D + c] = NAN;
+    }
+    return;
+  }
+  const MmaStageLayout& sl = plan.stage;
+  uint8_t* ring = dsm;
+  float* logits = reinterpret_cast<float*>(dsm + plan.logits_off);  // [G4, lcap]
+  int32_t* btl = reinterpret_cast<int32_t*>(dsm + plan.bt_off);      // [bt_entries]
+  const int64_t begin_al = begin / ST * ST;
+  const int32_t n_st = static_cast<int32_t>((end - begin_al + ST - 1) / ST);
+  const int64_t blk0 = begin_al >> p.bs_shift;
+  const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+  {
+    const int64_t nblk = ((end - 1) >> p.bs_shift) - blk0 + 1;
+    for (int i = tid; i < nblk; i += kMmaThreads) btl[i] = bt[blk0 + i];
+  }
+  const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
+  const int h0 = kvh * G;
+
+  // ---- prologue: warp g owns query head g: digits, ‖q‖₁, exponent; band norms (meter)
+  {
+    const int g = warp;
+    const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (g < G ? g : 0)) * D;
+    float qv[4];
+    float amax = 0.0f;
+    double a1 = 0.0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      qv[i] = g < G ? qg[lane * 4 + i] : 0.0f;
+      amax = fmaxf(amax, fabsf(qv[i]));
+      if (!(fabsf(qv[i]) <= 3.0e38f)) amax = INFINITY;  // NaN or inf
+      a1 += fabs(static_cast<double>(qv[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+    }
+    int32_t k = 0;
+    bool bad = !(amax <= 3.0e38f);
+    if (!bad && amax > 0.0f) {
+      k = meter::DigitExponent(amax);
+      bad = k < meter::kDigitExpMin || k > meter::kDigitExpMax;
+    }
+    const double sc = (!bad && amax > 0.0f) ? ldexp(1.0, 6 - k) : 0.0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int8_t dg[4];
+      meter::SplitIntoDigits(sc == 0.0 ? 0.0 : static_cast<double>(qv[i]) * sc, dg);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sm.qdig[j][g][lane * 4 + i] = dg[j];
+    }
+    if (lane == 0) {
+      sm.q1[g] = a1;
+      sm.qexp[g] = k;
+      sm.qbad[g] = bad;
+      sm.qscale[g] = amax > 0.0f && !bad ? meter::DigitQueryScale(k, inv_sqrt_d) : 0.0f;
+    }
+  }
+  if constexpr (METER) {
+    for (int gi = tid; gi < G * nb; gi += kMmaThreads) {
+      const int g = gi / nb, b = gi % nb;
+      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+      const int half = D / 2, ppb = half / nb;
+      float amax = 0.0f;
+      for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+        const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
+        amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
+      }
+      float norm = amax;
+      if (amax > 0.0f && amax <= 3.0e38f) {
+        const float inv = 1.0f / amax;
+        float s = 0.0f;
+        for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+          const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
+          const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
+          s += y0 * y0;
+          s += y1 * y1;
+        }
+        norm = amax * sqrtf(s);
+      }
+      sm.qbn[g][b] = norm;
+    }
+  }
+  __syncthreads();  // btl, qdig, qbn, qscale
+
+  // ---- the stage loader: stage k < n_st reads K (+ K and V scales), k ≥ n_st reads V
+  auto issue = [&](int k) {
+    if (k < 2 * n_st) {
+      const bool isv = k >= n_st;
+      const int64_t sb = begin_al + int64_t{ST} * (isv ? k - n_st : k);
+      uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
+      auto group_vec = [&](int grp, bool* ok) -> int64_t {
+        const int64_t t0 = sb + grp * 8;
+        *ok = t0 < end && t0 + 8 > begin;
+        if (!*ok) return 0;
+        const int64_t blk = btl[(t0 >> p.bs_shift) - blk0];
+        return ((blk * hkv + kvh) << p.bs_shift) + (t0 & (bs - 1));
+      };
+      const uint8_t* codes = isv ? p.kv.v_codes : p.kv.k_codes;
+      for (int ci = tid; ci < (ST / 8) * 64; ci += kMmaThreads) {  // 64 chunks per 8-token group
+        const int grp = ci >> 6, tok = ci >> 3, r = ci & 7;
+        bool ok;
+        const int64_t v0 = group_vec(grp, &ok);
+        CpAsync16(st + sl.codes + tok * D + ((r ^ MmaSwizzle(tok)) << 4),
+                  codes + (v0 + (tok & 7)) * D + r * 16, ok);
+      }
+      const uint8_t* s0 = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
+      for (int grp = tid; grp < ST / 8; grp += kMmaThreads) {
+        bool ok;
+        const int64_t v0 = group_vec(grp, &ok);
+        CpAsync16(st + sl.sc0 + grp * 16, s0 + v0 * 2, ok);
+        if (!isv) CpAsync16(st + sl.sc1 + grp * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + v0 * 2, ok);
+      }
+      if (METER && isv) {
+        const uint8_t* kw = reinterpret_cast<const uint8_t*>(p.kv.k_witness);
+        const uint8_t* vw = reinterpret_cast<const uint8_t*>(p.kv.v_witness);
+        for (int ci = tid; ci < 2 * (ST / 8) * nb; ci += kMmaThreads) {
+          const int which = ci >= (ST / 8) * nb, c2 = which ? ci - (ST / 8) * nb : ci;
+          const int grp = c2 / nb, r = c2 % nb;
+          bool ok;
+          const int64_t v0 = group_vec(grp, &ok);
+          CpAsync16(st + (which ? sl.vwit : sl.kwit) + grp * 16 * nb + r * 16,
+                    (which ? vw : kw) + v0 * (2 * nb) + r * 16, ok);
+        }
+      }
+    }
+    CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
+  };
+#pragma unroll
+  for (int k = 0; k < kMmaRing - 1; ++k) issue(k);
+
+  // Query A fragments for the 4 k-steps (see the header for the row/channel mapping).
+  uint32_t qa[4][4];
+  {
+    const int head = gid & 3, dig = (gid >> 2) * 2;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int c0 = tig * 32 + s * 8;
+      qa[s][0] = *reinterpret_cast<const uint32_t*>(&sm.qdig[dig][head][c0]);
+      qa[s][1] = *reinterpret_cast<const uint32_t*>(&sm.qdig[dig + 1][head][c0]);
+      qa[s][2] = *reinterpret_cast<const uint32_t*>(&sm.qdig[dig][head][c0 + 4]);
+      qa[s][3] = *reinterpret_cast<const uint32_t*>(&sm.qdig[dig + 1][head][c0 + 4]);
+    }
+  }
+  const int my_head = gid & 3;  // lanes < 16 finish head gid's logits
+  const float my_qscale = sm.qscale[my_head];
+
+  // ---- pass 1: logits of the whole split, K and V scale maxima ----------------------------
+  float mloc = -INFINITY, smaxk = 0.0f, smaxv = 0.0f;
+  for (int k = 0; k < n_st; ++k) {
+    CpAsyncWait<kMmaRing - 2>();
+    __syncthreads();
+    issue(k + kMmaRing - 1);
+    const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
+    const int64_t sb = begin_al + int64_t{ST} * k;
+    {  // scale maxima: thread = token
+      const int64_t t = sb + tid;
+      if (t >= begin && t < end) {
+        smaxk = meter::MaxAcc(smaxk, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[tid]));
+        smaxv = meter::MaxAcc(smaxv, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc1)[tid]));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int t8 = warp + 4 * u;  // n-tile
+      const int row = t8 * 8 + (gid >> 1) + 4 * (gid & 1);
+      const uint8_t* rp = st + sl.codes + row * D;
+      const int sw = MmaSwizzle(row);
+      const uint4 c0 = *reinterpret_cast<const uint4*>(rp + (((2 * tig) ^ sw) << 4));
+      const uint4 c1 = *reinterpret_cast<const uint4*>(rp + (((2 * tig + 1) ^ sw) << 4));
+      int32_t acc[4] = {0, 0, 0, 0};
+      MmaS8(acc, qa[0], c0.x, c0.y);
+      MmaS8(acc, qa[1], c0.z, c0.w);
+      MmaS8(acc, qa[2], c1.x, c1.y);
+      MmaS8(acc, qa[3], c1.z, c1.w);
+      // Lanes ≥ 16 hold digits 2, 3: fold them and pass on.
+      const float pa = fmaf(static_cast<float>(acc[2]), 0.0078125f, static_cast<float>(acc[0]));
+      const float pb = fmaf(static_cast<float>(acc[3]), 0.0078125f, static_cast<float>(acc[1]));
+      const float qa23 = __shfl_xor_sync(0xffffffffu, pa, 16);
+      const float qb23 = __shfl_xor_sync(0xffffffffu, pb, 16);
+      if (gid < 4 && my_head < G) {
+        const float ta = fmaf(fmaf(qa23, 0.0078125f, static_cast<float>(acc[2])), 0.0078125f, static_cast<float>(acc[0]));
+        const float tb = fmaf(fmaf(qb23, 0.0078125f, static_cast<float>(acc[3])), 0.0078125f, static_cast<float>(acc[1]));
+        const int ja = t8 * 8 + tig, jb = ja + 4;  // columns 2tig, 2tig+1
+        const uint16_t* ks = reinterpret_cast<const uint16_t*>(st + sl.sc0);
+        const float la = (ta * Bf16Bits(ks[ja])) * my_qscale;
+        const float lb = (tb * Bf16Bits(ks[jb])) * my_qscale;
+        const int64_t tA = sb + ja, tB = sb + jb;
+        if (tA >= begin && tA < end) {
+          logits[my_head * p.lcap + (tA - begin)] = la;
+          mloc = fmaxf(mloc, la);
+        }
+        if (tB >= begin && tB < end) {
+          logits[my_head * p.lcap + (tB - begin)] = lb;
+          mloc = fmaxf(mloc, lb);
+        }
+      }
+    }
+  }
+  // Split max per head: the 4 lanes of one gid, then across warps.
+  mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 1));
+  mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 2));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, o));
+    smaxv = fmaxf(smaxv, __shfl_xor_sync(0xffffffffu, smaxv, o));
+  }
+  if (tig == 0 && gid < 4) sm.red[warp][gid] = mloc;
+  if (lane == 0) {
+    sm.smax[warp][0] = smaxk;
+    sm.smax[warp][1] = smaxv;
+  }
+  __syncthreads();
+  if (tid < G4) {
+    float m = -INFINITY;
+    for (int w = 0; w < kMmaWarps; ++w) m = fmaxf(m, sm.red[w][tid]);
+    sm.m[tid] = m > -INFINITY ? m : 0.0f;  // all logits NaN: the partial is marked bad later
+    float sk = 0.0f;
+    for (int w = 0; w < kMmaWarps; ++w) sk = fmaxf(sk, sm.smax[w][0]);
+    if (METER && tid < G) {
+      sm.eta[tid] = sm.qbad[tid] ? INFINITY
+                                 : meter::IntDigitEta(sm.q1[tid], sm.qexp[tid], D, sk, sm.qscale[tid]);
+    }
+    if (tid == 0) {
+      float sv = 0.0f;
+      for (int w = 0; w < kMmaWarps; ++w) sv = fmaxf(sv, sm.smax[w][1]);
+      int kv = sv > 0.0f && sv <= 3.0e38f ? meter::DigitExponent(sv) : 0;
+      kv = kv < -100 ? -100 : kv;
+      sm.vscale_mul = sv > 0.0f && sv <= 3.0e38f ? ldexpf(1.0f, 6 - kv) : 0.0f;
+      sm.vscale_out = ldexpf(1.0f, kv - 6);
+    }
+  }
+  // sm.m / sm.eta / vscale become visible at the first V stage's barrier.
+
+  // ---- pass 2: per V stage, weights + meter and digits, then values -----------------------
+  int32_t acc[16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
+  meter::CertPartial cp;  // head = warp (warp-uniform)
+  float vmax = 0.0f;
+  const float infl = meter::EpsInflation(D, nb);
+  const float vn_infl = (1.0f + 4.0f * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+  for (int k = n_st; k < 2 * n_st; ++k) {
+    CpAsyncWait<kMmaRing - 2>();
+    __syncthreads();
+    issue(k + kMmaRing - 1);
+    const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
+    const int64_t sb = begin_al + int64_t{ST} * (k - n_st);
+    const float vmul = sm.vscale_mul;
+    // (a) weights, digits and certificate terms: thread = (head warp, tokens lane + 32r)
+    const int g = warp;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int jj = lane + 32 * r;
+      const int64_t t = sb + jj;
+      const bool valid = g < G && t >= begin && t < end;
+      float w = 0.0f;
+      if (valid) {
+        const float mg = sm.m[g];
+        const float l = logits[g * p.lcap + (t - begin)];
+        w = expf(l - mg);
+        cp.m = mg;
+        if constexpr (METER) {
+          const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + jj * nb;
+          const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + jj * nb;
+          float e, rho;
+          if (nb == 8) {
+            float w8[8];
+            Half8(kw, w8);
+            e = meter::TierAEpsilon(sm.qbn[g], w8, 8, inv_sqrt_d, infl);
+            Half8(vw, w8);
+            rho = meter::ResidualNormFromWitness(w8, 8);
+          } else {
+            float wb[64];
+            for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(kw[b]));
+            e = meter::TierAEpsilon(sm.qbn[g], wb, nb, inv_sqrt_d, infl);
+            for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(vw[b]));
+            rho = meter::ResidualNormFromWitness(wb, nb);
+          }
+          meter::PartialAddTokenWeighted(&cp, l, w, e, rho, 0.0f);  // max(‖ṽ‖+‖ρ‖): loop (b)
+        } else {
+          cp.z += w;
+          cp.count += 1;
+          cp.chain += 1;
+        }
+      }
+      // Digits of w·s_v relative to 2^{kV−6}; position inside the k-step as the A fragment reads it.
+      float wb = w * Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[jj]) * vmul;
+      if (!(wb >= 0.0f && wb < 64.0f)) wb = 0.0f;  // NaN (bad partial) or an empty slot
+      const int ks = jj >> 5, rr = jj & 31;
+      const int pos = (rr >> 4) * 16 + (rr & 3) * 4 + ((rr >> 2) & 3);
+      float rem = wb;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float dj = rintf(rem);
+        reinterpret_cast<int8_t*>(sm.pdig[ks][j][g])[pos] = static_cast<int8_t>(dj);
+        rem = (rem - dj) * 128.0f;
+      }
+    }
+    __syncthreads();
+    // (b) values: warp = k-step (32 tokens), lane (n = gid, tig): channels [16n, 16n+16)
+    {
+      const int ks = warp;
+      uint4 v[8];  // token rows tig + 4e (+32·ks) for e = 0..7
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int row = ks * 32 + tig + 4 * e;
+        v[e] = *reinterpret_cast<const uint4*>(st + sl.codes + row * D + ((gid ^ MmaSwizzle(row)) << 4));
+      }
+      uint32_t pa[4];
+      const int head = gid & 3, dig = (gid >> 2) * 2;
+      pa[0] = sm.pdig[ks][dig][head][tig];
+      pa[1] = sm.pdig[ks][dig + 1][head][tig];
+      pa[2] = sm.pdig[ks][dig][head][4 + tig];
+      pa[3] = sm.pdig[ks][dig + 1][head][4 + tig];
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi) {  // channel word wi: tiles 4wi..4wi+3
+        uint32_t lo[4], hi[4];
+        Transpose4x4(reinterpret_cast<const uint32_t*>(&v[0])[wi], reinterpret_cast<const uint32_t*>(&v[1])[wi],
+                     reinterpret_cast<const uint32_t*>(&v[2])[wi], reinterpret_cast<const uint32_t*>(&v[3])[wi], lo);
+        Transpose4x4(reinterpret_cast<const uint32_t*>(&v[4])[wi], reinterpret_cast<const uint32_t*>(&v[5])[wi],
+                     reinterpret_cast<const uint32_t*>(&v[6])[wi], reinterpret_cast<const uint32_t*>(&v[7])[wi], hi);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) MmaS8(acc[wi * 4 + b], pa, lo[b], hi[b]);
+      }
+      if constexpr (METER) {  // ‖ṽ_t‖ = s_t·‖x_t‖ for the lane's 8 tokens: exact Σx² by dp4a
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const uint32_t* x = reinterpret_cast<const uint32_t*>(&v[e]);
+          int32_t s2 = 0;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s2 = __dp4a(static_cast<int32_t>(x[i]), static_cast<int32_t>(x[i]), s2);
+          s2 += __shfl_xor_sync(0xffffffffu, s2, 4);
+          s2 += __shfl_xor_sync(0xffffffffu, s2, 8);
+          s2 += __shfl_xor_sync(0xffffffffu, s2, 16);
+          const int row = ks * 32 + tig + 4 * e;
+          const int64_t t = sb + row;
+          if (gid == 0 && t >= begin && t < end) {
+            const float sv = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[row]);
+            const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + row * nb;
+            float rho;
+            if (nb == 8) {
+              float w8[8];
+              Half8(vw, w8);
+              rho = meter::ResidualNormFromWitness(w8, 8);
+            } else {
+              float wb[64];
+              for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(vw[b]));
+              rho = meter::ResidualNormFromWitness(wb, nb);
+            }
+            // (1+4u)² covers sqrt and ×s; the last (1+4u) the sum's rounding (≥ (1−u)²(1+4u) > 1).
+            const float cand = (sqrtf(static_cast<float>(s2)) * sv * vn_infl + rho) * (1.0f + 4.0f * meter::kUnitRoundoff);
+            vmax = meter::MaxAcc(vmax, cand);  // NaN ignored, as PartialAddToken does
+          }
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cp = meter::SumPartialsSameMax(cp, ShflXorPartial(cp, o));
+  if (METER) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+  }
+  __syncthreads();  // every thread is done with logits / pdig
+  if (lane == 0) {
+    sm.wpart(warp) = cp;
+    sm.vmax[warp] = vmax;
+  }
+  int32_t* red = reinterpret_cast<int32_t*>(logits);  // [warps, 16 tiles, 32 lanes, 4]
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    *reinterpret_cast<int4*>(&red[((warp * 16 + i) * 32 + lane) * 4]) = make_int4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  }
+  __syncthreads();
+  const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
+  if (tid < G) {
+    meter::CertPartial c = sm.wpart(tid);  // warp tid's threads summed head tid
+    c.m = sm.m[tid];
+    if (sm.qbad[tid]) c.bad = true;
+    if (METER) {
+      float vm = 0.0f;
+      for (int w = 0; w < kMmaWarps; ++w) vm = fmaxf(vm, sm.vmax[w]);
+      c.vmax = vm;
+      c.eta_max = fmaxf(c.eta_max, sm.eta[tid]);
+    }
+    p.parts[cell0 + static_cast<int64_t>(tid) * p.num_splits] = c;
+  }
+  const double vout = sm.vscale_out;
+  for (int o = tid; o < G * D; o += kMmaThreads) {
+    const int g = o / D, c = o % D;
+    const int n = c >> 4, i = c & 15, tg = n >> 1, par = n & 1;
+    const int lane_lo = g * 4 + tg, lane_hi = (g + 4) * 4 + tg;
+    long long d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (int w = 0; w < kMmaWarps; ++w) {
+      const int32_t* lo = &red[((w * 16 + i) * 32 + lane_lo) * 4];
+      const int32_t* hi = &red[((w * 16 + i) * 32 + lane_hi) * 4];
+      d0 += lo[par];
+      d1 += lo[2 + par];
+      d2 += hi[par];
+      d3 += hi[2 + par];
+    }
+    const double s = static_cast<double>(d0) + static_cast<double>(d1) * 0.0078125 +
+                     static_cast<double>(d2) * 6.103515625e-05 + static_cast<double>(d3) * 4.76837158203125e-07;
+    p.part_acc[(cell0 + static_cast<int64_t>(g) * p.num_splits) * D + c] = static_cast<float>(s * vout);
+  }
+}
+
+template <bool METER>
+CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, cudaStream_t stream) {
+  auto kernel = Int8MmaDecodeKernel<METER>;
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(plan.bytes)));
+  kernel<<<grid, kMmaThreads, plan.bytes, stream>>>(p, plan);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+}  // namespace witcert::cuda_kv

@@ -1,0 +1,78 @@
+// Exact integer dot products for int8 codes: the arithmetic of the tensor-core decode kernel
+// (kernels/cuda/metered_decode_int8_mma.cuh), shared with the CPU tests that check its bound.
+//
+// Why digits: int8 tensor-core MMAs (s8 × s8 → s32) are exact, but the query is fp32. Write
+// each query channel, after a power-of-two scaling, as four signed base-128 digits,
+//   q̄_c = q_c · 2^{6−k} = d0 + d1/128 + d2/128² + d3/128³ + r_c,   |r_c| ≤ 2^-22,
+// where 2^{k−1} ≤ max|q| < 2^k (so |q̄| < 64 and every digit fits in int8). Then
+// D_j = Σ_c d_{j,c} x_c is an exact int32 for int8 codes x (|D_j| ≤ 128·64·128 < 2^24, so it
+// is also exact as a float), and the kernel's logit is
+//   ℓ̂ = fl(fl(T̂ · s) · qscale),  T̂ = fl-Horner((D3·2^-7 + D2)·2^-7 + D1)·2^-7 + D0 (3 fmas),
+// with qscale = 2^{k−6}·fl(1/√d) and s the token's bf16 key scale.
+//
+// The bound (η of cert_math.h, the kernel's own logit rounding): against ℓ̃ = s·(q·x)/√d,
+//  * digit truncation: |Σ_c r_c x_c| ≤ 2^-22·‖x‖₁;
+//  * Horner with fmas: |T̂ − T| ≤ γ_3·Σ_j |D_j|·128^{-j} ≤ γ_3·Σ_c |x_c|(|q̄_c| + 1.004)
+//    (|d0| ≤ |q̄| + ½, |d1|/128 ≤ ½, |d2|/128² ≤ 2^-8, |d3|/128³ ≤ 2^-15);
+//  * the two products and fl(1/√d): relative (1+u)²(1+2u) on |T̂|; an underflowed product
+//    adds ≤ 2^-149 (times qscale for the first).
+// With |x_c| ≤ 128 (an int8 code; RTN writes ≤ 127) and ‖q̄‖₁ = 2^{6−k}‖q‖₁:
+//   η ≤ s/√d · 128 · [7.1u·(‖q‖₁ + 1.004·d·2^{k−6}) + 2^{k−28}·d] + 2^-149·(1 + qscale)·2,
+// where 7.1u ≥ γ_3 + 4.01u·(1+γ_3). It grows with s, so the maximum key scale of a split
+// gives one η for the whole split (cert_math.h only uses max_t η_t).
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/meter/cert_math.h"
+#include "kernels/meter/hd.h"
+
+namespace witcert::meter {
+
+// Exponents outside this range make the kernel mark its certificate vacuous (bad): the
+// scalings below then stay normal floats and no product overflows.
+constexpr int32_t kDigitExpMin = -90, kDigitExpMax = 120;
+
+// k with 2^{k−1} ≤ amax < 2^k (amax > 0, finite).
+WITCERT_HD inline int32_t DigitExponent(float amax) {
+  int32_t k = 0;
+  frexpf(amax, &k);
+  return k;
+}
+
+// The four base-128 digits of x (|x| < 64); every step is exact in double.
+WITCERT_HD inline void SplitIntoDigits(double x, int8_t* d) {
+  double r = x;
+  for (int32_t j = 0; j < 4; ++j) {
+    const double dj = rint(r);
+    d[j] = static_cast<int8_t>(dj);
+    r = (r - dj) * 128.0;
+  }
+}
+
+// T̂ from the four exact digit dots, in the kernel's order (lanes holding D2, D3 form the
+// first fma and pass it on).
+WITCERT_HD inline float CombineDigitDots(int32_t d0, int32_t d1, int32_t d2, int32_t d3) {
+  const float p23 = fmaf(static_cast<float>(d3), 0.0078125f, static_cast<float>(d2));
+  return fmaf(fmaf(p23, 0.0078125f, static_cast<float>(d1)), 0.0078125f, static_cast<float>(d0));
+}
+
+// qscale = 2^{k−6}·fl(1/√d).
+WITCERT_HD inline float DigitQueryScale(int32_t k, float inv_sqrt_d) {
+  return ldexpf(inv_sqrt_d, k - 6);
+}
+
+// η for every token of a split whose key scales are ≤ smax (see the header comment).
+WITCERT_HD inline float IntDigitEta(double q_norm1, int32_t k, int32_t head_dim, float smax,
+                                    float qscale) {
+  if (qscale == 0.0f) return 0.0f;  // a zero query: every logit is exactly 0
+  const double u = kUnitRoundoff;
+  const double p = ldexp(1.0, k - 6);
+  double eta = static_cast<double>(smax) / sqrt(static_cast<double>(head_dim)) * 128.0 *
+               (7.1 * u * (q_norm1 + 1.004 * head_dim * p) + ldexp(1.0, k - 28) * head_dim);
+  eta += 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
+  return RoundUpToFloat(eta * (1.0 + 1e-6));
+}
+
+}  // namespace witcert::meter
