@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -214,9 +215,17 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
 int Main(int argc, char** argv) {
   bool quick = false;
   const char* csv = nullptr;
+  const char* only = nullptr;  // --only LABEL: one scheme/kernel row set (e.g. for ncu)
+  int iters_flag = 0;
+  std::vector<int> batches_flag;
+  std::vector<int64_t> ctxs_flag;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters_flag = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batches_flag.push_back(std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--ctx") && i + 1 < argc) ctxs_flag.push_back(std::atoll(argv[++i]));
   }
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -226,12 +235,16 @@ int Main(int argc, char** argv) {
   std::printf("device-to-device copy: %.3f TB/s (read + write)\n", copy);
   std::vector<int> batches = quick ? std::vector<int>{1, 16} : std::vector<int>{1, 16, 64};
   std::vector<int64_t> ctxs = quick ? std::vector<int64_t>{8192} : std::vector<int64_t>{8192, 32768, 131072};
+  if (!batches_flag.empty()) batches = batches_flag;
+  if (!ctxs_flag.empty()) ctxs = ctxs_flag;
   std::vector<Row> rows;
   // int8-rtn twice: its default (tensor-core) kernel and the pipelined one, side by side.
   const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0}, {KvScheme::kInt8Rtn, 0}, {KvScheme::kInt8Rtn, 2},
                                            {KvScheme::kInt8Dither, 0}, {KvScheme::kFp8Scaled, 0}};
   for (const auto& [s, kern] : runs) {
-    if (RunScheme(s, kern, batches, ctxs, quick ? 10 : 30, &rows)) return 1;
+    const std::string label = std::string(SchemeInfo(s).name) + (kern == 2 ? "/pipelined" : "");
+    if (only != nullptr && label != only) continue;
+    if (RunScheme(s, kern, batches, ctxs, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), &rows)) return 1;
   }
   // Capacity: tokens per GiB (one layer, one KV head, K+V, witnesses included).
   std::printf("\n| scheme | bytes/token/KV head (K+V) | tokens per GiB per (layer, KV head) | vs fp16 |\n|---|---|---|---|\n");

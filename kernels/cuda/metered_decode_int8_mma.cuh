@@ -24,13 +24,17 @@
 //  * K pass: n-tile t = 8 tokens, column n ↔ token 8t + (n>>1) + 4(n&1). Logical k of k-step
 //    s ↔ channel (k%16/4)·32 + 8s + (k/16)·4 + k%4, so lane tig reads its token's channels
 //    [32·tig, 32·tig+32) as two chunks and every B register is one code word as stored.
-//  * V pass: warp w takes the 32 tokens [32w, 32w+32) of the stage; logical k ↔ token
-//    (k%16/4) + 4·(k%4) + 16·(k/16), column n of tile i ↔ channel 16n + i. Lane (n, tig)
-//    reads 16 channels of 8 tokens and transposes bytes with prmt (8 per 4 registers).
+//  * V pass: warp w takes k-step w%4 (32 tokens) and channel half w/4; logical k ↔ token
+//    (k%16/4) + 4·(k%4) + 16·(k/16), column n of tile i ↔ channel 64·half + 8n + i. Lane
+//    (n, tig) reads 8 channels of 8 tokens and transposes bytes with prmt (8 per 4 registers).
+//  * Weights step: thread = (token, head pair): ρ and ‖ṽ‖ (exact Σx² by dp4a, halves summed
+//    over the lane pair) once per token, ε̂ / weight / digits / certificate terms per head.
+//    The value loop then does nothing but MMAs.
 //  * A rows: row gid (gid < 4: head gid digit 0, else head gid−4 digit 2), row gid+8 the next
 //    digit, so lane gid holds digits {0,1} and lane gid+4 digits {2,3} of one head.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -40,7 +44,7 @@
 
 namespace witcert::cuda_kv {
 
-constexpr int kMmaThreads = 128, kMmaWarps = 4, kMmaStageTokens = 128, kMmaRing = 3;
+constexpr int kMmaThreads = 256, kMmaWarps = 8, kMmaStageTokens = 128, kMmaRing = 3;
 constexpr int kMmaD = 128, kMmaG = 4;
 constexpr int kMmaCodeBytes = kMmaStageTokens * kMmaD;  // int8 codes of one stage
 
@@ -69,8 +73,8 @@ inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
   MmaSmemPlan p;
   p.stage = MakeMmaStageLayout(L.num_bands);
   p.logits_off = kMmaRing * p.stage.bytes;
-  // logits [G, lcap] fp32; later the output reduction [warps, 16 tiles, 32 lanes, 4] int32.
-  const int64_t lf = std::max<int64_t>(int64_t{kMmaG} * lcap, int64_t{kMmaWarps} * 16 * 32 * 4);
+  // logits [G, lcap] fp32; later the output reduction [warps, 8 tiles, 32 lanes, 4] int32.
+  const int64_t lf = std::max<int64_t>(int64_t{kMmaG} * lcap, int64_t{kMmaWarps} * 8 * 32 * 4);
   p.bt_off = p.logits_off + static_cast<int32_t>(4 * lf);
   p.bt_entries = (lcap + 2 * kMmaStageTokens) / L.block_size + 2;
   p.bytes = static_cast<size_t>(p.bt_off) + 4 * static_cast<size_t>(p.bt_entries);
@@ -94,18 +98,14 @@ __device__ __forceinline__ void MmaS8(int32_t (&d)[4], const uint32_t (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  return __byte_perm(a, b, sel);
-}
-
-// Transposes 4×4 bytes: out[b] = {t0.byte b, t1.byte b, t2.byte b, t3.byte b}.
+// Transposes 4×4 bytes: o[b] = {t0.byte b, t1.byte b, t2.byte b, t3.byte b}.
 __device__ __forceinline__ void Transpose4x4(uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, uint32_t (&o)[4]) {
-  const uint32_t lo01 = Prmt(t0, t1, 0x5140), hi01 = Prmt(t0, t1, 0x7362);
-  const uint32_t lo23 = Prmt(t2, t3, 0x5140), hi23 = Prmt(t2, t3, 0x7362);
-  o[0] = Prmt(lo01, lo23, 0x5410);
-  o[1] = Prmt(lo01, lo23, 0x7632);
-  o[2] = Prmt(hi01, hi23, 0x5410);
-  o[3] = Prmt(hi01, hi23, 0x7632);
+  const uint32_t lo01 = __byte_perm(t0, t1, 0x5140), hi01 = __byte_perm(t0, t1, 0x7362);
+  const uint32_t lo23 = __byte_perm(t2, t3, 0x5140), hi23 = __byte_perm(t2, t3, 0x7362);
+  o[0] = __byte_perm(lo01, lo23, 0x5410);
+  o[1] = __byte_perm(lo01, lo23, 0x7632);
+  o[2] = __byte_perm(hi01, hi23, 0x5410);
+  o[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
 struct MmaSmem {
@@ -122,11 +122,52 @@ struct MmaSmem {
   float smax[kMmaWarps][2];                 // K, V scale maxima per warp
   float vscale_mul, vscale_out;             // 2^{6−kV}, 2^{kV−6}
   float vmax[kMmaWarps];
-  alignas(8) unsigned char wpart_raw[kMmaWarps][sizeof(meter::CertPartial)];
-  __device__ meter::CertPartial& wpart(int w) {
-    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w]);
+  // [warps, 2] CertPartial (head 2·(lane&1) + j of the warp's lanes 0, 1), raw storage.
+  alignas(8) unsigned char wpart_raw[kMmaWarps][2][2][sizeof(meter::CertPartial)];
+  __device__ meter::CertPartial& wpart(int w, int hp, int j) {
+    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w][hp][j]);
   }
 };
+
+// Query digits and the split's scalars: warp g < 4 owns query head g.
+__device__ __forceinline__ void MmaQueryPrologue(const float* qg, bool live, int lane, int g, float inv_sqrt_d,
+                                                 MmaSmem& sm) {
+  float qv[4];
+  float amax = 0.0f;
+  double a1 = 0.0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    qv[i] = live ? qg[lane * 4 + i] : 0.0f;
+    amax = fmaxf(amax, fabsf(qv[i]));
+    if (!(fabsf(qv[i]) <= 3.0e38f)) amax = INFINITY;  // NaN or inf
+    a1 += fabs(static_cast<double>(qv[i]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+  }
+  int32_t k = 0;
+  bool bad = !(amax <= 3.0e38f);
+  if (!bad && amax > 0.0f) {
+    k = meter::DigitExponent(amax);
+    bad = k < meter::kDigitExpMin || k > meter::kDigitExpMax;
+  }
+  const double sc = (!bad && amax > 0.0f) ? ldexp(1.0, 6 - k) : 0.0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int8_t dg[4];
+    meter::SplitIntoDigits(sc == 0.0 ? 0.0 : static_cast<double>(qv[i]) * sc, dg);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sm.qdig[j][g][lane * 4 + i] = dg[j];
+  }
+  if (lane == 0) {
+    sm.q1[g] = a1;
+    sm.qexp[g] = k;
+    sm.qbad[g] = bad;
+    sm.qscale[g] = amax > 0.0f && !bad ? meter::DigitQueryScale(k, inv_sqrt_d) : 0.0f;
+  }
+}
 
 template <bool METER>
 __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const DecodeParams p, const MmaSmemPlan plan) {
@@ -168,67 +209,35 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
 
-  // ---- prologue: warp g owns query head g: digits, ‖q‖₁, exponent; band norms (meter)
-  {
-    const int g = warp;
-    const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (g < G ? g : 0)) * D;
-    float qv[4];
-    float amax = 0.0f;
-    double a1 = 0.0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      qv[i] = g < G ? qg[lane * 4 + i] : 0.0f;
-      amax = fmaxf(amax, fabsf(qv[i]));
-      if (!(fabsf(qv[i]) <= 3.0e38f)) amax = INFINITY;  // NaN or inf
-      a1 += fabs(static_cast<double>(qv[i]));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-    }
-    int32_t k = 0;
-    bool bad = !(amax <= 3.0e38f);
-    if (!bad && amax > 0.0f) {
-      k = meter::DigitExponent(amax);
-      bad = k < meter::kDigitExpMin || k > meter::kDigitExpMax;
-    }
-    const double sc = (!bad && amax > 0.0f) ? ldexp(1.0, 6 - k) : 0.0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      int8_t dg[4];
-      meter::SplitIntoDigits(sc == 0.0 ? 0.0 : static_cast<double>(qv[i]) * sc, dg);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) sm.qdig[j][g][lane * 4 + i] = dg[j];
-    }
-    if (lane == 0) {
-      sm.q1[g] = a1;
-      sm.qexp[g] = k;
-      sm.qbad[g] = bad;
-      sm.qscale[g] = amax > 0.0f && !bad ? meter::DigitQueryScale(k, inv_sqrt_d) : 0.0f;
-    }
+  // ---- prologue: query digits (warps 0-3), band norms (meter)
+  if (warp < G4) {
+    const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (warp < G ? warp : 0)) * D;
+    MmaQueryPrologue(qg, warp < G, lane, warp, inv_sqrt_d, sm);
   }
   if constexpr (METER) {
-    for (int gi = tid; gi < G * nb; gi += kMmaThreads) {
+    for (int gi = tid; gi < G4 * nb; gi += kMmaThreads) {
       const int g = gi / nb, b = gi % nb;
-      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-      const int half = D / 2, ppb = half / nb;
-      float amax = 0.0f;
-      for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-        const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-        amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
-      }
-      float norm = amax;
-      if (amax > 0.0f && amax <= 3.0e38f) {
-        const float inv = 1.0f / amax;
-        float s = 0.0f;
+      float norm = 0.0f;
+      if (g < G) {
+        const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+        const int half = D / 2, ppb = half / nb;
+        float amax = 0.0f;
         for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
           const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-          const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
-          s += y0 * y0;
-          s += y1 * y1;
+          amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
         }
-        norm = amax * sqrtf(s);
+        norm = amax;
+        if (amax > 0.0f && amax <= 3.0e38f) {
+          const float inv = 1.0f / amax;
+          float s = 0.0f;
+          for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+            const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
+            const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
+            s += y0 * y0;
+            s += y1 * y1;
+          }
+          norm = amax * sqrtf(s);
+        }
       }
       sm.qbn[g][b] = norm;
     }
@@ -249,30 +258,31 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         return ((blk * hkv + kvh) << p.bs_shift) + (t0 & (bs - 1));
       };
       const uint8_t* codes = isv ? p.kv.v_codes : p.kv.k_codes;
-      for (int ci = tid; ci < (ST / 8) * 64; ci += kMmaThreads) {  // 64 chunks per 8-token group
-        const int grp = ci >> 6, tok = ci >> 3, r = ci & 7;
+      const int r = tid & 7;  // this thread's chunk of every token it copies
+#pragma unroll
+      for (int i = 0; i < (ST * 8) / kMmaThreads; ++i) {
+        const int tok = (tid >> 3) + (kMmaThreads / 8) * i;
         bool ok;
-        const int64_t v0 = group_vec(grp, &ok);
-        CpAsync16(st + sl.codes + tok * D + ((r ^ MmaSwizzle(tok)) << 4),
-                  codes + (v0 + (tok & 7)) * D + r * 16, ok);
+        const int64_t v0 = group_vec(tok >> 3, &ok);
+        CpAsync16(st + sl.codes + tok * D + ((r ^ MmaSwizzle(tok)) << 4), codes + (v0 + (tok & 7)) * D + r * 16, ok);
       }
       const uint8_t* s0 = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
-      for (int grp = tid; grp < ST / 8; grp += kMmaThreads) {
+      if (tid < ST / 8) {
         bool ok;
-        const int64_t v0 = group_vec(grp, &ok);
-        CpAsync16(st + sl.sc0 + grp * 16, s0 + v0 * 2, ok);
-        if (!isv) CpAsync16(st + sl.sc1 + grp * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + v0 * 2, ok);
+        const int64_t v0 = group_vec(tid, &ok);
+        CpAsync16(st + sl.sc0 + tid * 16, s0 + v0 * 2, ok);
+        if (!isv) CpAsync16(st + sl.sc1 + tid * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + v0 * 2, ok);
       }
       if (METER && isv) {
         const uint8_t* kw = reinterpret_cast<const uint8_t*>(p.kv.k_witness);
         const uint8_t* vw = reinterpret_cast<const uint8_t*>(p.kv.v_witness);
         for (int ci = tid; ci < 2 * (ST / 8) * nb; ci += kMmaThreads) {
           const int which = ci >= (ST / 8) * nb, c2 = which ? ci - (ST / 8) * nb : ci;
-          const int grp = c2 / nb, r = c2 % nb;
+          const int grp = c2 / nb, rr = c2 % nb;
           bool ok;
           const int64_t v0 = group_vec(grp, &ok);
-          CpAsync16(st + (which ? sl.vwit : sl.kwit) + grp * 16 * nb + r * 16,
-                    (which ? vw : kw) + v0 * (2 * nb) + r * 16, ok);
+          CpAsync16(st + (which ? sl.vwit : sl.kwit) + grp * 16 * nb + rr * 16,
+                    (which ? vw : kw) + v0 * (2 * nb) + rr * 16, ok);
         }
       }
     }
@@ -305,7 +315,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     issue(k + kMmaRing - 1);
     const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
     const int64_t sb = begin_al + int64_t{ST} * k;
-    {  // scale maxima: thread = token
+    if (tid < ST) {  // scale maxima: thread = token
       const int64_t t = sb + tid;
       if (t >= begin && t < end) {
         smaxk = meter::MaxAcc(smaxk, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[tid]));
@@ -313,18 +323,20 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       }
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int t8 = warp + 4 * u;  // n-tile
+    for (int u = 0; u < (ST / 8) / kMmaWarps; ++u) {
+      const int t8 = warp + kMmaWarps * u;  // n-tile
       const int row = t8 * 8 + (gid >> 1) + 4 * (gid & 1);
       const uint8_t* rp = st + sl.codes + row * D;
       const int sw = MmaSwizzle(row);
       const uint4 c0 = *reinterpret_cast<const uint4*>(rp + (((2 * tig) ^ sw) << 4));
       const uint4 c1 = *reinterpret_cast<const uint4*>(rp + (((2 * tig + 1) ^ sw) << 4));
-      int32_t acc[4] = {0, 0, 0, 0};
+      int32_t acc[4] = {0, 0, 0, 0}, acc2[4] = {0, 0, 0, 0};  // two chains: more MMAs in flight
       MmaS8(acc, qa[0], c0.x, c0.y);
+      MmaS8(acc2, qa[2], c1.x, c1.y);
       MmaS8(acc, qa[1], c0.z, c0.w);
-      MmaS8(acc, qa[2], c1.x, c1.y);
-      MmaS8(acc, qa[3], c1.z, c1.w);
+      MmaS8(acc2, qa[3], c1.z, c1.w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] += acc2[i];  // exact: |D| < 2^24
       // Lanes ≥ 16 hold digits 2, 3: fold them and pass on.
       const float pa = fmaf(static_cast<float>(acc[2]), 0.0078125f, static_cast<float>(acc[0]));
       const float pb = fmaf(static_cast<float>(acc[3]), 0.0078125f, static_cast<float>(acc[1]));
@@ -382,155 +394,163 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       sm.vscale_out = ldexpf(1.0f, kv - 6);
     }
   }
-  // sm.m / sm.eta / vscale become visible at the first V stage's barrier.
+  __syncthreads();  // sm.m, sm.eta, vscale
 
-  // ---- pass 2: per V stage, weights + meter and digits, then values -----------------------
-  int32_t acc[16][4];
+  // ---- pass 2: per V stage, (a) weights, digits, meter; (b) values by MMA ------------------
+  const int tok = tid >> 1, hp = tid & 1;  // weights step: token, head pair {2hp, 2hp+1}
+  const int ha = 2 * hp, hb = 2 * hp + 1;
+  const float ma = sm.m[ha], mb = sm.m[hb];
+  const float vmul = sm.vscale_mul;
+  float qbn_a[8], qbn_b[8];
+  if (METER && nb == 8) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
-  meter::CertPartial cp;  // head = warp (warp-uniform)
+    for (int b = 0; b < 8; ++b) {
+      qbn_a[b] = sm.qbn[ha][b];
+      qbn_b[b] = sm.qbn[hb][b];
+    }
+  }
+  // Digit position of this thread's token inside its k-step, as the A fragment reads it.
+  const int pks = tok >> 5, prr = tok & 31;
+  const int ppos = (prr >> 4) * 16 + (prr & 3) * 4 + ((prr >> 2) & 3);
+  int32_t acc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
+  meter::CertPartial cpa, cpb;  // heads ha, hb
+  cpa.m = ma;
+  cpb.m = mb;
   float vmax = 0.0f;
   const float infl = meter::EpsInflation(D, nb);
   const float vn_infl = (1.0f + 4.0f * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+  const int vks = warp & 3, vhalf = warp >> 2;  // value loop: k-step, channel half
   for (int k = n_st; k < 2 * n_st; ++k) {
     CpAsyncWait<kMmaRing - 2>();
     __syncthreads();
     issue(k + kMmaRing - 1);
     const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
     const int64_t sb = begin_al + int64_t{ST} * (k - n_st);
-    const float vmul = sm.vscale_mul;
-    // (a) weights, digits and certificate terms: thread = (head warp, tokens lane + 32r)
-    const int g = warp;
+    {  // (a)
+      const int64_t t = sb + tok;
+      const bool in = t >= begin && t < end;
+      const float sv = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[tok]);
+      int32_t s2 = 0;  // Σx² of the token's channel half hp (meter): exact by dp4a
+      if (METER && in) {
+        const uint8_t* rp = st + sl.codes + tok * D;
+        const int sw = MmaSwizzle(tok);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int jj = lane + 32 * r;
-      const int64_t t = sb + jj;
-      const bool valid = g < G && t >= begin && t < end;
-      float w = 0.0f;
-      if (valid) {
-        const float mg = sm.m[g];
-        const float l = logits[g * p.lcap + (t - begin)];
-        w = expf(l - mg);
-        cp.m = mg;
+        for (int c = 0; c < 4; ++c) {
+          const uint4 x = *reinterpret_cast<const uint4*>(rp + (((4 * hp + c) ^ sw) << 4));
+          s2 = __dp4a(static_cast<int32_t>(x.x), static_cast<int32_t>(x.x), s2);
+          s2 = __dp4a(static_cast<int32_t>(x.y), static_cast<int32_t>(x.y), s2);
+          s2 = __dp4a(static_cast<int32_t>(x.z), static_cast<int32_t>(x.z), s2);
+          s2 = __dp4a(static_cast<int32_t>(x.w), static_cast<int32_t>(x.w), s2);
+        }
+      }
+      if constexpr (METER) s2 += __shfl_xor_sync(0xffffffffu, s2, 1);  // + the pair lane's half
+      float wa = 0.0f, wb = 0.0f;
+      if (in) {
+        const float la = logits[ha * p.lcap + (t - begin)];
+        const float lb = logits[hb * p.lcap + (t - begin)];
+        if (ha < G) wa = expf(la - ma);
+        if (hb < G) wb = expf(lb - mb);
         if constexpr (METER) {
-          const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + jj * nb;
-          const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + jj * nb;
-          float e, rho;
+          const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + tok * nb;
+          const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + tok * nb;
+          float ea, eb, rho;
           if (nb == 8) {
             float w8[8];
             Half8(kw, w8);
-            e = meter::TierAEpsilon(sm.qbn[g], w8, 8, inv_sqrt_d, infl);
+            ea = meter::TierAEpsilon(qbn_a, w8, 8, inv_sqrt_d, infl);
+            eb = meter::TierAEpsilon(qbn_b, w8, 8, inv_sqrt_d, infl);
             Half8(vw, w8);
             rho = meter::ResidualNormFromWitness(w8, 8);
           } else {
-            float wb[64];
-            for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(kw[b]));
-            e = meter::TierAEpsilon(sm.qbn[g], wb, nb, inv_sqrt_d, infl);
-            for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(vw[b]));
-            rho = meter::ResidualNormFromWitness(wb, nb);
+            float w64[64];
+            for (int b = 0; b < nb; ++b) w64[b] = __half2float(__ushort_as_half(kw[b]));
+            ea = meter::TierAEpsilon(sm.qbn[ha], w64, nb, inv_sqrt_d, infl);
+            eb = meter::TierAEpsilon(sm.qbn[hb], w64, nb, inv_sqrt_d, infl);
+            for (int b = 0; b < nb; ++b) w64[b] = __half2float(__ushort_as_half(vw[b]));
+            rho = meter::ResidualNormFromWitness(w64, nb);
           }
-          meter::PartialAddTokenWeighted(&cp, l, w, e, rho, 0.0f);  // max(‖ṽ‖+‖ρ‖): loop (b)
+          if (ha < G) meter::PartialAddTokenWeighted(&cpa, la, wa, ea, rho, 0.0f);
+          if (hb < G) meter::PartialAddTokenWeighted(&cpb, lb, wb, eb, rho, 0.0f);
+          // ‖ṽ‖ + ‖ρ‖ with ‖ṽ‖ = s·‖x‖: (1+4u)² covers sqrt and ×s; the last (1+4u) the sum's
+          // rounding ((1−u)²(1+4u) > 1).
+          const float cand = (sqrtf(static_cast<float>(s2)) * sv * vn_infl + rho) * (1.0f + 4.0f * meter::kUnitRoundoff);
+          vmax = meter::MaxAcc(vmax, cand);  // NaN ignored, as PartialAddToken does
         } else {
-          cp.z += w;
-          cp.count += 1;
-          cp.chain += 1;
+          if (ha < G) { cpa.z += wa; cpa.count += 1; cpa.chain += 1; }
+          if (hb < G) { cpb.z += wb; cpb.count += 1; cpb.chain += 1; }
         }
       }
-      // Digits of w·s_v relative to 2^{kV−6}; position inside the k-step as the A fragment reads it.
-      float wb = w * Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[jj]) * vmul;
-      if (!(wb >= 0.0f && wb < 64.0f)) wb = 0.0f;  // NaN (bad partial) or an empty slot
-      const int ks = jj >> 5, rr = jj & 31;
-      const int pos = (rr >> 4) * 16 + (rr & 3) * 4 + ((rr >> 2) & 3);
-      float rem = wb;
+      // Digits of w·s_v relative to 2^{kV−6}.
+      int8_t* pd = reinterpret_cast<int8_t*>(&sm.pdig[pks][0][0][0]);
+      float xa = wa * sv * vmul, xb = wb * sv * vmul;
+      if (!(xa >= 0.0f && xa < 64.0f)) xa = 0.0f;  // NaN (bad partial) or an empty slot
+      if (!(xb >= 0.0f && xb < 64.0f)) xb = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float dj = rintf(rem);
-        reinterpret_cast<int8_t*>(sm.pdig[ks][j][g])[pos] = static_cast<int8_t>(dj);
-        rem = (rem - dj) * 128.0f;
+        const float da = rintf(xa), db = rintf(xb);
+        pd[(j * G4 + ha) * 32 + ppos] = static_cast<int8_t>(da);
+        pd[(j * G4 + hb) * 32 + ppos] = static_cast<int8_t>(db);
+        xa = (xa - da) * 128.0f;
+        xb = (xb - db) * 128.0f;
       }
     }
     __syncthreads();
-    // (b) values: warp = k-step (32 tokens), lane (n = gid, tig): channels [16n, 16n+16)
-    {
-      const int ks = warp;
-      uint4 v[8];  // token rows tig + 4e (+32·ks) for e = 0..7
+    {  // (b) values: lane (n = gid, tig) reads channels [64·half + 8n, +8) of tokens tig + 4e
+      uint2 v[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const int row = ks * 32 + tig + 4 * e;
-        v[e] = *reinterpret_cast<const uint4*>(st + sl.codes + row * D + ((gid ^ MmaSwizzle(row)) << 4));
+        const int row = vks * 32 + tig + 4 * e;
+        const int chunk = (vhalf * 4 + (gid >> 1)) ^ MmaSwizzle(row);
+        v[e] = *reinterpret_cast<const uint2*>(st + sl.codes + row * D + (chunk << 4) + ((gid & 1) << 3));
       }
       uint32_t pa[4];
       const int head = gid & 3, dig = (gid >> 2) * 2;
-      pa[0] = sm.pdig[ks][dig][head][tig];
-      pa[1] = sm.pdig[ks][dig + 1][head][tig];
-      pa[2] = sm.pdig[ks][dig][head][4 + tig];
-      pa[3] = sm.pdig[ks][dig + 1][head][4 + tig];
+      pa[0] = sm.pdig[vks][dig][head][tig];
+      pa[1] = sm.pdig[vks][dig + 1][head][tig];
+      pa[2] = sm.pdig[vks][dig][head][4 + tig];
+      pa[3] = sm.pdig[vks][dig + 1][head][4 + tig];
+      uint32_t lo[4], hi[4];
+      Transpose4x4(v[0].x, v[1].x, v[2].x, v[3].x, lo);
+      Transpose4x4(v[4].x, v[5].x, v[6].x, v[7].x, hi);
 #pragma unroll
-      for (int wi = 0; wi < 4; ++wi) {  // channel word wi: tiles 4wi..4wi+3
-        uint32_t lo[4], hi[4];
-        Transpose4x4(reinterpret_cast<const uint32_t*>(&v[0])[wi], reinterpret_cast<const uint32_t*>(&v[1])[wi],
-                     reinterpret_cast<const uint32_t*>(&v[2])[wi], reinterpret_cast<const uint32_t*>(&v[3])[wi], lo);
-        Transpose4x4(reinterpret_cast<const uint32_t*>(&v[4])[wi], reinterpret_cast<const uint32_t*>(&v[5])[wi],
-                     reinterpret_cast<const uint32_t*>(&v[6])[wi], reinterpret_cast<const uint32_t*>(&v[7])[wi], hi);
+      for (int b = 0; b < 4; ++b) MmaS8(acc[b], pa, lo[b], hi[b]);
+      Transpose4x4(v[0].y, v[1].y, v[2].y, v[3].y, lo);
+      Transpose4x4(v[4].y, v[5].y, v[6].y, v[7].y, hi);
 #pragma unroll
-        for (int b = 0; b < 4; ++b) MmaS8(acc[wi * 4 + b], pa, lo[b], hi[b]);
-      }
-      if constexpr (METER) {  // ‖ṽ_t‖ = s_t·‖x_t‖ for the lane's 8 tokens: exact Σx² by dp4a
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const uint32_t* x = reinterpret_cast<const uint32_t*>(&v[e]);
-          int32_t s2 = 0;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s2 = __dp4a(static_cast<int32_t>(x[i]), static_cast<int32_t>(x[i]), s2);
-          s2 += __shfl_xor_sync(0xffffffffu, s2, 4);
-          s2 += __shfl_xor_sync(0xffffffffu, s2, 8);
-          s2 += __shfl_xor_sync(0xffffffffu, s2, 16);
-          const int row = ks * 32 + tig + 4 * e;
-          const int64_t t = sb + row;
-          if (gid == 0 && t >= begin && t < end) {
-            const float sv = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[row]);
-            const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + row * nb;
-            float rho;
-            if (nb == 8) {
-              float w8[8];
-              Half8(vw, w8);
-              rho = meter::ResidualNormFromWitness(w8, 8);
-            } else {
-              float wb[64];
-              for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(vw[b]));
-              rho = meter::ResidualNormFromWitness(wb, nb);
-            }
-            // (1+4u)² covers sqrt and ×s; the last (1+4u) the sum's rounding (≥ (1−u)²(1+4u) > 1).
-            const float cand = (sqrtf(static_cast<float>(s2)) * sv * vn_infl + rho) * (1.0f + 4.0f * meter::kUnitRoundoff);
-            vmax = meter::MaxAcc(vmax, cand);  // NaN ignored, as PartialAddToken does
-          }
-        }
-      }
+      for (int b = 0; b < 4; ++b) MmaS8(acc[4 + b], pa, lo[b], hi[b]);
     }
   }
   CpAsyncWait<0>();
 
-  // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
+  // ---- reductions: certificate partials (lanes of one parity share heads), vmax, outputs ----
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) cp = meter::SumPartialsSameMax(cp, ShflXorPartial(cp, o));
+  for (int o = 16; o > 1; o >>= 1) {
+    cpa = meter::SumPartialsSameMax(cpa, ShflXorPartial(cpa, o));
+    cpb = meter::SumPartialsSameMax(cpb, ShflXorPartial(cpb, o));
+  }
   if (METER) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
   }
   __syncthreads();  // every thread is done with logits / pdig
-  if (lane == 0) {
-    sm.wpart(warp) = cp;
-    sm.vmax[warp] = vmax;
+  if (lane < 2) {
+    sm.wpart(warp, lane, 0) = cpa;
+    sm.wpart(warp, lane, 1) = cpb;
   }
-  int32_t* red = reinterpret_cast<int32_t*>(logits);  // [warps, 16 tiles, 32 lanes, 4]
+  if (lane == 0) sm.vmax[warp] = vmax;
+  int32_t* red = reinterpret_cast<int32_t*>(logits);  // [warps, 8 tiles, 32 lanes, 4]
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    *reinterpret_cast<int4*>(&red[((warp * 16 + i) * 32 + lane) * 4]) = make_int4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  for (int i = 0; i < 8; ++i) {
+    *reinterpret_cast<int4*>(&red[((warp * 8 + i) * 32 + lane) * 4]) = make_int4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
   }
   __syncthreads();
   const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
   if (tid < G) {
-    meter::CertPartial c = sm.wpart(tid);  // warp tid's threads summed head tid
+    const int hpp = tid >> 1, j = tid & 1;  // head tid = 2·hpp + j
+    meter::CertPartial c;
+    for (int w = 0; w < kMmaWarps; ++w) c = meter::SumPartialsSameMax(c, sm.wpart(w, hpp, j));
     c.m = sm.m[tid];
     if (sm.qbad[tid]) c.bad = true;
     if (METER) {
@@ -544,12 +564,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const double vout = sm.vscale_out;
   for (int o = tid; o < G * D; o += kMmaThreads) {
     const int g = o / D, c = o % D;
-    const int n = c >> 4, i = c & 15, tg = n >> 1, par = n & 1;
+    const int half = c >> 6, n = (c >> 3) & 7, i = c & 7, tg = n >> 1, par = n & 1;
     const int lane_lo = g * 4 + tg, lane_hi = (g + 4) * 4 + tg;
     long long d0 = 0, d1 = 0, d2 = 0, d3 = 0;
-    for (int w = 0; w < kMmaWarps; ++w) {
-      const int32_t* lo = &red[((w * 16 + i) * 32 + lane_lo) * 4];
-      const int32_t* hi = &red[((w * 16 + i) * 32 + lane_hi) * 4];
+    for (int ks = 0; ks < 4; ++ks) {
+      const int w = half * 4 + ks;
+      const int32_t* lo = &red[((w * 8 + i) * 32 + lane_lo) * 4];
+      const int32_t* hi = &red[((w * 8 + i) * 32 + lane_hi) * 4];
       d0 += lo[par];
       d1 += lo[2 + par];
       d2 += hi[par];
