@@ -81,10 +81,11 @@ inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
   return p;
 }
 
-// True when the tensor-core kernel handles this layout and group size.
+// True when the tensor-core kernel handles this layout and group size (B = 8 witness bands,
+// the default; other band counts use the pipelined kernel).
 inline bool MmaKernelSupports(const PagedKvLayout& L, int32_t q_per_kv) {
   return L.scheme == KvScheme::kInt8Rtn && L.head_dim == kMmaD && q_per_kv <= kMmaG &&
-         L.block_size >= 8 && L.num_bands <= 64;
+         L.block_size >= 8 && L.num_bands == 8 && L.vectors() < (int64_t{1} << 31);
 }
 
 __device__ __forceinline__ int MmaSwizzle(int j) { return ((j & 3) << 1) | ((j >> 2) & 1); }
@@ -111,7 +112,7 @@ __device__ __forceinline__ void Transpose4x4(uint32_t t0, uint32_t t1, uint32_t 
 struct MmaSmem {
   int8_t qdig[4][kMmaG][kMmaD];             // query digits [digit, head, channel]
   uint32_t pdig[4][4][kMmaG][8];            // weight digits [k-step, digit, head, 32 tokens]
-  float qbn[kMmaG][64];                     // ‖q_b‖
+  float2 qbn[8][kMmaG / 2];                 // ‖q_b‖ [band, head pair] = {head 2hp, head 2hp+1}
   double q1[kMmaG];                         // ‖q‖₁
   float qscale[kMmaG];
   int32_t qexp[kMmaG];
@@ -126,6 +127,55 @@ struct MmaSmem {
   alignas(8) unsigned char wpart_raw[kMmaWarps][2][2][sizeof(meter::CertPartial)];
   __device__ meter::CertPartial& wpart(int w, int hp, int j) {
     return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w][hp][j]);
+  }
+};
+
+// One head's certificate sums over a thread's tokens: CertPartial's z, b, c, eps_max and count
+// (the split max m is common), with PartialAddTokenWeighted's arithmetic exactly, but 32-bit
+// counters and no per-token η / vmax fields (η is per split here; vmax is kept per thread).
+struct MmaHeadSums {
+  float z = 0.0f, b = 0.0f, c = 0.0f, eps_max = 0.0f;
+  int32_t count = 0;
+  bool bad = false;
+  __device__ __forceinline__ void Add(float logit, float w, float m, float eps_hat, float rho) {
+    if (!(fabsf(logit) <= 3.0e38f)) { bad = true; return; }
+    z += w;
+    if (eps_hat > 0.0f) {
+      if (eps_hat > meter::kEpsCap || !(eps_hat == eps_hat)) {
+        b = INFINITY;
+      } else if (w >= 7.888609052210118e-31f) {  // 2^-100: partial_sum.h's soundness argument
+        b += w * expm1f(eps_hat);
+      } else {
+        b += expf((logit - m) + meter::LogExpm1(eps_hat));
+      }
+    }
+    if (rho > 0.0f) c += w * rho;
+    eps_max = meter::MaxAcc(eps_max, eps_hat);
+    if (!(eps_hat == eps_hat)) eps_max = INFINITY;
+    count += 1;
+  }
+  // += the sums of lane (lane ^ o): a re-association of non-negative sums (SumPartialsSameMax).
+  __device__ __forceinline__ void AddShfl(int o) {
+    const unsigned f = 0xffffffffu;
+    z += __shfl_xor_sync(f, z, o);
+    b += __shfl_xor_sync(f, b, o);
+    c += __shfl_xor_sync(f, c, o);
+    eps_max = fmaxf(eps_max, __shfl_xor_sync(f, eps_max, o));
+    count += __shfl_xor_sync(f, count, o);
+    bad = __shfl_xor_sync(f, static_cast<int>(bad), o) != 0 || bad;
+  }
+  __device__ __forceinline__ meter::CertPartial ToPartial(float m) const {
+    meter::CertPartial r;
+    if (count == 0 && !bad) return r;  // empty
+    r.m = m;
+    r.z = z;
+    r.b = b;
+    r.c = c;
+    r.eps_max = eps_max;
+    r.count = count;
+    r.chain = count;
+    r.bad = bad;
+    return r;
   }
 };
 
@@ -179,7 +229,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const int gid = lane >> 2, tig = lane & 3;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const PagedKvLayout& L = p.layout;
-  const int32_t hkv = L.num_kv_heads, bs = L.block_size, nb = L.num_bands, G = p.q_per_kv;
+  constexpr int32_t nb = 8;  // witness bands (MmaKernelSupports)
+  const int32_t hkv = L.num_kv_heads, bs = L.block_size, G = p.q_per_kv;
   const int64_t Sctx = p.context_lens[seq];
   const int64_t P = Sctx < p.num_splits ? Sctx : p.num_splits;
   if (split >= P) return;
@@ -201,6 +252,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const int64_t begin_al = begin / ST * ST;
   const int32_t n_st = static_cast<int32_t>((end - begin_al + ST - 1) / ST);
   const int64_t blk0 = begin_al >> p.bs_shift;
+  // Token positions below are int32 offsets from begin_al (a split is ≤ lcap tokens).
+  const int32_t t_lo = static_cast<int32_t>(begin - begin_al), t_hi = static_cast<int32_t>(end - begin_al);
+  const int32_t base = static_cast<int32_t>(begin_al), bmask = bs - 1, blk0_in = static_cast<int32_t>(blk0);
   const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
   {
     const int64_t nblk = ((end - 1) >> p.bs_shift) - blk0 + 1;
@@ -239,7 +293,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
           norm = amax * sqrtf(s);
         }
       }
-      sm.qbn[g][b] = norm;
+      reinterpret_cast<float*>(&sm.qbn[b][g >> 1])[g & 1] = norm;
     }
   }
   __syncthreads();  // btl, qdig, qbn, qscale
@@ -248,14 +302,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
       const bool isv = k >= n_st;
-      const int64_t sb = begin_al + int64_t{ST} * (isv ? k - n_st : k);
+      const int32_t sb = ST * (isv ? k - n_st : k);  // offset from begin_al
       uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
-      auto group_vec = [&](int grp, bool* ok) -> int64_t {
-        const int64_t t0 = sb + grp * 8;
-        *ok = t0 < end && t0 + 8 > begin;
+      // Vector index of the first token of an 8-token group (< 2^31: MmaKernelSupports).
+      auto group_vec = [&](int grp, bool* ok) -> int32_t {
+        const int32_t t0 = sb + grp * 8;
+        *ok = t0 < t_hi && t0 + 8 > t_lo;
         if (!*ok) return 0;
-        const int64_t blk = btl[(t0 >> p.bs_shift) - blk0];
-        return ((blk * hkv + kvh) << p.bs_shift) + (t0 & (bs - 1));
+        const int32_t pos = base + t0;
+        const int32_t blk = btl[(pos >> p.bs_shift) - blk0_in];
+        return ((blk * hkv + kvh) << p.bs_shift) + (pos & bmask);
       };
       const uint8_t* codes = isv ? p.kv.v_codes : p.kv.k_codes;
       const int r = tid & 7;  // this thread's chunk of every token it copies
@@ -263,15 +319,18 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       for (int i = 0; i < (ST * 8) / kMmaThreads; ++i) {
         const int tok = (tid >> 3) + (kMmaThreads / 8) * i;
         bool ok;
-        const int64_t v0 = group_vec(tok >> 3, &ok);
-        CpAsync16(st + sl.codes + tok * D + ((r ^ MmaSwizzle(tok)) << 4), codes + (v0 + (tok & 7)) * D + r * 16, ok);
+        const int32_t v0 = group_vec(tok >> 3, &ok);
+        CpAsync16(st + sl.codes + tok * D + ((r ^ MmaSwizzle(tok)) << 4),
+                  codes + static_cast<int64_t>(v0 + (tok & 7)) * D + r * 16, ok);
       }
       const uint8_t* s0 = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
       if (tid < ST / 8) {
         bool ok;
-        const int64_t v0 = group_vec(tid, &ok);
-        CpAsync16(st + sl.sc0 + tid * 16, s0 + v0 * 2, ok);
-        if (!isv) CpAsync16(st + sl.sc1 + tid * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + v0 * 2, ok);
+        const int32_t v0 = group_vec(tid, &ok);
+        CpAsync16(st + sl.sc0 + tid * 16, s0 + static_cast<int64_t>(v0) * 2, ok);
+        if (!isv) {
+          CpAsync16(st + sl.sc1 + tid * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + static_cast<int64_t>(v0) * 2, ok);
+        }
       }
       if (METER && isv) {
         const uint8_t* kw = reinterpret_cast<const uint8_t*>(p.kv.k_witness);
@@ -280,9 +339,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
           const int which = ci >= (ST / 8) * nb, c2 = which ? ci - (ST / 8) * nb : ci;
           const int grp = c2 / nb, rr = c2 % nb;
           bool ok;
-          const int64_t v0 = group_vec(grp, &ok);
+          const int32_t v0 = group_vec(grp, &ok);
           CpAsync16(st + (which ? sl.vwit : sl.kwit) + grp * 16 * nb + rr * 16,
-                    (which ? vw : kw) + v0 * (2 * nb) + rr * 16, ok);
+                    (which ? vw : kw) + static_cast<int64_t>(v0) * (2 * nb) + rr * 16, ok);
         }
       }
     }
@@ -314,10 +373,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     __syncthreads();
     issue(k + kMmaRing - 1);
     const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
-    const int64_t sb = begin_al + int64_t{ST} * k;
+    const int32_t sb = ST * k;
     if (tid < ST) {  // scale maxima: thread = token
-      const int64_t t = sb + tid;
-      if (t >= begin && t < end) {
+      const int32_t t = sb + tid;
+      if (t >= t_lo && t < t_hi) {
         smaxk = meter::MaxAcc(smaxk, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[tid]));
         smaxv = meter::MaxAcc(smaxv, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc1)[tid]));
       }
@@ -349,13 +408,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const uint16_t* ks = reinterpret_cast<const uint16_t*>(st + sl.sc0);
         const float la = (ta * Bf16Bits(ks[ja])) * my_qscale;
         const float lb = (tb * Bf16Bits(ks[jb])) * my_qscale;
-        const int64_t tA = sb + ja, tB = sb + jb;
-        if (tA >= begin && tA < end) {
-          logits[my_head * p.lcap + (tA - begin)] = la;
+        const int32_t tA = sb + ja, tB = sb + jb;
+        if (tA >= t_lo && tA < t_hi) {
+          logits[my_head * p.lcap + (tA - t_lo)] = la;
           mloc = fmaxf(mloc, la);
         }
-        if (tB >= begin && tB < end) {
-          logits[my_head * p.lcap + (tB - begin)] = lb;
+        if (tB >= t_lo && tB < t_hi) {
+          logits[my_head * p.lcap + (tB - t_lo)] = lb;
           mloc = fmaxf(mloc, lb);
         }
       }
@@ -401,23 +460,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const int ha = 2 * hp, hb = 2 * hp + 1;
   const float ma = sm.m[ha], mb = sm.m[hb];
   const float vmul = sm.vscale_mul;
-  float qbn_a[8], qbn_b[8];
-  if (METER && nb == 8) {
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      qbn_a[b] = sm.qbn[ha][b];
-      qbn_b[b] = sm.qbn[hb][b];
-    }
-  }
   // Digit position of this thread's token inside its k-step, as the A fragment reads it.
   const int pks = tok >> 5, prr = tok & 31;
   const int ppos = (prr >> 4) * 16 + (prr & 3) * 4 + ((prr >> 2) & 3);
   int32_t acc[8][4];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
-  meter::CertPartial cpa, cpb;  // heads ha, hb
-  cpa.m = ma;
-  cpb.m = mb;
+  MmaHeadSums cpa, cpb;  // heads ha, hb
   float vmax = 0.0f;
   const float infl = meter::EpsInflation(D, nb);
   const float vn_infl = (1.0f + 4.0f * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
@@ -427,10 +476,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     __syncthreads();
     issue(k + kMmaRing - 1);
     const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
-    const int64_t sb = begin_al + int64_t{ST} * (k - n_st);
+    const int32_t sb = ST * (k - n_st);
     {  // (a)
-      const int64_t t = sb + tok;
-      const bool in = t >= begin && t < end;
+      const int32_t t = sb + tok;
+      const bool in = t >= t_lo && t < t_hi;
       const float sv = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[tok]);
       int32_t s2 = 0;  // Σx² of the token's channel half hp (meter): exact by dp4a
       if (METER && in) {
@@ -448,38 +497,35 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       if constexpr (METER) s2 += __shfl_xor_sync(0xffffffffu, s2, 1);  // + the pair lane's half
       float wa = 0.0f, wb = 0.0f;
       if (in) {
-        const float la = logits[ha * p.lcap + (t - begin)];
-        const float lb = logits[hb * p.lcap + (t - begin)];
+        const float la = logits[ha * p.lcap + (t - t_lo)];
+        const float lb = logits[hb * p.lcap + (t - t_lo)];
         if (ha < G) wa = expf(la - ma);
         if (hb < G) wb = expf(lb - mb);
         if constexpr (METER) {
           const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + tok * nb;
           const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + tok * nb;
-          float ea, eb, rho;
-          if (nb == 8) {
-            float w8[8];
-            Half8(kw, w8);
-            ea = meter::TierAEpsilon(qbn_a, w8, 8, inv_sqrt_d, infl);
-            eb = meter::TierAEpsilon(qbn_b, w8, 8, inv_sqrt_d, infl);
-            Half8(vw, w8);
-            rho = meter::ResidualNormFromWitness(w8, 8);
-          } else {
-            float w64[64];
-            for (int b = 0; b < nb; ++b) w64[b] = __half2float(__ushort_as_half(kw[b]));
-            ea = meter::TierAEpsilon(sm.qbn[ha], w64, nb, inv_sqrt_d, infl);
-            eb = meter::TierAEpsilon(sm.qbn[hb], w64, nb, inv_sqrt_d, infl);
-            for (int b = 0; b < nb; ++b) w64[b] = __half2float(__ushort_as_half(vw[b]));
-            rho = meter::ResidualNormFromWitness(w64, nb);
+          float w8[8];
+          Half8(kw, w8);
+          float ea = 0.0f, eb = 0.0f;  // TierAEpsilon for both heads, same operation order
+#pragma unroll
+          for (int b = 0; b < 8; ++b) {
+            const float2 qn = sm.qbn[b][hp];
+            ea += qn.x * w8[b];
+            eb += qn.y * w8[b];
           }
-          if (ha < G) meter::PartialAddTokenWeighted(&cpa, la, wa, ea, rho, 0.0f);
-          if (hb < G) meter::PartialAddTokenWeighted(&cpb, lb, wb, eb, rho, 0.0f);
+          ea = ea * inv_sqrt_d * infl;
+          eb = eb * inv_sqrt_d * infl;
+          Half8(vw, w8);
+          const float rho = meter::ResidualNormFromWitness(w8, 8);
+          if (ha < G) cpa.Add(la, wa, ma, ea, rho);
+          if (hb < G) cpb.Add(lb, wb, mb, eb, rho);
           // ‖ṽ‖ + ‖ρ‖ with ‖ṽ‖ = s·‖x‖: (1+4u)² covers sqrt and ×s; the last (1+4u) the sum's
           // rounding ((1−u)²(1+4u) > 1).
           const float cand = (sqrtf(static_cast<float>(s2)) * sv * vn_infl + rho) * (1.0f + 4.0f * meter::kUnitRoundoff);
           vmax = meter::MaxAcc(vmax, cand);  // NaN ignored, as PartialAddToken does
         } else {
-          if (ha < G) { cpa.z += wa; cpa.count += 1; cpa.chain += 1; }
-          if (hb < G) { cpb.z += wb; cpb.count += 1; cpb.chain += 1; }
+          if (ha < G) { cpa.z += wa; cpa.count += 1; }
+          if (hb < G) { cpb.z += wb; cpb.count += 1; }
         }
       }
       // Digits of w·s_v relative to 2^{kV−6}.
@@ -527,8 +573,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   // ---- reductions: certificate partials (lanes of one parity share heads), vmax, outputs ----
 #pragma unroll
   for (int o = 16; o > 1; o >>= 1) {
-    cpa = meter::SumPartialsSameMax(cpa, ShflXorPartial(cpa, o));
-    cpb = meter::SumPartialsSameMax(cpb, ShflXorPartial(cpb, o));
+    cpa.AddShfl(o);
+    cpb.AddShfl(o);
   }
   if (METER) {
 #pragma unroll
@@ -536,8 +582,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   }
   __syncthreads();  // every thread is done with logits / pdig
   if (lane < 2) {
-    sm.wpart(warp, lane, 0) = cpa;
-    sm.wpart(warp, lane, 1) = cpb;
+    sm.wpart(warp, lane, 0) = cpa.ToPartial(ma);
+    sm.wpart(warp, lane, 1) = cpb.ToPartial(mb);
   }
   if (lane == 0) sm.vmax[warp] = vmax;
   int32_t* red = reinterpret_cast<int32_t*>(logits);  // [warps, 8 tiles, 32 lanes, 4]
