@@ -299,50 +299,39 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   __syncthreads();  // btl, qdig, qbn, qscale
 
   // ---- the stage loader: stage k < n_st reads K (+ K and V scales), k ≥ n_st reads V
+  // (+ witnesses). 16 threads per 8-token group (16 groups = 256 threads): thread (grp, q)
+  // looks its group up once and copies code chunks q + 16i (token 2i + q/8, chunk q%8), the
+  // witness chunk q (K for q < 8, V else) and, for q < 2, the scale chunk(s).
+  const int ld_grp = tid >> 4, ld_q = tid & 15;
+  const int ld_tb = ld_q >> 3, ld_r = ld_q & 7;
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
       const bool isv = k >= n_st;
-      const int32_t sb = ST * (isv ? k - n_st : k);  // offset from begin_al
+      const int32_t t0 = ST * (isv ? k - n_st : k) + ld_grp * 8;  // offset from begin_al
       uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
-      // Vector index of the first token of an 8-token group (< 2^31: MmaKernelSupports).
-      auto group_vec = [&](int grp, bool* ok) -> int32_t {
-        const int32_t t0 = sb + grp * 8;
-        *ok = t0 < t_hi && t0 + 8 > t_lo;
-        if (!*ok) return 0;
+      const bool ok = t0 < t_hi && t0 + 8 > t_lo;
+      int32_t v0 = 0;  // vector index of the group's first token (< 2^31: MmaKernelSupports)
+      if (ok) {
         const int32_t pos = base + t0;
         const int32_t blk = btl[(pos >> p.bs_shift) - blk0_in];
-        return ((blk * hkv + kvh) << p.bs_shift) + (pos & bmask);
-      };
-      const uint8_t* codes = isv ? p.kv.v_codes : p.kv.k_codes;
-      const int r = tid & 7;  // this thread's chunk of every token it copies
-#pragma unroll
-      for (int i = 0; i < (ST * 8) / kMmaThreads; ++i) {
-        const int tok = (tid >> 3) + (kMmaThreads / 8) * i;
-        bool ok;
-        const int32_t v0 = group_vec(tok >> 3, &ok);
-        CpAsync16(st + sl.codes + tok * D + ((r ^ MmaSwizzle(tok)) << 4),
-                  codes + static_cast<int64_t>(v0 + (tok & 7)) * D + r * 16, ok);
+        v0 = ((blk * hkv + kvh) << p.bs_shift) + (pos & bmask);
       }
-      const uint8_t* s0 = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
-      if (tid < ST / 8) {
-        bool ok;
-        const int32_t v0 = group_vec(tid, &ok);
-        CpAsync16(st + sl.sc0 + tid * 16, s0 + static_cast<int64_t>(v0) * 2, ok);
-        if (!isv) {
-          CpAsync16(st + sl.sc1 + tid * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + static_cast<int64_t>(v0) * 2, ok);
-        }
+      const uint8_t* src = (isv ? p.kv.v_codes : p.kv.k_codes) + static_cast<int64_t>(v0) * D + ld_tb * D + ld_r * 16;
+      uint8_t* dst = st + sl.codes + ld_grp * 8 * D;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tg = 2 * i + ld_tb;  // token in the group; its swizzle is the stage row's
+        CpAsync16(dst + tg * D + ((ld_r ^ MmaSwizzle(tg)) << 4), src + 2 * i * D, ok);
+      }
+      if (ld_q < 2 && !(isv && ld_q == 1)) {
+        const uint16_t* sc = (isv || ld_q == 0) ? (isv ? p.kv.v_scales : p.kv.k_scales) : p.kv.v_scales;
+        CpAsync16(st + (ld_q == 0 ? sl.sc0 : sl.sc1) + ld_grp * 16,
+                  reinterpret_cast<const uint8_t*>(sc) + static_cast<int64_t>(v0) * 2, ok);
       }
       if (METER && isv) {
-        const uint8_t* kw = reinterpret_cast<const uint8_t*>(p.kv.k_witness);
-        const uint8_t* vw = reinterpret_cast<const uint8_t*>(p.kv.v_witness);
-        for (int ci = tid; ci < 2 * (ST / 8) * nb; ci += kMmaThreads) {
-          const int which = ci >= (ST / 8) * nb, c2 = which ? ci - (ST / 8) * nb : ci;
-          const int grp = c2 / nb, rr = c2 % nb;
-          bool ok;
-          const int32_t v0 = group_vec(grp, &ok);
-          CpAsync16(st + (which ? sl.vwit : sl.kwit) + grp * 16 * nb + rr * 16,
-                    (which ? vw : kw) + static_cast<int64_t>(v0) * (2 * nb) + rr * 16, ok);
-        }
+        const uint16_t* w = ld_tb ? p.kv.v_witness : p.kv.k_witness;
+        CpAsync16(st + (ld_tb ? sl.vwit : sl.kwit) + ld_grp * 16 * nb + ld_r * 16,
+                  reinterpret_cast<const uint8_t*>(w) + static_cast<int64_t>(v0) * (2 * nb) + ld_r * 16, ok);
       }
     }
     CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
