@@ -144,7 +144,8 @@ struct MmaHeadSums {
       if (eps_hat > meter::kEpsCap || !(eps_hat == eps_hat)) {
         b = INFINITY;
       } else if (w >= 7.888609052210118e-31f) {  // 2^-100: partial_sum.h's soundness argument
-        b += w * expm1f(eps_hat);
+        // Expm1UpperSmall is ≥ expm1 (partial_sum.h), so the term only errs upwards.
+        b += w * (eps_hat <= 0.5f ? meter::Expm1UpperSmall(eps_hat) : expm1f(eps_hat));
       } else {
         b += expf((logit - m) + meter::LogExpm1(eps_hat));
       }
@@ -460,6 +461,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const float infl = meter::EpsInflation(D, nb);
   const float vn_infl = (1.0f + 4.0f * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
   const int vks = warp & 3, vhalf = warp >> 2;  // value loop: k-step, channel half
+  // The value loop's byte offsets of row tig (+4e) in a k-step, for even and odd e.
+  const int vchunk = (vhalf * 4 + (gid >> 1)) ^ (tig << 1);
+  const int voff0 = tig * D + (vchunk << 4) + ((gid & 1) << 3);
+  const int voff1 = tig * D + ((vchunk ^ 1) << 4) + ((gid & 1) << 3);
   for (int k = n_st; k < 2 * n_st; ++k) {
     CpAsyncWait<kMmaRing - 2>();
     __syncthreads();
@@ -534,11 +539,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     __syncthreads();
     {  // (b) values: lane (n = gid, tig) reads channels [64·half + 8n, +8) of tokens tig + 4e
       uint2 v[8];
+      const uint8_t* vb = st + sl.codes + vks * 32 * D;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int row = vks * 32 + tig + 4 * e;
-        const int chunk = (vhalf * 4 + (gid >> 1)) ^ MmaSwizzle(row);
-        v[e] = *reinterpret_cast<const uint2*>(st + sl.codes + row * D + (chunk << 4) + ((gid & 1) << 3));
+      for (int e = 0; e < 8; ++e) {  // row tig + 4e: MmaSwizzle = (tig << 1) | (e & 1)
+        v[e] = *reinterpret_cast<const uint2*>(vb + e * 4 * D + ((e & 1) ? voff1 : voff0));
       }
       uint32_t pa[4];
       const int head = gid & 3, dig = (gid >> 2) * 2;

@@ -593,7 +593,9 @@ TEST(MeteredDecodeCuda, SplitHeuristic) {
         EXPECT_GE(p, 1);
         EXPECT_LE(p, ctx);
         EXPECT_LE((ctx + p - 1) / p, MaxSplitTokens(g)) << batch << " " << g << " " << ctx;
-        if (ctx >= 256LL * 66) EXPECT_GE(static_cast<int64_t>(p) * batch * 8, 4 * 132);
+        if (ctx >= 256LL * 66) {
+          EXPECT_GE(static_cast<int64_t>(p) * batch * 8, 4 * 132);
+        }
       }
     }
   }

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/meter/cert_math.h"
 #include "kernels/meter/int_digit_dot.h"
+#include "kernels/meter/partial_sum.h"
 
 namespace witcert::meter {
 namespace {
@@ -121,6 +122,31 @@ TEST(IntDigitDot, ZeroQueryGivesZeroLogit) {
   const Replay r = ReplayKernelLogit(q, x, 1.0f);
   EXPECT_EQ(r.logit, 0.0f);
   EXPECT_LT(r.eta, 1e-40f);
+}
+
+}  // namespace
+}  // namespace witcert::meter
+
+namespace witcert::meter {
+namespace {
+
+// The tensor-core kernel's expm1 for ε ≤ ½ (partial_sum.h): never below the true expm1, and
+// at most 0.05% above it.
+TEST(Expm1UpperSmall, BoundsExpm1FromAboveAndTightly) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(0.0f, 0.5f);
+  double worst = 0.0;
+  for (int i = 0; i < 1000000; ++i) {
+    float e = (i % 4 == 0) ? std::ldexp(u(rng), -static_cast<int>(rng() % 100)) : u(rng);
+    if (i == 0) e = 0.5f;
+    if (i == 1) e = std::nextafter(0.0f, 1.0f);
+    const long double truth = std::expm1(static_cast<long double>(e));
+    const float b = Expm1UpperSmall(e);
+    ASSERT_GE(static_cast<long double>(b), truth) << e;
+    if (truth > 0) worst = std::max(worst, static_cast<double>(b / truth - 1.0L));
+  }
+  EXPECT_LT(worst, 5e-4);
+  EXPECT_EQ(Expm1UpperSmall(0.0f), 0.0f);
 }
 
 }  // namespace
