@@ -33,7 +33,7 @@ run="$pack/run"
 # Registers / stack / shared memory of every decode kernel (cuobjdump is in the toolkit there).
 objdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null)
 [ -n "$objdump" ] && "$objdump" --dump-resource-usage "$pack/bin/bench_decode_cuda" 2>&1 |
-  grep -A1 -E "Function .*(Pipelined|MeteredDecode)" | grep -E "Function|REG" | paste - - |
+  grep -A1 -E "Function .*(Pipelined|MeteredDecode|Int8Mma)" | grep -E "Function|REG" | paste - - |
   sed -E 's/.*Function ([^ :]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\2 \1/' >"$out/resources.txt"
 step write_path_test tests.log "$run" kernels_cuda_write_path_test
 step metered_decode_test tests_decode.log "$run" kernels_cuda_metered_decode_test
