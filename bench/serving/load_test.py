@@ -88,6 +88,9 @@ def main():
     rows = []
     http_itl, engine_step = [], []
     try:
+        # Warm-up (not timed): the first request pays page faults on the mapped weights and
+        # the allocator's first touches; without it the 1-stream level looks slower than it is.
+        asyncio.run(run_level(base + "/v1", 2, 16))
         for level in [int(x) for x in args.levels.split(",")]:
             rows.append(asyncio.run(run_level(base + "/v1", level, args.tokens)))
         # Overhead: single-stream ITL over HTTP vs the engine's own step time, alternated three
