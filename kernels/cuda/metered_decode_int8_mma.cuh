@@ -232,20 +232,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const PagedKvLayout& L = p.layout;
   constexpr int32_t nb = 8;  // witness bands (MmaKernelSupports)
   const int32_t hkv = L.num_kv_heads, bs = L.block_size, G = p.q_per_kv;
-  const int64_t Sctx = p.context_lens[seq];
-  const int64_t P = Sctx < p.num_splits ? Sctx : p.num_splits;
-  if (split >= P) return;
-  const int64_t begin = Sctx * split / P, end = Sctx * (split + 1) / P;
-  if (end - begin > p.lcap) {  // max_context understated by the caller: vacuous, never OOB
-    if (tid < G) {
-      meter::CertPartial r;
-      r.m = 0.0f; r.z = 1.0f; r.count = 1; r.chain = 1; r.bad = true;
-      const int64_t cell = (static_cast<int64_t>(seq) * p.num_q_heads + kvh * G + tid) * p.num_splits + split;
-      p.parts[cell] = r;
-      for (int c = 0; c < D; ++c) p.part_acc[cell * D + c] = NAN;
-    }
-    return;
-  }
+  const SplitRange range = BeginSplit<D>(p, seq, split, kvh, tid);
+  if (!range.run) return;
+  const int64_t begin = range.begin, end = range.end;
   const MmaStageLayout& sl = plan.stage;
   uint8_t* ring = dsm;
   float* logits = reinterpret_cast<float*>(dsm + plan.logits_off);  // [G4, lcap]
@@ -275,24 +264,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       float norm = 0.0f;
       if (g < G) {
         const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-        const int half = D / 2, ppb = half / nb;
-        float amax = 0.0f;
-        for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-          const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-          amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
-        }
-        norm = amax;
-        if (amax > 0.0f && amax <= 3.0e38f) {
-          const float inv = 1.0f / amax;
-          float s = 0.0f;
-          for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-            const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-            const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
-            s += y0 * y0;
-            s += y1 * y1;
-          }
-          norm = amax * sqrtf(s);
-        }
+        double a1 = 0.0;
+        norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
       }
       reinterpret_cast<float*>(&sm.qbn[b][g >> 1])[g & 1] = norm;
     }

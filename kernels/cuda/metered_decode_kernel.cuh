@@ -75,6 +75,65 @@ __device__ __forceinline__ meter::CertPartial ShflXorPartial(const meter::CertPa
 
 __device__ __forceinline__ float Bf16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
+// This CTA's token range [begin, end) of sequence `seq`'s split `split` (splits = min(S, P),
+// evenly sized). run = false: nothing left to do — the split is empty, or longer than the
+// shared-memory logits (max_context understated by the caller), in which case its partials
+// were written vacuous (bad) with NaN accumulators: never an out-of-bounds access.
+struct SplitRange {
+  int64_t context = 0, begin = 0, end = 0;
+  bool run = false;
+};
+template <int D>
+__device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq, int split, int kvh, int tid) {
+  SplitRange r;
+  r.context = p.context_lens[seq];
+  const int64_t P = r.context < p.num_splits ? r.context : p.num_splits;
+  if (split >= P) return r;
+  r.begin = r.context * split / P;
+  r.end = r.context * (split + 1) / P;
+  if (r.end - r.begin > p.lcap) {
+    const int32_t G = p.q_per_kv;
+    if (tid < G) {
+      meter::CertPartial v;
+      v.m = 0.0f; v.z = 1.0f; v.count = 1; v.chain = 1; v.bad = true;
+      const int64_t cell = (static_cast<int64_t>(seq) * p.num_q_heads + kvh * G + tid) * p.num_splits + split;
+      p.parts[cell] = v;
+      for (int c = 0; c < D; ++c) p.part_acc[cell * D + c] = NAN;
+    }
+    return r;
+  }
+  r.run = true;
+  return r;
+}
+
+// ‖q_b‖ of band b of query `qg` [D] under the band map (CPU: QueryBandNorms), scaled so the
+// squares cannot overflow; *abs_sum = Σ|q_c| over the band in double (Tier B's ‖q‖₁).
+template <int D>
+__device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, bool interleaved, double* abs_sum) {
+  const int half = D / 2, ppb = half / nb;
+  float amax = 0.0f;
+  double a1 = 0.0;
+  for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+    const int d0 = interleaved ? 2 * pr : pr, d1 = interleaved ? 2 * pr + 1 : pr + half;
+    amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
+    a1 += fabs(static_cast<double>(qg[d0])) + fabs(static_cast<double>(qg[d1]));
+  }
+  *abs_sum = a1;
+  float norm = amax;
+  if (amax > 0.0f && amax <= 3.0e38f) {
+    const float inv = 1.0f / amax;
+    float s = 0.0f;
+    for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
+      const int d0 = interleaved ? 2 * pr : pr, d1 = interleaved ? 2 * pr + 1 : pr + half;
+      const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
+      s += y0 * y0;
+      s += y1 * y1;
+    }
+    norm = amax * sqrtf(s);
+  }
+  return norm;
+}
+
 // ε̂ of one token for one query head (CPU: MeteredSplit). NB = 8 unrolls the witness.
 template <int NB>
 __device__ __forceinline__ float TokenEpsilon(const uint16_t* kw, int32_t nb, const float* qbn,
@@ -131,20 +190,9 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const PagedKvLayout& L = p.layout;
   const int32_t hkv = L.num_kv_heads, bs = L.block_size, nb = L.num_bands, G = p.q_per_kv;
-  const int64_t S = p.context_lens[seq];
-  const int64_t P = S < p.num_splits ? S : p.num_splits;
-  if (split >= P) return;
-  const int64_t begin = S * split / P, end = S * (split + 1) / P;
-  if (end - begin > p.lcap) {  // max_context understated by the caller: vacuous, never OOB
-    if (tid < G) {
-      meter::CertPartial r;
-      r.m = 0.0f; r.z = 1.0f; r.count = 1; r.chain = 1; r.bad = true;
-      const int64_t cell = (static_cast<int64_t>(seq) * p.num_q_heads + kvh * G + tid) * p.num_splits + split;
-      p.parts[cell] = r;
-      for (int c = 0; c < D; ++c) p.part_acc[cell * D + c] = NAN;
-    }
-    return;
-  }
+  const SplitRange range = BeginSplit<D>(p, seq, split, kvh, tid);
+  if (!range.run) return;
+  const int64_t S = range.context, begin = range.begin, end = range.end;
   const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
   const int32_t nscale = p.nscale;
   const int scale_idx = C::kScaled ? (nscale > 1 ? ch0 / 32 : 0) : 0;
@@ -169,26 +217,8 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
     for (int gi = tid; has_w && gi < G * nb; gi += kThreads) {
       const int g = gi / nb, b = gi % nb;
       const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-      const int half = D / 2, ppb = half / nb;
-      float amax = 0.0f;
       double a1 = 0.0;
-      for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-        const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-        amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
-        a1 += fabs(static_cast<double>(qg[d0])) + fabs(static_cast<double>(qg[d1]));
-      }
-      float norm = amax;
-      if (amax > 0.0f && amax <= 3.0e38f) {
-        const float inv = 1.0f / amax;
-        float s = 0.0f;
-        for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-          const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-          const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
-          s += y0 * y0;
-          s += y1 * y1;
-        }
-        norm = amax * sqrtf(s);
-      }
+      const float norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
       sm.qbn[g][b] = norm;
       sm.q1[g][b] = a1;
     }

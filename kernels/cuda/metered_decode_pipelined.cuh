@@ -70,20 +70,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const PagedKvLayout& L = p.layout;
   const int32_t hkv = L.num_kv_heads, bs = L.block_size, nb = L.num_bands, G = p.q_per_kv;
-  const int64_t Sctx = p.context_lens[seq];
-  const int64_t P = Sctx < p.num_splits ? Sctx : p.num_splits;
-  if (split >= P) return;
-  const int64_t begin = Sctx * split / P, end = Sctx * (split + 1) / P;
-  if (end - begin > p.lcap) {  // max_context understated by the caller: vacuous, never OOB
-    if (tid < G) {
-      meter::CertPartial r;
-      r.m = 0.0f; r.z = 1.0f; r.count = 1; r.chain = 1; r.bad = true;
-      const int64_t cell = (static_cast<int64_t>(seq) * p.num_q_heads + kvh * G + tid) * p.num_splits + split;
-      p.parts[cell] = r;
-      for (int c = 0; c < D; ++c) p.part_acc[cell * D + c] = NAN;
-    }
-    return;
-  }
+  const SplitRange range = BeginSplit<D>(p, seq, split, kvh, tid);
+  if (!range.run) return;
+  const int64_t Sctx = range.context, begin = range.begin, end = range.end;
   const StageLayout& sl = plan.stage;
   uint8_t* ring = dsm;
   float* logits = reinterpret_cast<float*>(dsm + plan.logits_off);  // [GMAX, lcap]
@@ -107,26 +96,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     for (int gi = tid; kWit && gi < G * nb; gi += kThreads) {
       const int g = gi / nb, b = gi % nb;
       const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-      const int half = D / 2, ppb = half / nb;
-      float amax = 0.0f;
       double a1 = 0.0;
-      for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-        const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-        amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
-        a1 += fabs(static_cast<double>(qg[d0])) + fabs(static_cast<double>(qg[d1]));
-      }
-      float norm = amax;
-      if (amax > 0.0f && amax <= 3.0e38f) {
-        const float inv = 1.0f / amax;
-        float s = 0.0f;
-        for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-          const int d0 = L.interleaved ? 2 * pr : pr, d1 = L.interleaved ? 2 * pr + 1 : pr + half;
-          const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
-          s += y0 * y0;
-          s += y1 * y1;
-        }
-        norm = amax * sqrtf(s);
-      }
+      const float norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
       sm.qbn[g][b] = norm;
       sm.q1[g][b] = a1;
     }
