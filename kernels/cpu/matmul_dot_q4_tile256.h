@@ -15,6 +15,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/matmul_simd.h"
@@ -24,6 +26,17 @@ namespace witcert::matmul_internal {
 namespace {  // NOLINT(build/namespaces): one private copy per ISA-specific translation unit
 
 enum class Fmt { kQ4_0, kQ4_1, kQ8_0 };
+
+// f(integral_constant<int, 0>), ..., f(integral_constant<int, N−1>): loops over the tile's
+// rows expanded at compile time, so every accumulator index is a constant when GCC decides
+// what lives in registers (with plain loops it kept them in registers but also stored each
+// one to the stack after every FMA).
+template <int N, typename Fn>
+inline void ForRows(Fn&& fn) {
+  [&]<int... J>(std::integer_sequence<int, J...>) {
+    (fn(std::integral_constant<int, J>{}), ...);
+  }(std::make_integer_sequence<int, N>{});
+}
 
 template <Fmt F>
 struct Traits;
@@ -102,51 +115,56 @@ struct DotTile256 {
     __m256 acc[2][NX];
     __m256 min_acc[NX];  // Σ m_w·s_x over full groups of 8 blocks
     float min_tail[NX];  // and over the last nb % 8 blocks
-    for (int j = 0; j < NX; ++j) {
+    ForRows<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
       xr[j] = ViewQ8_1Row(x + j * stride, cols);
       acc[0][j] = acc[1][j] = min_acc[j] = _mm256_setzero_ps();
       min_tail[j] = 0.0f;
-    }
+    });
     alignas(32) float scale[NX][8];  // d_w·d_x for the current group of blocks
     int64_t g = 0;
     for (; g + 8 <= nb; g += 8) {
       __m256 dw, mw;
       HeadScales<F>(w + g, &dw, &mw);
-      for (int j = 0; j < NX; ++j) {
+      ForRows<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
         _mm256_store_ps(scale[j], _mm256_mul_ps(dw, _mm256_loadu_ps(xr[j].d + g)));
-      }
+      });
       if constexpr (kHasMin) {
-        for (int j = 0; j < NX; ++j) {
+        ForRows<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
           min_acc[j] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xr[j].s + g), min_acc[j]);
-        }
+        });
       }
-      // Even blocks feed acc[0], odd ones acc[1] (constant indices keep them in registers).
-      auto block = [&](int k, __m256* chain) {
-        const __m256i wq = WeightBlock<F>(w[g + k]);
-        for (int j = 0; j < NX; ++j) {
-          const __m256 p = BlockDot<F, IntDot>(wq, xr[j].qs + (g + k) * kQk);
-          chain[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[j][k]), p, chain[j]);
-        }
-      };
+      // Even blocks feed acc[0], odd ones acc[1] (each chain's operations in the same order).
       for (int k = 0; k < 8; k += 2) {
-        block(k, acc[0]);
-        block(k + 1, acc[1]);
+        const __m256i wq0 = WeightBlock<F>(w[g + k]);
+        const __m256i wq1 = WeightBlock<F>(w[g + k + 1]);
+        ForRows<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
+          const __m256 p0 = BlockDot<F, IntDot>(wq0, xr[j].qs + (g + k) * kQk);
+          acc[0][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[j][k]), p0, acc[0][j]);
+          const __m256 p1 = BlockDot<F, IntDot>(wq1, xr[j].qs + (g + k + 1) * kQk);
+          acc[1][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[j][k + 1]), p1, acc[1][j]);
+        });
       }
     }
     for (int64_t b = g; b < nb; ++b) {  // the last nb % 8 blocks, one scale at a time
       const float dw = F16ToF32(w[b].d);
       const __m256i wq = WeightBlock<F>(w[b]);
-      for (int j = 0; j < NX; ++j) {
+      ForRows<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
         const __m256 p = BlockDot<F, IntDot>(wq, xr[j].qs + b * kQk);
         acc[0][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[j].d[b]), p, acc[0][j]);
         if constexpr (kHasMin) min_tail[j] = std::fma(MinTerm(w[b]), xr[j].s[b], min_tail[j]);
-      }
+      });
     }
-    for (int j = 0; j < NX; ++j) {
+    ForRows<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
       float sum = HSum(_mm256_add_ps(acc[0][j], acc[1][j]));
       if constexpr (kHasMin) sum += HSum(min_acc[j]) + min_tail[j];
       out[j] = sum;
-    }
+    });
   }
 };
 
