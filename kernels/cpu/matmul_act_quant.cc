@@ -15,7 +15,12 @@ namespace {
 // Quantizes `len` values with scale d = max|x|/127 into q; returns d.
 inline float QuantizeSpan(const float* x, int len, int8_t* q) {
   float amax = 0.0f;
-  for (int i = 0; i < len; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  // fmax's result (a NaN element is skipped) as a compare-and-select the compiler vectorizes;
+  // std::fmax itself stayed a libm call per element (2% of a 16-stream serving profile).
+  for (int i = 0; i < len; ++i) {
+    const float a = std::fabs(x[i]);
+    amax = a > amax ? a : amax;
+  }
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int i = 0; i < len; ++i) {
