@@ -11,8 +11,9 @@
 //    (≈ 20× tighter than the fp32 dot's), so the certificate stays sound.
 //  * p·v: the weights w_t·s_t (V scale folded in) are split the same way into digits relative
 //    to a power of two above the split's largest V scale; the int32 accumulators are exact.
-//    This is the output only (not part of the certificate): its error is ≤ 2^-29 of the
-//    largest weight per token, below the fp32 reference's own rounding.
+//    This is the output only (not part of the certificate): a weight's digits miss it by ≤ 2^-22
+//    where the largest weight maps below 64, i.e. ≤ 2^-28 of that weight per token, below the
+//    fp32 reference's own rounding.
 // Everything else — the two-pass split (logits in shared memory, exact split max before any
 // sum), the certificate terms per (head, token), the partial layout — is the pipelined
 // kernel's, so the merge kernel and FinalizeCert are shared unchanged.
@@ -20,7 +21,7 @@
 // Layout and lane mapping (m16n8k32; gid = lane/4, tig = lane%4; PTX fragment layouts):
 //  * A stage holds 128 tokens; token j's 128 code bytes are 8 16-byte chunks stored at chunk
 //    position r ^ f(j), f(j) = ((j&3)<<1) | ((j>>2)&1): both passes' 16-byte shared loads are
-//    then free of bank conflicts.
+//    then free of bank conflicts (the V pass's 8-byte loads too).
 //  * K pass: n-tile t = 8 tokens, column n ↔ token 8t + (n>>1) + 4(n&1). Logical k of k-step
 //    s ↔ channel (k%16/4)·32 + 8s + (k/16)·4 + k%4, so lane tig reads its token's channels
 //    [32·tig, 32·tig+32) as two chunks and every B register is one code word as stored.
