@@ -96,10 +96,15 @@ int CopyBandwidth(double* tbps) {
   return 0;
 }
 
+// A row set's name: the scheme, and "/pipelined" where that kernel was forced.
+std::string RunLabel(KvScheme scheme, int kernel) {
+  return std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : "");
+}
+
 // kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 2: pipelined).
 int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
               int iters, std::vector<Row>* rows) {
-  const std::string label = std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : "");
+  const std::string label = RunLabel(scheme, kernel);
   const int32_t hq = 32, hkv = 8, d = 128, bs = 16;
   for (int batch : batches) {
     for (int64_t ctx : ctxs) {
@@ -242,8 +247,7 @@ int Main(int argc, char** argv) {
   const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0}, {KvScheme::kInt8Rtn, 0}, {KvScheme::kInt8Rtn, 2},
                                            {KvScheme::kInt8Dither, 0}, {KvScheme::kFp8Scaled, 0}};
   for (const auto& [s, kern] : runs) {
-    const std::string label = std::string(SchemeInfo(s).name) + (kern == 2 ? "/pipelined" : "");
-    if (only != nullptr && label != only) continue;
+    if (only != nullptr && RunLabel(s, kern) != only) continue;
     if (RunScheme(s, kern, batches, ctxs, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), &rows)) return 1;
   }
   // Capacity: tokens per GiB (one layer, one KV head, K+V, witnesses included).

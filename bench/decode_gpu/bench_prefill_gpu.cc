@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/runtime/loaded_engine.h"
 
 namespace witcert {
 namespace {
@@ -84,15 +85,16 @@ int Run(int argc, char** argv) {
   observe.mode = GateMode::kObserve;
   std::printf("| model | KV | meter | prompt | chunk | seconds | prefill tok/s |\n|---|---|---|---|---|---|---|\n");
   for (const char* scheme : {"int8-rtn", "fp16"}) {
-    KvCacheOptions o;
-    o.num_layers = c.num_layers;
-    o.num_kv_heads = c.num_kv_heads;
-    o.head_dim = c.head_dim;
-    o.rope_pairing = c.rope_pairing;
-    o.block_size = 16;
-    o.num_blocks = (longest + 15) / 16 + 16;
-    o.k_scheme = o.v_scheme = scheme;
-    auto b = CudaBackend::Create(**model, o);
+    KvConfig kv;
+    kv.block_size = 16;
+    kv.k_scheme = kv.v_scheme = scheme;
+    auto o = MakeKvOptions(c, kv);
+    if (!o.ok()) {
+      std::fprintf(stderr, "%s\n", o.status().ToString().c_str());
+      return 1;
+    }
+    o->num_blocks = (longest + 15) / 16 + 16;  // one prompt of the longest length
+    auto b = CudaBackend::Create(**model, *o);
     if (!b.ok()) {
       std::fprintf(stderr, "%s\n", b.status().ToString().c_str());
       return 1;

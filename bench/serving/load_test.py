@@ -37,13 +37,17 @@ def free_port():
 MODEL = "default"
 
 
+def chat_request(tokens, idx):
+    """The streaming chat request client `idx` sends (its own prompt and seed)."""
+    return {"model": MODEL, "stream": True, "max_tokens": tokens, "temperature": 0.7, "seed": idx,
+            "messages": [{"role": "user", "content": f"Tell me a long story about lighthouse {idx}."}]}
+
+
 async def one_stream(client, tokens, idx):
     t0 = time.perf_counter()
     stamps = []
-    stream = await client.chat.completions.create(
-        model=MODEL, stream=True, max_tokens=tokens, temperature=0.7, seed=idx,
-        messages=[{"role": "user", "content": f"Tell me a long story about lighthouse {idx}."}],
-        extra_body={"ignore_eos": True})
+    stream = await client.chat.completions.create(**chat_request(tokens, idx),
+                                                  extra_body={"ignore_eos": True})
     async for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             stamps.append(time.perf_counter())
@@ -54,9 +58,7 @@ async def one_stream_httpx(client, base_url, tokens, idx):
     """The same request as one_stream, streamed with httpx; one stamp per content delta."""
     t0 = time.perf_counter()
     stamps = []
-    body = {"model": MODEL, "stream": True, "max_tokens": tokens, "temperature": 0.7, "seed": idx,
-            "ignore_eos": True,
-            "messages": [{"role": "user", "content": f"Tell me a long story about lighthouse {idx}."}]}
+    body = dict(chat_request(tokens, idx), ignore_eos=True)
     async with client.stream("POST", base_url + "/chat/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():

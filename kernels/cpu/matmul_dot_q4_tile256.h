@@ -116,7 +116,7 @@ struct DotTile256 {
     __m256 min_acc[NX];  // Σ m_w·s_x over full groups of 8 blocks
     float min_tail[NX];  // and over the last nb % 8 blocks
     ForRows<NX>([&](auto jc) {
-          constexpr int j = decltype(jc)::value;
+      constexpr int j = decltype(jc)::value;
       xr[j] = ViewQ8_1Row(x + j * stride, cols);
       acc[0][j] = acc[1][j] = min_acc[j] = _mm256_setzero_ps();
       min_tail[j] = 0.0f;
@@ -127,7 +127,7 @@ struct DotTile256 {
       __m256 dw, mw;
       HeadScales<F>(w + g, &dw, &mw);
       ForRows<NX>([&](auto jc) {
-          constexpr int j = decltype(jc)::value;
+        constexpr int j = decltype(jc)::value;
         _mm256_store_ps(scale[j], _mm256_mul_ps(dw, _mm256_loadu_ps(xr[j].d + g)));
       });
       if constexpr (kHasMin) {
@@ -153,14 +153,14 @@ struct DotTile256 {
       const float dw = F16ToF32(w[b].d);
       const __m256i wq = WeightBlock<F>(w[b]);
       ForRows<NX>([&](auto jc) {
-          constexpr int j = decltype(jc)::value;
+        constexpr int j = decltype(jc)::value;
         const __m256 p = BlockDot<F, IntDot>(wq, xr[j].qs + b * kQk);
         acc[0][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[j].d[b]), p, acc[0][j]);
         if constexpr (kHasMin) min_tail[j] = std::fma(MinTerm(w[b]), xr[j].s[b], min_tail[j]);
       });
     }
     ForRows<NX>([&](auto jc) {
-          constexpr int j = decltype(jc)::value;
+      constexpr int j = decltype(jc)::value;
       float sum = HSum(_mm256_add_ps(acc[0][j], acc[1][j]));
       if constexpr (kHasMin) sum += HSum(min_acc[j]) + min_tail[j];
       out[j] = sum;

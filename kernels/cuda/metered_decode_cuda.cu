@@ -118,6 +118,11 @@ CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, cons
 }  // namespace
 }  // namespace cuda_kv
 
+bool TensorCoreDecodeSupports(const PagedKvLayout& L, int32_t q_per_kv) {
+  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == cuda_kv::kMmaD && q_per_kv <= cuda_kv::kMmaG &&
+         L.block_size >= 8 && L.num_bands == 8 && L.vectors() < (int64_t{1} << 31);
+}
+
 // G ≤ 4: 2048 tokens (8192 logits, 32 KB), so two CTAs of the tensor-core kernel fit an SM
 // beside its ring; G = 8: 1536 (12288 logits), the pipelined kernel's limit.
 int64_t MaxSplitTokens(int32_t q_per_kv) {
@@ -227,10 +232,10 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>(args.batch));
   const PipeSmemPlan plan = MakePipeSmemPlan(layout, gmax, p.lcap);
-  const bool mma_ok = MmaKernelSupports(layout, g);
+  const bool mma_ok = TensorCoreDecodeSupports(layout, g);
   if (args.kernel == 3 && !mma_ok) {
     return CudaStatus::Error("MeteredDecodeCuda: the tensor-core kernel takes int8-rtn, head_dim 128, "
-                             "at most 4 query heads per KV head and block_size >= 8");
+                             "at most 4 query heads per KV head, block_size >= 8 and 8 witness bands");
   }
   if ((args.kernel == 0 || args.kernel == 3) && mma_ok) {
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);

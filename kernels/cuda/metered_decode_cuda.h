@@ -57,6 +57,11 @@ struct MeteredDecodeCudaArgs {
   size_t workspace_bytes = 0;
 };
 
+// True when the tensor-core kernel (MeteredDecodeCudaArgs::kernel = 3, the default there)
+// handles this layout: int8-rtn, head_dim 128, at most 4 query heads per KV head,
+// block_size ≥ 8, B = 8 witness bands and fewer than 2^31 vectors per layer.
+bool TensorCoreDecodeSupports(const PagedKvLayout& layout, int32_t q_per_kv);
+
 // Longest split one CTA can hold (its logits live in shared memory): 2048 tokens for up to 4
 // query heads per KV head, 1536 for up to 8.
 int64_t MaxSplitTokens(int32_t q_per_kv);

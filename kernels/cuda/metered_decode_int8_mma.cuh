@@ -82,12 +82,6 @@ inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
   return p;
 }
 
-// True when the tensor-core kernel handles this layout and group size (B = 8 witness bands,
-// the default; other band counts use the pipelined kernel).
-inline bool MmaKernelSupports(const PagedKvLayout& L, int32_t q_per_kv) {
-  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == kMmaD && q_per_kv <= kMmaG &&
-         L.block_size >= 8 && L.num_bands == 8 && L.vectors() < (int64_t{1} << 31);
-}
 
 __device__ __forceinline__ int MmaSwizzle(int j) { return ((j & 3) << 1) | ((j >> 2) & 1); }
 
@@ -113,7 +107,7 @@ __device__ __forceinline__ void Transpose4x4(uint32_t t0, uint32_t t1, uint32_t 
 struct MmaSmem {
   int8_t qdig[4][kMmaG][kMmaD];             // query digits [digit, head, channel]
   uint32_t pdig[4][4][kMmaG][8];            // weight digits [k-step, digit, head, 32 tokens]
-  float2 qbn[8][kMmaG / 2];                 // ‖q_b‖ [band, head pair] = {head 2hp, head 2hp+1}
+  float qbn[kMmaG][8];                      // ‖q_b‖ [head, band]
   double q1[kMmaG];                         // ‖q‖₁
   float qscale[kMmaG];
   int32_t qexp[kMmaG];
@@ -132,8 +126,9 @@ struct MmaSmem {
 };
 
 // One head's certificate sums over a thread's tokens: CertPartial's z, b, c, eps_max and count
-// (the split max m is common), with PartialAddTokenWeighted's arithmetic exactly, but 32-bit
-// counters and no per-token η / vmax fields (η is per split here; vmax is kept per thread).
+// (the split max m is common), with PartialAddTokenWeighted's arithmetic (its A−1 term is
+// partial_sum.h's WeightedEpsTerm, with the five-fma expm1 bound), but 32-bit counters and no
+// per-token η / vmax fields (η is per split here; vmax is kept per thread).
 struct MmaHeadSums {
   float z = 0.0f, b = 0.0f, c = 0.0f, eps_max = 0.0f;
   int32_t count = 0;
@@ -141,16 +136,7 @@ struct MmaHeadSums {
   __device__ __forceinline__ void Add(float logit, float w, float m, float eps_hat, float rho) {
     if (!(fabsf(logit) <= 3.0e38f)) { bad = true; return; }
     z += w;
-    if (eps_hat > 0.0f) {
-      if (eps_hat > meter::kEpsCap || !(eps_hat == eps_hat)) {
-        b = INFINITY;
-      } else if (w >= 7.888609052210118e-31f) {  // 2^-100: partial_sum.h's soundness argument
-        // Expm1UpperSmall is ≥ expm1 (partial_sum.h), so the term only errs upwards.
-        b += w * (eps_hat <= 0.5f ? meter::Expm1UpperSmall(eps_hat) : expm1f(eps_hat));
-      } else {
-        b += expf((logit - m) + meter::LogExpm1(eps_hat));
-      }
-    }
+    if (eps_hat > 0.0f) b += meter::WeightedEpsTerm</*kUpperPoly=*/true>(logit, m, w, eps_hat);
     if (rho > 0.0f) c += w * rho;
     eps_max = meter::MaxAcc(eps_max, eps_hat);
     if (!(eps_hat == eps_hat)) eps_max = INFINITY;
@@ -231,7 +217,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const int gid = lane >> 2, tig = lane & 3;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const PagedKvLayout& L = p.layout;
-  constexpr int32_t nb = 8;  // witness bands (MmaKernelSupports)
+  constexpr int32_t nb = 8;  // witness bands (TensorCoreDecodeSupports)
   const int32_t hkv = L.num_kv_heads, bs = L.block_size, G = p.q_per_kv;
   const SplitRange range = BeginSplit<D>(p, seq, split, kvh, tid);
   if (!range.run) return;
@@ -268,7 +254,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         double a1 = 0.0;
         norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
       }
-      reinterpret_cast<float*>(&sm.qbn[b][g >> 1])[g & 1] = norm;
+      sm.qbn[g][b] = norm;
     }
   }
   __syncthreads();  // btl, qdig, qbn, qscale
@@ -285,7 +271,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       const int32_t t0 = ST * (isv ? k - n_st : k) + ld_grp * 8;  // offset from begin_al
       uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
       const bool ok = t0 < t_hi && t0 + 8 > t_lo;
-      int32_t v0 = 0;  // vector index of the group's first token (< 2^31: MmaKernelSupports)
+      int32_t v0 = 0;  // vector index of the group's first token (< 2^31: TensorCoreDecodeSupports)
       if (ok) {
         const int32_t pos = base + t0;
         const int32_t blk = btl[(pos >> p.bs_shift) - blk0_in];
@@ -474,15 +460,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
           const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + tok * nb;
           float w8[8];
           Half8(kw, w8);
-          float ea = 0.0f, eb = 0.0f;  // TierAEpsilon for both heads, same operation order
-#pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            const float2 qn = sm.qbn[b][hp];
-            ea += qn.x * w8[b];
-            eb += qn.y * w8[b];
-          }
-          ea = ea * inv_sqrt_d * infl;
-          eb = eb * inv_sqrt_d * infl;
+          const float ea = meter::TierAEpsilon(sm.qbn[ha], w8, 8, inv_sqrt_d, infl);
+          const float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
           Half8(vw, w8);
           const float rho = meter::ResidualNormFromWitness(w8, 8);
           if (ha < G) cpa.Add(la, wa, ma, ea, rho);

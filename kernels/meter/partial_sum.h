@@ -42,40 +42,6 @@ WITCERT_HD inline CertPartial SumPartialsSameMax(const CertPartial& x, const Cer
   return r;
 }
 
-// PartialAddToken (cert_math.h) for a caller that already holds w = expf(logit − p->m), the
-// very value PartialAddToken would compute (the pipelined kernel computes it once for the
-// output weights and the certificate). max(‖ṽ‖+‖ρ‖) is left to the caller (p->vmax).
-//
-// The A−1 term e^{d1}·(e^{ε̂}−1) is formed as fl(w·expm1f(ε̂)) instead of
-// expf(d1 + log(expm1(ε̂))) when w ≥ 2^-100: two transcendental calls fewer. Soundness
-// against cert_math.h's budget κ = 1024u per term: d1 = fl(ℓ̂ − m) with |d1| ≤ 168 for
-// terms that matter carries ≤ 168u absolute error, i.e. a factor e^{±168u}; expf and expm1f
-// are within 2 ulp (≤ 4u relative each); the product rounds once (u): in all ≤ 178u(1+u) <
-// κ. w ≥ 2^-100 keeps w normal, so these relative bounds hold; the product itself can only
-// underflow when the true term is < 2^-126·(1+κ), and an underflowed term is off by ≤ 2^-149,
-// the absolute slack cert_math.h already grants every term. Below 2^-100 the original form
-// is used.
-WITCERT_HD inline void PartialAddTokenWeighted(CertPartial* p, float logit, float w,
-                                               float eps_hat, float rho_norm, float eta) {
-  if (!(fabsf(logit) <= 3.0e38f)) { p->bad = true; return; }
-  p->z += w;
-  if (eps_hat > 0.0f) {
-    if (eps_hat > kEpsCap || !(eps_hat == eps_hat)) {
-      p->b = INFINITY;
-    } else if (w >= 7.888609052210118e-31f) {  // 2^-100
-      p->b += w * expm1f(eps_hat);
-    } else {
-      p->b += expf((logit - p->m) + LogExpm1(eps_hat));
-    }
-  }
-  if (rho_norm > 0.0f) p->c += w * rho_norm;
-  p->eps_max = MaxAcc(p->eps_max, eps_hat);
-  if (!(eps_hat == eps_hat)) p->eps_max = INFINITY;
-  p->eta_max = MaxAcc(p->eta_max, eta);
-  p->count += 1;
-  p->chain += 1;
-}
-
 // An upper bound on expm1(ε) for 0 ≤ ε ≤ 1/2 in five fmas (the tensor-core kernel's A−1 term;
 // expm1f costs about four times as many instructions). Taylor: expm1(ε) = ε + ε²/2 + ε³/6 +
 // ε⁴/24 + ε⁵e^ξ/120 with ξ ≤ ε ≤ ½, so P(ε) = ε(1 + ε(½ + ε(1/6 + ε(1/24 + ε·c5)))) with
@@ -90,6 +56,45 @@ WITCERT_HD inline float Expm1UpperSmall(float eps) {
   h = fmaf(eps, h, 0.5f);
   h = fmaf(eps, h, 1.0f);
   return (eps * h) * (1.0f + 8.0f * kUnitRoundoff);
+}
+
+// PartialAddToken (cert_math.h) for a caller that already holds w = expf(logit − p->m), the
+// very value PartialAddToken would compute (the pipelined kernel computes it once for the
+// output weights and the certificate). max(‖ṽ‖+‖ρ‖) is left to the caller (p->vmax).
+//
+// The A−1 term e^{d1}·(e^{ε̂}−1) is formed as fl(w·expm1f(ε̂)) instead of
+// expf(d1 + log(expm1(ε̂))) when w ≥ 2^-100: two transcendental calls fewer. Soundness
+// against cert_math.h's budget κ = 1024u per term: d1 = fl(ℓ̂ − m) with |d1| ≤ 168 for
+// terms that matter carries ≤ 168u absolute error, i.e. a factor e^{±168u}; expf and expm1f
+// are within 2 ulp (≤ 4u relative each); the product rounds once (u): in all ≤ 178u(1+u) <
+// κ. w ≥ 2^-100 keeps w normal, so these relative bounds hold; the product itself can only
+// underflow when the true term is < 2^-126·(1+κ), and an underflowed term is off by ≤ 2^-149,
+// the absolute slack cert_math.h already grants every term. Below 2^-100 the original form
+// is used.
+//
+// WeightedEpsTerm is that term alone (INFINITY when ε̂ > kEpsCap or NaN: the A form is then
+// vacuous); kUpperPoly takes Expm1UpperSmall for ε̂ ≤ ½ (≥ expm1, so the term only errs
+// upwards and needs none of κ), as the tensor-core kernel does.
+template <bool kUpperPoly = false>
+WITCERT_HD inline float WeightedEpsTerm(float logit, float m, float w, float eps_hat) {
+  if (eps_hat > kEpsCap || !(eps_hat == eps_hat)) return INFINITY;
+  if (w >= 7.888609052210118e-31f) {  // 2^-100
+    return w * ((kUpperPoly && eps_hat <= 0.5f) ? Expm1UpperSmall(eps_hat) : expm1f(eps_hat));
+  }
+  return expf((logit - m) + LogExpm1(eps_hat));
+}
+
+WITCERT_HD inline void PartialAddTokenWeighted(CertPartial* p, float logit, float w,
+                                               float eps_hat, float rho_norm, float eta) {
+  if (!(fabsf(logit) <= 3.0e38f)) { p->bad = true; return; }
+  p->z += w;
+  if (eps_hat > 0.0f) p->b += WeightedEpsTerm(logit, p->m, w, eps_hat);
+  if (rho_norm > 0.0f) p->c += w * rho_norm;
+  p->eps_max = MaxAcc(p->eps_max, eps_hat);
+  if (!(eps_hat == eps_hat)) p->eps_max = INFINITY;
+  p->eta_max = MaxAcc(p->eta_max, eta);
+  p->count += 1;
+  p->chain += 1;
 }
 
 // ‖ρ‖₂ ≤ sqrt(Σ_b w_b²)·(1 + 2(B+4)u): the band witnesses already bound each band's norm.

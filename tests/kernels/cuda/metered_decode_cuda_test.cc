@@ -194,8 +194,7 @@ class Problem {
     const double kappa_slack = 2.2 * g.splits * meter::kKappa + 2e-4;
     // The tensor-core kernel's logits are exact integer dots (int_digit_dot.h): its η can be far
     // below the CPU's fp32 η, so its bound may undercut the CPU's by up to e^{-4η_cpu}.
-    const bool mma = c_.scheme == KvScheme::kInt8Rtn && c_.d == 128 && c_.group <= 4 && c_.bs >= 8 &&
-                     (c_.kernel == 0 || c_.kernel == 3);
+    const bool mma = TensorCoreDecodeSupports(L_, c_.group) && (c_.kernel == 0 || c_.kernel == 3);
     int failures = 0;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t S = c_.ctx[b];
