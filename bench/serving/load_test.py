@@ -109,15 +109,20 @@ def main():
     ap.add_argument("--client", choices=["openai", "httpx"], default="openai")
     ap.add_argument("--serve-arg", action="append", default=[])
     ap.add_argument("--no-overhead", action="store_true")
+    ap.add_argument("--server-log", default="", help="keep the server's output in this file")
     args = ap.parse_args()
     global CLIENT
     CLIENT = args.client
     port = free_port()
+    log_path = args.server_log or f"/tmp/witcert-load-{port}.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen([args.binary, "serve", "--model", args.model, "--port", str(port),
                              "--grpc-port", "0", "--log-level", "warn"] + args.serve_arg,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     for _ in range(1800):  # a synthetic 8B model takes ~10 s to build and upload
+        if proc.poll() is not None:
+            raise SystemExit(f"witcert serve exited with {proc.returncode}:\n{open(log_path).read()}")
         try:
             if httpx.get(base + "/health", timeout=1).status_code == 200:
                 break
@@ -152,6 +157,8 @@ def main():
               f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} |")
         if r["errors"]:
             print(f"first error: {r['first_error']}")
+    if any(r["errors"] for r in rows):
+        print(f"server log ({log_path}), last lines:\n" + "".join(open(log_path).readlines()[-15:]))
     if args.no_overhead:
         return
     itl, step = min(http_itl), min(engine_step)

@@ -41,6 +41,11 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer,
       layer_head_stats_(backend_->config().num_layers, backend_->config().num_heads),
       policy_(options.gate) {
   if (options_.max_context <= 0) options_.max_context = backend_->config().context_length;
+  int32_t threads = options_.sampling_threads;
+  if (threads <= 0) {
+    threads = static_cast<int32_t>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  }
+  sample_pool_ = std::make_unique<ThreadPool>(threads);
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -161,12 +166,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
   stream->Push(std::move(event));
 }
 
-bool Engine::Emit(Sequence* seq, float* logits, std::vector<CellRecord>& cells) {
-  const int32_t vocab = backend_->config().vocab_size;
-  SampledToken sampled = seq->sampler.Sample(
-      absl::Span<float>(logits, vocab),
-      absl::Span<const int32_t>(seq->tokens.data() + seq->request.prompt.size(),
-                                seq->num_generated()));
+bool Engine::Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& cells) {
   seq->tokens.push_back(sampled.token);
   ++stat_generation_tokens_;
   if (!seq->has_first_token) {
@@ -249,8 +249,31 @@ void Engine::Step() {
     for (const ScheduledChunk& chunk : plan.chunks) Finish(chunk.seq, FinishReason::kError, status);
     return;
   }
-  size_t logit_index = 0;
+  // Sample every row that produced logits, in parallel: each sequence owns its sampler and
+  // RNG, so the tokens do not depend on how the rows are spread over threads.
   const int32_t vocab = backend_->config().vocab_size;
+  std::vector<size_t> emitting;  // chunk indices, in logits order
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    if (items[i].compute_logits) emitting.push_back(i);
+  }
+  std::vector<SampledToken> sampled(emitting.size());
+  auto sample_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      Sequence* seq = plan.chunks[emitting[r]].seq;
+      sampled[r] = seq->sampler.Sample(
+          absl::Span<float>(&result.logits[r * vocab], vocab),
+          absl::Span<const int32_t>(seq->tokens.data() + seq->request.prompt.size(),
+                                    seq->num_generated()));
+    }
+  };
+  const int64_t rows = static_cast<int64_t>(emitting.size());
+  if (rows > 1) {
+    sample_pool_->ParallelFor(rows, 1, sample_rows);
+  } else {
+    sample_rows(0, rows);
+  }
+
+  size_t emit_index = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     Sequence* seq = plan.chunks[i].seq;
     seq->num_computed = plan.chunks[i].end;
@@ -264,12 +287,12 @@ void Engine::Step() {
       }
     }
     if (!items[i].compute_logits) continue;
-    float* logits = &result.logits[logit_index++ * vocab];
+    SampledToken& token = sampled[emit_index++];
     if (seq->stream->cancelled()) {
       Finish(seq, FinishReason::kCancelled);
       continue;
     }
-    Emit(seq, logits, cells);
+    Emit(seq, std::move(token), cells);
   }
 }
 

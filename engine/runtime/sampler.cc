@@ -6,17 +6,16 @@
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
+#include "kernels/cpu/vector_exp.h"
 
 namespace witcert {
 namespace {
 
 // log-softmax value of every logit, returned as (max, log Σ exp(l - max)).
 std::pair<float, double> LogSumExpParts(absl::Span<const float> logits) {
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_logit = std::max(max_logit, l);
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
-  return {max_logit, std::log(sum)};
+  const int64_t n = static_cast<int64_t>(logits.size());
+  const float max_logit = MaxValue(logits.data(), n);
+  return {max_logit, std::log(ExpShiftedSumOnly(logits.data(), n, max_logit, 1.0f))};
 }
 
 }  // namespace
@@ -79,15 +78,20 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
       candidates_.resize(params_.top_k);
       sorted = true;
     }
-    // Softmax at temperature over the candidates, relative to the largest logit.
+    // Softmax at temperature over the candidates, relative to the largest logit. Unsorted
+    // candidates are the whole vocabulary in id order: one vectorized pass over the logits.
     const float inv_t = 1.0f / params_.temperature;
-    float top_logit = logits[candidates_[0]];
-    for (int32_t t : candidates_) top_logit = std::max(top_logit, logits[t]);
     probs_.resize(candidates_.size());
     double total = 0.0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      probs_[i] = std::exp((logits[candidates_[i]] - top_logit) * inv_t);
-      total += probs_[i];
+    if (sorted) {
+      const float top_logit = logits[candidates_[0]];
+      for (size_t i = 0; i < candidates_.size(); ++i) {
+        probs_[i] = ExpF((logits[candidates_[i]] - top_logit) * inv_t);
+        total += probs_[i];
+      }
+    } else {
+      const float top_logit = MaxValue(logits.data(), vocab);
+      total = ExpShiftedSum(logits.data(), vocab, top_logit, inv_t, probs_.data());
     }
     // min-p: drop tokens below min_p times the most likely one (p_max ∝ 1 here).
     if (params_.min_p > 0.0f) {
