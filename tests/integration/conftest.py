@@ -19,6 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = os.environ.get("WITCERT_BIN", str(ROOT / "build" / "server" / "witcert"))
 MODEL = os.environ.get("WITCERT_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+# Extra `witcert serve` flags for every server, e.g. WITCERT_SERVE_ARGS="--device cuda" to run
+# the suite against the GPU backend.
+SERVE_ARGS = os.environ.get("WITCERT_SERVE_ARGS", "").split()
 
 # Small pool and short timeouts keep the suite fast on 2 cores.
 BASE_CONFIG = {
@@ -51,7 +54,7 @@ class Server:
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [BIN, "serve", "--model", MODEL, "--port", str(self.port),
-             "--config", str(self.config_path), "--threads", "2", *args],
+             "--config", str(self.config_path), "--threads", "2", *SERVE_ARGS, *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
         deadline = time.time() + 60
         while time.time() < deadline:

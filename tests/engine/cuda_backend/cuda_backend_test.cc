@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/synthetic_model.h"
 #include "gtest/gtest.h"
+#include "tests/testing/model_path.h"
 
 namespace witcert {
 namespace {
@@ -75,12 +77,11 @@ struct Pair {
   std::unique_ptr<CudaBackend> gpu;
 };
 
-Pair MakePair(bool qwen, const std::string& scheme) {
+Pair MakePair(std::unique_ptr<Model> model, const std::string& scheme,
+              CpuBackend::Options cpu_options = {.num_threads = 2}) {
   Pair p;
-  auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen), 1234, {}, 2);
-  EXPECT_TRUE(m.ok()) << m.status();
-  p.model = std::move(*m);
-  auto cpu = CpuBackend::Create(*p.model, KvOptions(p.model->config(), scheme), {.num_threads = 2});
+  p.model = std::move(model);
+  auto cpu = CpuBackend::Create(*p.model, KvOptions(p.model->config(), scheme), cpu_options);
   EXPECT_TRUE(cpu.ok()) << cpu.status();
   p.cpu = std::move(*cpu);
   auto gpu = CudaBackend::Create(*p.model, KvOptions(p.model->config(), scheme));
@@ -89,13 +90,20 @@ Pair MakePair(bool qwen, const std::string& scheme) {
   return p;
 }
 
+Pair MakePair(bool qwen, const std::string& scheme) {
+  auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen), 1234, {}, 2);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return MakePair(std::move(*m), scheme);
+}
+
 void AddSeq(Backend& b, SeqId seq, int64_t tokens) {
   ASSERT_TRUE(b.kv_cache().AddSequence(seq).ok());
   ASSERT_TRUE(b.kv_cache().Reserve(seq, tokens).ok());
 }
 
 // Returns max |gpu − cpu| after checking the tolerances.
-double ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
+double ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what,
+                   double max_rel_l2 = 2e-2, double max_abs_bound = 0.1) {
   EXPECT_EQ(gpu.size(), cpu.size()) << what;
   if (gpu.size() != cpu.size()) return INFINITY;
   double num = 0, den = 0, max_abs = 0;
@@ -105,8 +113,8 @@ double ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu,
     den += double(cpu[i]) * cpu[i];
     max_abs = std::max(max_abs, std::fabs(double(gpu[i]) - cpu[i]));
   }
-  EXPECT_LE(std::sqrt(num / den), 2e-2) << what;
-  EXPECT_LE(max_abs, 0.1) << what;
+  EXPECT_LE(std::sqrt(num / den), max_rel_l2) << what;
+  EXPECT_LE(max_abs, max_abs_bound) << what;
   return max_abs;
 }
 
@@ -126,53 +134,102 @@ TokenId Argmax(const float* x, int32_t n, float* gap) {
 
 class CudaBackendTest : public ::testing::TestWithParam<bool> {};
 
-TEST_P(CudaBackendTest, LogitsAndGreedyDecodeMatchCpu) {
-  SKIP_WITHOUT_GPU();
-  Pair p = MakePair(GetParam(), "fp16");
-  const int32_t vocab = p.model->config().vocab_size;
+struct GreedyComparison {
   int compared = 0, longest = 0;
   double worst_abs = 0;
+};
+
+// Prefill each prompt on both backends, then `steps` greedy decode steps fed the CPU's token,
+// checking the logits (ExpectClose with the given bounds) and the greedy token at every step
+// that is not a near-tie (see the file comment).
+GreedyComparison CompareGreedy(Pair& p, const std::vector<std::vector<TokenId>>& prompts,
+                               int steps, double max_rel_l2, double max_abs_bound) {
+  const int32_t vocab = p.model->config().vocab_size;
+  GreedyComparison r;
   SeqId seq = 1;
-  for (int32_t len : {5, 9, 16, 17, 33, 40}) {
-    std::vector<TokenId> prompt = Prompt(len, len, vocab);
-    AddSeq(*p.cpu, seq, len + 20);
-    AddSeq(*p.gpu, seq, len + 20);
+  for (const std::vector<TokenId>& prompt : prompts) {
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    AddSeq(*p.cpu, seq, len + steps + 4);
+    AddSeq(*p.gpu, seq, len + steps + 4);
     ForwardResult rc, rg;
     ForwardItem item{.seq = seq, .tokens = prompt, .start_pos = 0};
-    ASSERT_TRUE(p.cpu->Forward({item}, &rc).ok());
+    EXPECT_TRUE(p.cpu->Forward({item}, &rc).ok());
     absl::Status st = p.gpu->Forward({item}, &rg);
-    ASSERT_TRUE(st.ok()) << st;
-    double max_abs = ExpectClose(rg.logits, rc.logits, "prefill");
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) return r;
+    double max_abs = ExpectClose(rg.logits, rc.logits, "prefill", max_rel_l2, max_abs_bound);
     int64_t pos = len;
     int run = 0;
-    for (int step = 0; step < 16; ++step) {
-      worst_abs = std::max(worst_abs, max_abs);
+    for (int step = 0; step < steps; ++step) {
+      r.worst_abs = std::max(r.worst_abs, max_abs);
       float gap = 0;
       const TokenId tc = Argmax(rc.logits.data(), vocab, &gap);
       float unused = 0;
       const TokenId tg = Argmax(rg.logits.data(), vocab, &unused);
       const bool near_tie = gap <= 2 * max_abs;  // see the file comment
       if (!near_tie) {
-        ASSERT_EQ(tg, tc) << "prompt " << len << " step " << step;
-        ++compared;
+        EXPECT_EQ(tg, tc) << "prompt of " << len << " tokens, step " << step;
+        if (tg != tc) return r;
+        ++r.compared;
         ++run;
-        longest = std::max(longest, run);
+        r.longest = std::max(r.longest, run);
       } else {
         run = 0;
       }
       const TokenId next[1] = {tc};
       ForwardItem d{.seq = seq, .tokens = next, .start_pos = pos, .decode_step = step};
-      ASSERT_TRUE(p.cpu->Forward({d}, &rc).ok());
+      EXPECT_TRUE(p.cpu->Forward({d}, &rc).ok());
       st = p.gpu->Forward({d}, &rg);
-      ASSERT_TRUE(st.ok()) << st;
-      max_abs = ExpectClose(rg.logits, rc.logits, "decode");
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) return r;
+      max_abs = ExpectClose(rg.logits, rc.logits, "decode", max_rel_l2, max_abs_bound);
       ++pos;
     }
     ++seq;
   }
   std::printf("greedy: %d steps compared, longest run %d, worst max|gpu-cpu| logit %.4g\n",
-              compared, longest, worst_abs);
-  EXPECT_GE(compared, 48);  // of 96
+              r.compared, r.longest, r.worst_abs);
+  return r;
+}
+
+TEST_P(CudaBackendTest, LogitsAndGreedyDecodeMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  Pair p = MakePair(GetParam(), "fp16");
+  std::vector<std::vector<TokenId>> prompts;
+  for (int32_t len : {5, 9, 16, 17, 33, 40}) prompts.push_back(Prompt(len, len, p.model->config().vocab_size));
+  const GreedyComparison r = CompareGreedy(p, prompts, 16, 2e-2, 0.1);
+  EXPECT_GE(r.compared, 48);  // of 96
+}
+
+// The default model (SmolLM2-135M-Instruct, Q4_1 GGUF: d = 64, 9 query / 3 KV heads, 30
+// layers), dequantized to bf16 on the GPU, against the CPU backend's exact-arithmetic path
+// (dequantized weights, double accumulation), fp16 KV on both. Tolerance (why): the GPU
+// rounds each weight and each GEMM input to bf16 (≤ 2^-9 relative each); over 30 layers the
+// logits (O(10) here) moved by at most 0.39 on the H200 (2026-12-01), so the bounds are 0.6
+// max and 3% relative L2. Greedy tokens must agree at every step whose CPU top-2 gap exceeds
+// twice that step's max |gpu − cpu|: 61 of the 72 steps were compared in that run.
+TEST(CudaBackendDefaultModelTest, LogitsAndGreedyDecodeMatchCpuExact) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = ::witcert::testing::DefaultModelPath();
+  if (!std::filesystem::exists(path)) {
+    if (::witcert::testing::ModelRequired()) FAIL() << "default model missing: " << path;
+    GTEST_SKIP() << "default model not found at " << path;
+  }
+  auto model = Model::LoadGguf(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Pair p = MakePair(std::move(*model), "fp16", {.num_threads = 0, .exact_matmul = true});
+  // Token ids of the default tokenizer (checked with llama.cpp's): a ChatML question, and two
+  // plain-text openings.
+  const std::vector<std::vector<TokenId>> prompts = {
+      // "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+      {1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198},
+      // "The history of the lighthouse begins with"
+      {504, 1463, 282, 260, 33059, 5634, 351},
+      // "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+      {1604, 3987, 46477, 24, 94, 727, 472, 1620, 14362, 260, 304, 29, 373, 24681, 46477, 1230,
+       7996, 198}};
+  const GreedyComparison r = CompareGreedy(p, prompts, 24, 3e-2, 0.6);
+  EXPECT_GE(r.compared, 48);  // of 72
 }
 
 TEST_P(CudaBackendTest, BatchedDecodeAndChunkedPrefillMatchCpu) {
