@@ -1,6 +1,7 @@
 #include "engine/cert/records.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "nlohmann/json.hpp"
@@ -40,8 +41,17 @@ RiskCounters::RiskCounters(int32_t num_layers, int32_t num_heads)
     : num_layers_(num_layers), num_heads_(num_heads), counts_(num_layers * num_heads) {}
 
 void RiskCounters::Add(const CellRecord& c, float tv_threshold) {
-  if (c.layer < 0 || c.layer >= num_layers_ || c.head < 0 || c.head >= num_heads_) return;
   absl::MutexLock lock(&mu_);
+  AddLocked(c, tv_threshold);
+}
+
+void RiskCounters::AddAll(absl::Span<const CellRecord> cells, float tv_threshold) {
+  absl::MutexLock lock(&mu_);
+  for (const CellRecord& c : cells) AddLocked(c, tv_threshold);
+}
+
+void RiskCounters::AddLocked(const CellRecord& c, float tv_threshold) {
+  if (c.layer < 0 || c.layer >= num_layers_ || c.head < 0 || c.head >= num_heads_) return;
   Counts& k = counts_[c.layer * num_heads_ + c.head];
   ++k.cells;
   if (c.tv_before <= tv_threshold) ++k.certified_first;
@@ -51,6 +61,29 @@ void RiskCounters::Add(const CellRecord& c, float tv_threshold) {
     ++k.audited;
     if (c.violation) ++(c.tier == 'B' ? k.violations_tier_b : k.violations_tier_a);
   }
+  // First bucket whose bound is >= tv (le semantics), compared in float as the gate compares
+  // tv_before with its float threshold, so a cell at exactly tv_threshold = 0.05 counts in
+  // le="0.05" as it counts as certified; NaN lands in +Inf.
+  const float tv = c.tv_before;
+  const size_t b = static_cast<size_t>(
+      std::lower_bound(kTvBucketBounds.begin(), kTvBucketBounds.end(), tv,
+                       [](double bound, float v) { return static_cast<float>(bound) < v; }) -
+      kTvBucketBounds.begin());
+  ++k.tv_buckets[std::isnan(tv) ? kTvBuckets - 1 : b];
+  k.tv_sum += tv;
+}
+
+RiskCounters::Counts& RiskCounters::Counts::operator+=(const Counts& o) {
+  cells += o.cells;
+  certified_first += o.certified_first;
+  uncertified += o.uncertified;
+  pageins += o.pageins;
+  audited += o.audited;
+  violations_tier_a += o.violations_tier_a;
+  violations_tier_b += o.violations_tier_b;
+  for (size_t i = 0; i < kTvBuckets; ++i) tv_buckets[i] += o.tv_buckets[i];
+  tv_sum += o.tv_sum;
+  return *this;
 }
 
 RiskCounters::Counts RiskCounters::Get(int32_t layer, int32_t head) const {
@@ -61,15 +94,7 @@ RiskCounters::Counts RiskCounters::Get(int32_t layer, int32_t head) const {
 RiskCounters::Counts RiskCounters::Total() const {
   absl::MutexLock lock(&mu_);
   Counts t;
-  for (const Counts& k : counts_) {
-    t.cells += k.cells;
-    t.certified_first += k.certified_first;
-    t.uncertified += k.uncertified;
-    t.pageins += k.pageins;
-    t.audited += k.audited;
-    t.violations_tier_a += k.violations_tier_a;
-    t.violations_tier_b += k.violations_tier_b;
-  }
+  for (const Counts& k : counts_) t += k;
   return t;
 }
 

@@ -3,6 +3,7 @@
 // an optional JSONL trace (one line per cell).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 
 namespace witcert {
 
@@ -53,19 +55,33 @@ class RiskAccumulator {
   int64_t certified_first_ = 0;
 };
 
-// Per-(layer, head) aggregates for Prometheus; bounded size, thread-safe.
+// Per-(layer, head) aggregates for Prometheus; bounded size, thread-safe. Includes the
+// histogram of TV bounds before the gate, so metrics read one snapshot per scrape instead of
+// every front end observing every cell of its requests.
 class RiskCounters {
  public:
+  // Finite upper bounds of the TV-bound histogram (le semantics; +Inf is the last bucket).
+  static constexpr std::array<double, 12> kTvBucketBounds = {
+      1e-6, 1e-5, 1e-4, 1e-3, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0};
+  static constexpr size_t kTvBuckets = kTvBucketBounds.size() + 1;
+
   RiskCounters(int32_t num_layers, int32_t num_heads);
   void Add(const CellRecord& cell, float tv_threshold);
+  // The same as Add for each cell, under one lock (a step adds layers × heads × rows cells).
+  void AddAll(absl::Span<const CellRecord> cells, float tv_threshold);
   struct Counts {
     int64_t cells = 0, certified_first = 0, uncertified = 0, pageins = 0;
     int64_t audited = 0, violations_tier_a = 0, violations_tier_b = 0;
+    std::array<uint64_t, kTvBuckets> tv_buckets{};  // per bucket, not cumulative
+    double tv_sum = 0.0;                            // Σ tv_before
+    Counts& operator+=(const Counts& o);
   };
   Counts Get(int32_t layer, int32_t head) const;
   Counts Total() const;
 
  private:
+  void AddLocked(const CellRecord& cell, float tv_threshold) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int32_t num_layers_, num_heads_;
   mutable absl::Mutex mu_;
   std::vector<Counts> counts_ ABSL_GUARDED_BY(mu_);  // [layers, heads]

@@ -176,7 +176,7 @@ bool Engine::Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& 
   if (!cells.empty() && seq->request.emit_cells) {
     RequestEvent cell_event;
     cell_event.kind = RequestEvent::Kind::kCells;
-    cell_event.cells = cells;
+    cell_event.cells = std::move(cells);  // the step is done with them
     seq->stream->Push(std::move(cell_event));
   }
 
@@ -282,9 +282,9 @@ void Engine::Step() {
       ++seq->decode_steps;
       for (const CellRecord& cell : cells) {
         seq->risk.Add(cell, seq->delta_loc, seq->policy.tv_threshold);
-        layer_head_stats_.Add(cell, seq->policy.tv_threshold);
         if (options_.trace != nullptr) options_.trace->Write(seq->id, cell);
       }
+      layer_head_stats_.AddAll(cells, seq->policy.tv_threshold);
     }
     if (!items[i].compute_logits) continue;
     SampledToken& token = sampled[emit_index++];

@@ -86,8 +86,6 @@ void HandleWhole(server::ServingContext* ctx, std::shared_ptr<Run> run, httplib:
     RequestEvent e = *run->stream->Next();
     if (e.kind == RequestEvent::Kind::kToken) {
       run->OnToken(e, ctx->metrics);
-    } else if (e.kind == RequestEvent::Kind::kCells) {
-      ctx->metrics->ObserveCells(e.cells);
     } else if (e.kind == RequestEvent::Kind::kFinish) {
       run->finish = std::move(e);
       break;
@@ -141,10 +139,7 @@ void HandleStream(server::ServingContext* ctx, std::shared_ptr<Run> run, httplib
           run->pending_lp.clear();
           return write(SseEvent(StreamChunk(run->endpoint, run->meta, e->text, false, lp, nullptr)));
         }
-        if (e->kind == RequestEvent::Kind::kCells) {
-          ctx->metrics->ObserveCells(e->cells);
-          return true;
-        }
+        if (e->kind == RequestEvent::Kind::kCells) return true;  // not requested over HTTP
         run->finish = std::move(*e);
         run->finished = true;
         std::string out;
@@ -259,8 +254,8 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
                                           /*add_bos=*/true);
   }
   request.sampling = p.sampling;
-  // Cells feed the TV-bound histogram; the risk summary itself comes with the finish event.
-  request.emit_cells = cfg.metrics.enabled;
+  // No per-cell events: the TV-bound histogram is mirrored from the engine's counters and the
+  // risk summary comes with the finish event.
   request.stop = p.stop;
   run->policy = le.engine->policy();
   if (p.gate.any()) {

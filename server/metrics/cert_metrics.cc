@@ -32,6 +32,10 @@ void AddCertificateMetrics(Registry& registry, const Engine& engine, config::Cer
       "witcert_cert_audit_violations_total",
       "Audited cells whose true error exceeded the bound, by certificate tier.", tier_names);
 
+  Family& tv = registry.Histogram(
+      "witcert_cert_tv_bound", "Certified total-variation bound of attention cells before the gate.",
+      {RiskCounters::kTvBucketBounds.begin(), RiskCounters::kTvBucketBounds.end()}, names);
+
   const int32_t num_layers = engine.config().num_layers;
   const int32_t num_heads = engine.config().num_heads;
   registry.AddCollector([&, labels, num_layers, num_heads] {
@@ -47,6 +51,7 @@ void AddCertificateMetrics(Registry& registry, const Engine& engine, config::Cer
       b.push_back("B");
       violations.Get(a).Set(static_cast<double>(k.violations_tier_a));
       violations.Get(b).Set(static_cast<double>(k.violations_tier_b));
+      tv.GetHistogram(key).SetSnapshot({k.tv_buckets.begin(), k.tv_buckets.end()}, k.tv_sum);
     };
     if (labels == config::CertLabels::kOff) {
       mirror({}, stats.Total());
@@ -55,16 +60,7 @@ void AddCertificateMetrics(Registry& registry, const Engine& engine, config::Cer
     for (int32_t l = 0; l < num_layers; ++l) {
       if (labels == config::CertLabels::kLayer) {
         auto sum = stats.Get(l, 0);
-        for (int32_t h = 1; h < num_heads; ++h) {
-          const auto k = stats.Get(l, h);
-          sum.cells += k.cells;
-          sum.certified_first += k.certified_first;
-          sum.uncertified += k.uncertified;
-          sum.pageins += k.pageins;
-          sum.audited += k.audited;
-          sum.violations_tier_a += k.violations_tier_a;
-          sum.violations_tier_b += k.violations_tier_b;
-        }
+        for (int32_t h = 1; h < num_heads; ++h) sum += stats.Get(l, h);
         mirror({std::to_string(l)}, sum);
         continue;
       }

@@ -89,35 +89,6 @@ void ServingMetrics::BindEngine(Engine* engine, config::CertLabels cert_labels) 
     refused.Get().Set(static_cast<double>(kv.backing.refused_blocks));
   });
   AddCertificateMetrics(registry_, *engine, cert_labels);
-
-  std::vector<std::string> names;
-  if (cert_labels == config::CertLabels::kLayerHead) names = {"layer", "head"};
-  if (cert_labels == config::CertLabels::kLayer) names = {"layer"};
-  Family& tv = registry_.Histogram(
-      "witcert_cert_tv_bound",
-      "Certified total-variation bound of attention cells before the gate.",
-      {1e-6, 1e-5, 1e-4, 1e-3, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0}, names);
-  const int32_t layers = engine->config().num_layers;
-  num_heads_ = engine->config().num_heads;
-  tv_series_.resize(static_cast<size_t>(layers) * num_heads_);
-  for (int32_t l = 0; l < layers; ++l) {
-    for (int32_t h = 0; h < num_heads_; ++h) {
-      LabelValues key;
-      if (cert_labels != config::CertLabels::kOff) key.push_back(std::to_string(l));
-      if (cert_labels == config::CertLabels::kLayerHead) key.push_back(std::to_string(h));
-      tv_series_[l * num_heads_ + h] = &tv.GetHistogram(key);
-    }
-  }
-}
-
-void ServingMetrics::ObserveCells(const std::vector<CellRecord>& cells) {
-  for (const CellRecord& c : cells) {
-    const int64_t i = static_cast<int64_t>(c.layer) * num_heads_ + c.head;
-    if (c.head < 0 || c.head >= num_heads_ || i < 0 ||
-        i >= static_cast<int64_t>(tv_series_.size()))
-      continue;
-    tv_series_[i]->Observe(c.tv_before);
-  }
 }
 
 void ServingMetrics::RequestFinished(const RequestRecord& r) {

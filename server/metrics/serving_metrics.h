@@ -36,9 +36,6 @@ class ServingMetrics {
   // One HTTP response (`route` from a fixed set, so cardinality stays bounded).
   void HttpResponse(const std::string& route, int status);
   void ConfigReload(bool ok);
-  // TV bounds before the gate, from the certificate cells a front end receives
-  // (Request::emit_cells); no-op before BindEngine.
-  void ObserveCells(const std::vector<CellRecord>& cells);
 
   std::string Render() const { return registry_.Render(); }
   Registry& registry() { return registry_; }
@@ -53,10 +50,6 @@ class ServingMetrics {
   Family& finished_;
   Family& http_;
   Family& reloads_;
-  // witcert_cert_tv_bound series per (layer, head) index, [layers · heads], pointing at
-  // shared series when the labels are coarser.
-  std::vector<HistogramSeries*> tv_series_;
-  int32_t num_heads_ = 0;
 };
 
 // Registers the per-(layer, head) certificate families and their collector
