@@ -1,0 +1,62 @@
+// Warp-level fp16 tensor-core primitives (sm_80+ PTX) for the CUDA ops: the m16n8k16 MMA
+// with fp32 accumulation, ldmatrix loads of its operands from shared memory, and the packing
+// of fp32 accumulators into fp16 A operands.
+//
+// Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4), which the callers rely on:
+//   A [16 rows, 16 k] fp16, 4 regs of half2: a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..),
+//     a2 (row g, k 2t+8..), a3 (row g+8, k 2t+8..).
+//   B [16 k, 8 cols] fp16, 2 regs: b0 (k 2t..2t+1, col g), b1 (k 2t+8.., col g).
+//   C/D [16 rows, 8 cols] fp32, 4 regs: c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8, ...).
+// So the C fragments of two adjacent 8-column tiles, packed to fp16, are the A fragment of a
+// 16-wide k step: no shuffle between a QKᵀ and the PV that consumes it.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+
+namespace witcert::mma {
+
+// d += a · b, fp16 inputs, fp32 accumulation.
+__device__ __forceinline__ void MmaF16F32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 fp16 matrices; lanes 8i..8i+7 give the 16-byte row addresses of matrix i, and
+// r[i] receives this lane's (row g, cols 2t..2t+1) of matrix i.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(row_address));
+}
+
+// As LdMatrixX4, transposed: r[i] receives (rows 2t..2t+1, col g) of matrix i.
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(row_address));
+}
+
+// lo in the low half (the smaller column), as the fragments above expect.
+__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// 2^x by the SFU (ex2.approx: relative error ~2^-22; 2^-inf = +0).
+__device__ __forceinline__ float Exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace witcert::mma
