@@ -1,10 +1,12 @@
 // Prefill tokens/s of the CUDA backend on a synthetic model: one prompt of P tokens run as
 // chunks of C tokens (the engine's chunked prefill). The first chunk attends causally to
-// itself (PrefillAttentionCuda); every later chunk's rows attend to the stored KV through the
-// metered decode kernel, so prefill reads O(P²) KV bytes and — with the meter on — each
+// itself (PrefillAttentionCuda, tensor cores); every later chunk's rows attend to the stored KV
+// — through the chunked-prefill kernel (MeteredPrefillCuda) for int8-rtn, through the metered
+// decode kernel row by row for other schemes (O(P²) KV bytes) — and, with the meter on, each
 // later-chunk row is a certificate cell, exactly as in serving.
 //
 // Usage: bench_prefill_gpu [preset=llama-3.1-8b] [prompts=8192,32768] [chunk=2048]
+//                          [schemes=int8-rtn,fp16]
 // Per (scheme, meter, prompt): wall time of all chunks' Forward() calls (input packing,
 // GEMMs, attention, KV write, logits of the last token, stream sync), best of 2 runs after a
 // warm-up run. Prints one markdown row each.
@@ -66,8 +68,10 @@ int Run(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "llama-3.1-8b";
   const std::vector<int64_t> prompts = ParseList(argc > 2 ? argv[2] : "8192,32768");
   const int64_t chunk = argc > 3 ? std::atoll(argv[3]) : 2048;
+  const std::vector<std::string> schemes =
+      absl::StrSplit(argc > 4 ? argv[4] : "int8-rtn,fp16", ',', absl::SkipEmpty());
   if (prompts.empty() || chunk <= 0) {
-    std::fprintf(stderr, "usage: %s [preset] [prompts=8192,32768] [chunk=2048]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [preset] [prompts=8192,32768] [chunk=2048] [schemes=int8-rtn,fp16]\n", argv[0]);
     return 2;
   }
   if (!CudaBackend::DeviceAvailable()) {
@@ -84,7 +88,8 @@ int Run(int argc, char** argv) {
   GatePolicy observe;
   observe.mode = GateMode::kObserve;
   std::printf("| model | KV | meter | prompt | chunk | seconds | prefill tok/s |\n|---|---|---|---|---|---|---|\n");
-  for (const char* scheme : {"int8-rtn", "fp16"}) {
+  for (const std::string& scheme_name : schemes) {
+    const char* scheme = scheme_name.c_str();
     KvConfig kv;
     kv.block_size = 16;
     kv.k_scheme = kv.v_scheme = scheme;

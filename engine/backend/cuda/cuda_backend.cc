@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/common/status.h"
 #include "kernels/cuda/metered_decode_cuda.h"
+#include "kernels/cuda/metered_prefill_cuda.h"
 #include "kernels/cuda/ops/prefill_attention_cuda.h"
 #include "kernels/cuda/ops/transformer_ops_cuda.h"
 
@@ -192,8 +193,14 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   const int32_t hq = config_.num_heads, hkv = config_.num_kv_heads, d = config_.head_dim;
   const int32_t layers = config_.num_layers, bs = layout_.block_size;
 
-  // Row order: decode items (start_pos > 0) first, grouped by (meter, δ_loc), then prompt
-  // chunks at position 0. first_row[b] is item b's first row in that order.
+  // Row order: items reading stored KV (start_pos > 0) first — single-row decodes grouped by
+  // (meter, δ_loc), then later prompt chunks the chunked-prefill kernel takes — and prompt
+  // chunks at position 0 last. first_row[b] is item b's first row in that order.
+  const bool prefill_kernel = MeteredPrefillCudaSupports(layout_, hq);
+  auto row_class = [&](const ForwardItem& item) {
+    if (item.start_pos == 0) return 2;
+    return prefill_kernel && item.tokens.size() > 1 ? 1 : 0;
+  };
   std::vector<size_t> order(batch.size());
   std::iota(order.begin(), order.end(), size_t{0});
   for (const ForwardItem& item : batch) {
@@ -206,12 +213,13 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const ForwardItem &x = batch[a], &y = batch[b];
-    if ((x.start_pos == 0) != (y.start_pos == 0)) return x.start_pos != 0;
+    if (row_class(x) != row_class(y)) return row_class(x) < row_class(y);
     if (MeterOn(x) != MeterOn(y)) return MeterOn(x);
     return x.delta_loc < y.delta_loc;
   });
   std::vector<int64_t> first_row(batch.size());
   std::vector<DecodeGroup> groups;
+  std::vector<size_t> chunks;  // items run by the chunked-prefill kernel
   int64_t n = 0, s = 0, m = 0, max_blocks = 1;
   for (size_t b : order) {
     const ForwardItem& item = batch[b];
@@ -221,6 +229,11 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     if (item.compute_logits) ++m;
     max_blocks = std::max(max_blocks, (item.start_pos + len + bs - 1) / bs);
     if (item.start_pos == 0) continue;
+    if (row_class(item) == 1) {
+      chunks.push_back(b);
+      s += len;
+      continue;
+    }
     const bool meter = MeterOn(item);
     const double delta = meter ? item.delta_loc : 0.0;
     if (groups.empty() || groups.back().meter != meter || groups.back().delta_loc != delta) {
@@ -338,6 +351,29 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
           static_cast<int64_t>(batch[b].tokens.size()), hq, hkv, d, attn_.get() + r * q_dim,
           q_dim, stream_));
     }
+    for (size_t b : chunks) {  // later prompt chunks: the chunked-prefill kernel
+      const int64_t r = first_row[b];
+      const int64_t len = static_cast<int64_t>(batch[b].tokens.size());
+      const bool meter = MeterOn(batch[b]);
+      const int64_t cell0 = (int64_t{layer} * s + r) * hq;
+      MeteredPrefillCudaArgs a;
+      a.q = q_.get() + r * q_dim;
+      a.q_stride = q_dim;
+      a.num_rows = len;
+      a.start_pos = batch[b].start_pos;
+      a.block_table = d_tables + r * max_blocks;  // every row of the item holds its table
+      a.max_blocks = static_cast<int32_t>(max_blocks);
+      a.num_q_heads = hq;
+      a.meter = meter;
+      a.out = attn_.get() + r * q_dim;
+      a.out_stride = q_dim;
+      a.cert = meter ? cert_.get() + cell0 : nullptr;
+      a.cert_row_stride = hq;
+      WITCERT_KERNEL_OK(MeteredPrefillCuda(layout_, pool_.layer(layer), a, stream_));
+      if (meter) {
+        WITCERT_KERNEL_OK(RowNormsCuda(a.out, len * hq, d, out_norm_.get() + cell0, stream_));
+      }
+    }
     for (const DecodeGroup& g : groups) {  // decode rows: metered kernel over the pool
       MeteredDecodeCudaArgs a;
       a.q = q_.get() + g.first_row * q_dim;
@@ -392,8 +428,9 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     WITCERT_CUDA_OK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), m * vocab * 4,
                                     cudaMemcpyDeviceToHost, stream_));
   }
-  const bool any_meter = std::any_of(groups.begin(), groups.end(),
-                                     [](const DecodeGroup& g) { return g.meter; });
+  const bool any_meter =
+      std::any_of(groups.begin(), groups.end(), [](const DecodeGroup& g) { return g.meter; }) ||
+      std::any_of(chunks.begin(), chunks.end(), [&](size_t b) { return MeterOn(batch[b]); });
   const int64_t cells = int64_t{layers} * s * hq;
   if (any_meter) {
     WITCERT_CUDA_OK(cudaMemcpyAsync(cert_host_.get(), cert_.get(),

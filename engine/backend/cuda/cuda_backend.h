@@ -5,12 +5,14 @@
 // bias → RoPE → the quantize-on-write KV kernel (codes + Tier A witness into the paged GPU
 // pool, kernels/cuda/paged_kv_cuda.h) → attention → O GEMM accumulated into the residual
 // (beta = 1) → RMSNorm → fused gate|up GEMM → SwiGLU → down GEMM into the residual.
-// Attention: a prompt chunk at position 0 attends over its own fresh fp32 K/V (exact, no
-// cells, like the CPU backend); every other token row is one query of the fused metered
-// decode kernel (kernels/cuda/metered_decode_cuda.h), which reads the quantized pool and,
+// Attention: a prompt chunk at position 0 attends over its own fresh K/V (exact attention on
+// tensor cores, no cells, like the CPU backend). Every other row reads the quantized pool and,
 // when the item's gate policy is not off, returns a per-(row, head) certificate that becomes
-// its CellRecord. Rows of all sequences run as one batch; decode rows go first so the decode
-// kernel reads and writes one contiguous range.
+// its CellRecord: a later prompt chunk through the chunked-prefill kernel
+// (kernels/cuda/metered_prefill_cuda.h: int8-rtn, d = 128), every other such row as one query
+// of the fused metered decode kernel (kernels/cuda/metered_decode_cuda.h). Rows of all
+// sequences run as one batch; rows reading stored KV go first (decode rows, then later
+// chunks) so the decode kernel reads and writes one contiguous range.
 //
 // KV memory (why a host KvCache): the engine drives the cache through KvCache& (AddSequence,
 // Reserve, FreeSequence, block counts). The backend keeps such a cache with host_storage =

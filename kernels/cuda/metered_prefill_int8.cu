@@ -1,0 +1,485 @@
+// The metered chunked-prefill kernel for int8-rtn KV (contract in metered_prefill_cuda.h).
+//
+// Structure (why):
+//  * CTA = 4 warps, 64 query vectors of one KV head: vector v ↔ (row v / G, head v % G) of
+//    the chunk, so a warp's 16 vectors are the 16 rows of its MMA tiles for any G. Each
+//    32-token KV tile (codes, scales, witnesses: 9.3 KB) is loaded once per CTA by cp.async
+//    into a 3-stage ring and used by all 64 vectors: the chunk reads the stored context
+//    ⌈n·G/64⌉ times instead of n times.
+//  * q·k: four exact s8 MMAs per (8-token tile, k-step), one per base-128 query digit, all
+//    digits of one (vector, token) landing in the same thread, combined by CombineDigitDots:
+//    the logits, η (IntDigitEta with the largest key scale the row's quad saw) and every K
+//    byte layout (the 16-byte chunk swizzle MmaSwizzle, the channel-permuted k order, token
+//    columns 8t + (n>>1) + 4(n&1)) are the tensor-core decode kernel's.
+//  * Softmax: online over tiles. A tile whose max exceeds the running max m rescales the
+//    running sums (z, the A−1 numerator b, the residual numerator c, and the output) by one
+//    f = expf(m − m_new); each such rescale multiplies every earlier term by one rounded
+//    exponential (≤ 2 ulp) and one product (u): ≤ κ of cert_math.h, so the kernel counts
+//    it as one merge in the partial and SumInflation pays (1+κ) for it. Rescales are rare
+//    (a new running maximum), so the bound stays within ~1e-3 of the two-pass decode one.
+//    z ≥ 1 still holds: the token holding the final max was added as e^0 after the last
+//    rescale. Terms follow PartialAddTokenWeighted (MmaHeadSums::Add); the quad's four
+//    threads sum disjoint tokens relative to the same m (SumPartialsSameMax).
+//  * p·v: the weights times the token's V scale, rounded to fp16, are the A operand of fp16
+//    MMAs (fp32 accumulation) against the V codes converted to fp16 (exact: |code| ≤ 127) in
+//    a transposed, k-permuted tile (token T at k position kpos(T), so the QK C fragments of
+//    two 8-token tiles are one PV A fragment without shuffles). Output only.
+//  * Masks: vector v sees tokens < start_pos + row + 1; vectors past the chunk see none and
+//    write nothing. A warp skips the compute of tiles past all of its rows.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/metered_decode_int8_mma.cuh"
+#include "kernels/cuda/metered_prefill_cuda.h"
+#include "kernels/cuda/ops/mma_f16.cuh"
+#include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/meter/int_digit_dot.h"
+#include "kernels/meter/partial_sum.h"
+
+namespace witcert {
+namespace {
+
+using cuda_kv::Bf16Bits;
+using cuda_kv::CpAsync16;
+using cuda_kv::CpAsyncCommit;
+using cuda_kv::CpAsyncWait;
+using cuda_kv::Half8;
+using cuda_kv::MmaHeadSums;
+using cuda_kv::MmaS8;
+using cuda_kv::MmaSwizzle;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kVecs = 16 * kWarps;  // query vectors per CTA
+constexpr int kTile = 32;           // tokens per KV tile
+constexpr int kD = 128, kBands = 8, kRing = 3;
+constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
+
+struct Stage {
+  uint8_t kc[kTile][kD];  // K codes, 16-byte chunk c of token t at chunk position c ^ MmaSwizzle(t)
+  uint8_t vc[kTile][kD];  // V codes as stored
+  uint16_t ks[kTile], vs[kTile];            // bf16 scales
+  uint16_t kw[kTile][kBands], vw[kTile][kBands];  // fp16 witnesses
+};
+
+struct Smem {
+  Stage ring[kRing];
+  __half vt[kD][kVPitch];   // V codes of the current tile as fp16, [channel, kpos(token)]
+  float rho[kTile];         // ‖ρ‖ of each token's value (meter)
+  float vn[kTile];          // ‖ṽ‖ + ‖ρ‖, rounded up (meter)
+  int8_t qdig[4][kVecs][kD];  // query digits [digit, vector, channel] (prologue only)
+  double q1[kVecs];
+  float qscale[kVecs];
+  int32_t qexp[kVecs], qbad[kVecs];
+};
+
+// k position of tile token T in the transposed V tile (see the file comment).
+__device__ __forceinline__ int KPos(int t) {
+  return 16 * (t >> 4) + 8 * ((t >> 3) & 1) + 2 * (t & 3) + ((t >> 2) & 1);
+}
+
+struct Params {
+  PagedKvLayout layout;
+  PagedKvLayer kv;
+  MeteredPrefillCudaArgs a;
+  int32_t group;     // G = Hq / Hkv
+  int32_t bs_shift;  // log2(block_size)
+};
+
+// One query vector's digit prologue (a warp; lane holds channels 4·lane..4·lane+3), as the
+// tensor-core decode kernel's MmaQueryPrologue does for a head.
+__device__ __forceinline__ void QueryDigits(const float* qg, bool live, int lane, int v, float inv_sqrt_d,
+                                            Smem& sm) {
+  float qv[4];
+  float amax = 0.0f;
+  double a1 = 0.0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    qv[i] = live ? qg[lane * 4 + i] : 0.0f;
+    amax = fmaxf(amax, fabsf(qv[i]));
+    if (!(fabsf(qv[i]) <= 3.0e38f)) amax = INFINITY;
+    a1 += fabs(static_cast<double>(qv[i]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+  }
+  int32_t k = 0;
+  bool bad = !(amax <= 3.0e38f);
+  if (!bad && amax > 0.0f) {
+    k = meter::DigitExponent(amax);
+    bad = k < meter::kDigitExpMin || k > meter::kDigitExpMax;
+  }
+  const double sc = (!bad && amax > 0.0f) ? ldexp(1.0, 6 - k) : 0.0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int8_t dg[4];
+    meter::SplitIntoDigits(sc == 0.0 ? 0.0 : static_cast<double>(qv[i]) * sc, dg);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sm.qdig[j][v][lane * 4 + i] = dg[j];
+  }
+  if (lane == 0) {
+    sm.q1[v] = a1;
+    sm.qexp[v] = k;
+    sm.qbad[v] = bad;
+    sm.qscale[v] = amax > 0.0f && !bad ? meter::DigitQueryScale(k, inv_sqrt_d) : 0.0f;
+  }
+}
+
+template <bool METER>
+__global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Params P) {
+  extern __shared__ __align__(16) uint8_t dsm[];
+  Smem& sm = *reinterpret_cast<Smem*>(dsm);
+  const MeteredPrefillCudaArgs& a = P.a;
+  const PagedKvLayout& L = P.layout;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int kvh = blockIdx.y, G = P.group;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
+  const int64_t n = a.num_rows, nvec = n * G;
+  const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
+
+  // ---- prologue: digits of the warp's 16 vectors; per-thread rows gid and gid + 8
+  for (int i = 0; i < 16; ++i) {
+    const int v = warp * 16 + i;
+    const int64_t gv = v0 + v;
+    const bool live = gv < nvec;
+    const int64_t row = live ? gv / G : 0;
+    const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
+    QueryDigits(a.q + row * a.q_stride + static_cast<int64_t>(head) * kD, live, lane, v, inv_sqrt_d, sm);
+  }
+  __syncwarp();
+  int64_t ctx[2];           // tokens the row's vector sees (0: not a vector of the chunk)
+  float qbn[2][kBands];     // ‖q_b‖ (meter)
+  float qscale[2];
+  int vloc[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    vloc[r] = warp * 16 + gid + 8 * r;
+    const int64_t gv = v0 + vloc[r];
+    ctx[r] = gv < nvec ? a.start_pos + gv / G + 1 : 0;
+    qscale[r] = sm.qscale[vloc[r]];
+    if constexpr (METER) {
+      if (gv < nvec) {
+        const int head = static_cast<int>(kvh * G + gv % G);
+        const float* qg = a.q + (gv / G) * a.q_stride + static_cast<int64_t>(head) * kD;
+#pragma unroll
+        for (int b = 0; b < kBands; ++b) {
+          double unused = 0.0;
+          qbn[r][b] = cuda_kv::QueryBandNorm<kD>(qg, b, kBands, L.interleaved, &unused);
+        }
+      } else {
+#pragma unroll
+        for (int b = 0; b < kBands; ++b) qbn[r][b] = 0.0f;
+      }
+    }
+  }
+  // A fragments: digit j, k-step s (channels tig·32 + 8s + [0, 8), as in the decode kernel).
+  uint32_t qa[4][4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int c0 = tig * 32 + s * 8;
+      qa[j][s][0] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[0]][c0]);
+      qa[j][s][1] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0]);
+      qa[j][s][2] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[0]][c0 + 4]);
+      qa[j][s][3] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0 + 4]);
+    }
+  }
+  // Tokens the CTA reads: up to the last live row's context; the warp's own limit for skips.
+  const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
+  const int64_t cta_end = a.start_pos + last_vec / G + 1;
+  int64_t warp_end = max(ctx[0], ctx[1]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
+  const int num_tiles = static_cast<int>((cta_end + kTile - 1) / kTile);
+
+  // ---- the tile loader: thread (token tid / 4, part tid % 4)
+  const int ld_t = tid >> 2, ld_p = tid & 3;
+  const int32_t hkv = L.num_kv_heads, bmask = L.block_size - 1;
+  auto issue = [&](int k) {
+    if (k < num_tiles) {
+      Stage& st = sm.ring[k % kRing];
+      const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
+      const bool ok = pos < cta_end;
+      int64_t vec = 0;
+      if (ok) {
+        const int32_t blk = a.block_table[pos >> P.bs_shift];
+        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << P.bs_shift) + (pos & bmask);
+      }
+#pragma unroll
+      for (int c = 2 * ld_p; c < 2 * ld_p + 2; ++c) {
+        CpAsync16(&st.kc[ld_t][(c ^ MmaSwizzle(ld_t)) << 4], P.kv.k_codes + vec * kD + c * 16, ok);
+        CpAsync16(&st.vc[ld_t][c * 16], P.kv.v_codes + vec * kD + c * 16, ok);
+      }
+      // Scales: one 16-byte chunk per 8 tokens (a group never crosses a block: bs ≥ 8).
+      if ((ld_t & 7) == 0 && ld_p >= 2) {
+        uint16_t* dst = ld_p == 2 ? &st.ks[ld_t] : &st.vs[ld_t];
+        const uint16_t* src = (ld_p == 2 ? P.kv.k_scales : P.kv.v_scales) + vec;
+        CpAsync16(dst, src, ok);
+      }
+      if (METER && ld_p < 2) {
+        uint16_t* dst = ld_p == 0 ? st.kw[ld_t] : st.vw[ld_t];
+        const uint16_t* src = (ld_p == 0 ? P.kv.k_witness : P.kv.v_witness) + vec * kBands;
+        CpAsync16(dst, src, ok);
+      }
+    }
+    CpAsyncCommit();
+  };
+#pragma unroll
+  for (int k = 0; k < kRing - 1; ++k) issue(k);
+
+  float o[16][4];  // output accumulators: rows gid / gid+8, channels 8·nt + 2·tig + {0, 1}
+#pragma unroll
+  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  MmaHeadSums sums[2];
+  float m[2] = {-INFINITY, -INFINITY};
+  float vmax[2] = {0.0f, 0.0f}, smaxk = 0.0f;
+  int32_t rescales[2] = {0, 0};
+  const float vn_infl = (1.0f + 4.0f * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+  const float infl = meter::EpsInflation(kD, kBands);
+
+  for (int k = 0; k < num_tiles; ++k) {
+    CpAsyncWait<kRing - 2>();
+    __syncthreads();
+    issue(k + kRing - 1);
+    const Stage& st = sm.ring[k % kRing];
+    const int64_t base = static_cast<int64_t>(k) * kTile;
+    // (a) V tile → fp16, transposed and k-permuted; per-token value norms (meter).
+    {
+      const int t = tid & 31, cb = tid >> 5;  // token, 32-channel block
+      const int kp = KPos(t);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 x = *reinterpret_cast<const uint4*>(&st.vc[t][cb * 32 + h * 16]);
+        const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int8_t c = static_cast<int8_t>((w[i >> 2] >> (8 * (i & 3))) & 0xff);
+          sm.vt[cb * 32 + h * 16 + i][kp] = __int2half_rn(c);
+        }
+      }
+      if (METER && warp == 0) {
+        int32_t s2 = 0;  // Σx² of token t's codes: exact
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const uint4 x = *reinterpret_cast<const uint4*>(&st.vc[t][c * 16]);
+          s2 = __dp4a(static_cast<int32_t>(x.x), static_cast<int32_t>(x.x), s2);
+          s2 = __dp4a(static_cast<int32_t>(x.y), static_cast<int32_t>(x.y), s2);
+          s2 = __dp4a(static_cast<int32_t>(x.z), static_cast<int32_t>(x.z), s2);
+          s2 = __dp4a(static_cast<int32_t>(x.w), static_cast<int32_t>(x.w), s2);
+        }
+        float w8[8];
+        Half8(st.vw[t], w8);
+        const float rho = meter::ResidualNormFromWitness(w8, kBands);
+        sm.rho[t] = rho;
+        // ‖ṽ‖ + ‖ρ‖ with ‖ṽ‖ = s·‖x‖, rounded up as the decode kernel does.
+        sm.vn[t] = (sqrtf(static_cast<float>(s2)) * Bf16Bits(st.vs[t]) * vn_infl + rho) *
+                   (1.0f + 4.0f * meter::kUnitRoundoff);
+      }
+    }
+    __syncthreads();
+    if (base >= warp_end) continue;  // every row of this warp ends before the tile
+
+    // (b) logits: 4 column tiles of 8 tokens; c0,c1 row gid, c2,c3 row gid+8; columns
+    // (2tig, 2tig+1) are tokens 8·nt + tig and 8·nt + tig + 4.
+    float lg[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int brow = nt * 8 + (gid >> 1) + 4 * (gid & 1);
+      const int sw = MmaSwizzle(brow);
+      const uint4 c0 = *reinterpret_cast<const uint4*>(&st.kc[brow][((2 * tig) ^ sw) << 4]);
+      const uint4 c1 = *reinterpret_cast<const uint4*>(&st.kc[brow][((2 * tig + 1) ^ sw) << 4]);
+      int32_t acc[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
+        MmaS8(acc[j], qa[j][0], c0.x, c0.y);
+        MmaS8(acc[j], qa[j][1], c0.z, c0.w);
+        MmaS8(acc[j], qa[j][2], c1.x, c1.y);
+        MmaS8(acc[j], qa[j][3], c1.z, c1.w);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, tok = nt * 8 + tig + 4 * (e & 1);
+        const float t = meter::CombineDigitDots(acc[0][e], acc[1][e], acc[2][e], acc[3][e]);
+        const float l = (t * Bf16Bits(st.ks[tok])) * qscale[r];
+        lg[nt][e] = base + tok < ctx[r] ? l : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {  // η's key-scale max, over the CTA's real tokens
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = nt * 8 + tig + 4 * h;
+        if (base + tok < cta_end) smaxk = meter::MaxAcc(smaxk, Bf16Bits(st.ks[tok]));
+      }
+    }
+    // (c) online max per row (the quad shares it), rescale on a new maximum.
+    float scale_row[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) tmax = fmaxf(tmax, fmaxf(lg[nt][2 * r], lg[nt][2 * r + 1]));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+      scale_row[r] = 1.0f;
+      if (tmax > m[r]) {
+        if (m[r] > -INFINITY) {
+          const float f = expf(m[r] - tmax);
+          sums[r].z *= f;
+          sums[r].b *= f;
+          sums[r].c *= f;
+          scale_row[r] = f;
+          ++rescales[r];
+        }
+        m[r] = tmax;
+      }
+    }
+    if (scale_row[0] != 1.0f || scale_row[1] != 1.0f) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        o[i][0] *= scale_row[0];
+        o[i][1] *= scale_row[0];
+        o[i][2] *= scale_row[1];
+        o[i][3] *= scale_row[1];
+      }
+    }
+    // (d) weights, certificate terms, fp16 P·s_v.
+    uint32_t pa[2][4];  // PV A fragments of the two 16-token k-steps
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      float pw[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this column tile
+        const int tok = nt * 8 + tig + 4 * h;
+        float w8[8];
+        if constexpr (METER) Half8(st.kw[tok], w8);
+        const float sv = Bf16Bits(st.vs[tok]);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + h;
+          const float l = lg[nt][e];
+          float w = 0.0f;
+          if (l > -INFINITY) {
+            w = expf(l - m[r]);
+            if constexpr (METER) {
+              const float eps = meter::TierAEpsilon(qbn[r], w8, kBands, inv_sqrt_d, infl);
+              sums[r].Add(l, w, m[r], eps, sm.rho[tok]);
+              vmax[r] = meter::MaxAcc(vmax[r], sm.vn[tok]);
+            } else {
+              sums[r].z += w;
+              sums[r].count += 1;
+            }
+          } else if (!(l == l)) {
+            sums[r].bad = true;  // a NaN logit: the certificate is vacuous
+          }
+          pw[e] = w > 0.0f ? w * sv : 0.0f;  // a masked slot's scale may be garbage
+        }
+      }
+      // a0/a2: row gid (k-step nt/2, half nt%2); a1/a3: row gid + 8.
+      pa[nt >> 1][(nt & 1) * 2 + 0] = mma::PackHalf2(pw[0], pw[1]);
+      pa[nt >> 1][(nt & 1) * 2 + 1] = mma::PackHalf2(pw[2], pw[3]);
+    }
+    // (e) o += P·V over the 16 channel tiles.
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+      for (int ct = 0; ct < 16; ++ct) {
+        const __half* vrow = &sm.vt[ct * 8 + gid][kk * 16];
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(vrow + 2 * tig);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(vrow + 8 + 2 * tig);
+        mma::MmaF16F32(o[ct], pa[kk], b0, b1);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // ---- per row: the quad's sums, the output, the certificate
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sums[r].AddShfl(1);
+    sums[r].AddShfl(2);
+    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 1));
+    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 2));
+  }
+  smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 1));
+  smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 2));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (ctx[r] == 0) continue;
+    const int64_t gv = v0 + vloc[r];
+    const int64_t row = gv / G;
+    const int head = static_cast<int>(kvh * G + gv % G);
+    const float inv_z = 1.0f / sums[r].z;
+    float* out = a.out + row * a.out_stride + static_cast<int64_t>(head) * kD;
+#pragma unroll
+    for (int ct = 0; ct < 16; ++ct) {
+      const float2 val = make_float2(o[ct][2 * r] * inv_z, o[ct][2 * r + 1] * inv_z);
+      *reinterpret_cast<float2*>(&out[ct * 8 + 2 * tig]) = val;
+    }
+    if (METER && tig == 0) {
+      meter::CertPartial c = sums[r].ToPartial(m[r]);
+      c.merges = rescales[r];
+      c.vmax = vmax[r];
+      const int v = vloc[r];
+      c.eta_max = sm.qbad[v] ? INFINITY
+                             : meter::IntDigitEta(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v]);
+      if (sm.qbad[v]) c.bad = true;
+      a.cert[row * a.cert_row_stride + head] = meter::FinalizeCert(c, 1);
+    }
+  }
+}
+
+}  // namespace
+
+bool MeteredPrefillCudaSupports(const PagedKvLayout& L, int32_t num_q_heads) {
+  const int32_t bs = L.block_size;
+  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == kD && L.num_bands == kBands && bs >= 8 &&
+         (bs & (bs - 1)) == 0 && L.num_kv_heads > 0 && num_q_heads % L.num_kv_heads == 0 &&
+         num_q_heads >= L.num_kv_heads;
+}
+
+CudaStatus MeteredPrefillCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
+                              const MeteredPrefillCudaArgs& args, cudaStream_t stream) {
+  if (!MeteredPrefillCudaSupports(layout, args.num_q_heads)) {
+    return CudaStatus::Error("MeteredPrefillCuda: takes int8-rtn, head_dim 128, 8 witness bands, "
+                             "a power-of-two block_size >= 8 and Hq a multiple of Hkv");
+  }
+  if (args.num_rows <= 0) return CudaStatus::Ok();
+  if (args.q == nullptr || args.out == nullptr || args.block_table == nullptr ||
+      (args.meter && args.cert == nullptr) || args.start_pos < 0) {
+    return CudaStatus::Error("MeteredPrefillCuda: null pointer or negative start_pos");
+  }
+  const int64_t tokens = args.start_pos + args.num_rows;
+  if ((tokens + layout.block_size - 1) / layout.block_size > args.max_blocks) {
+    return CudaStatus::Error("MeteredPrefillCuda: the block table does not cover the chunk");
+  }
+  if (reinterpret_cast<uintptr_t>(args.out) % 8 != 0 || args.out_stride % 2 != 0) {
+    return CudaStatus::Error("MeteredPrefillCuda: out rows must be 8-byte aligned");
+  }
+  Params p;
+  p.layout = layout;
+  p.kv = kv;
+  p.a = args;
+  p.group = args.num_q_heads / layout.num_kv_heads;
+  p.bs_shift = 0;
+  while ((1 << p.bs_shift) < layout.block_size) ++p.bs_shift;
+  const int64_t ctas = (args.num_rows * p.group + kVecs - 1) / kVecs;
+  if (ctas > 0x7fffffff || layout.num_kv_heads > 65535) {
+    return CudaStatus::Error("MeteredPrefillCuda: chunk too large");
+  }
+  const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(layout.num_kv_heads));
+  const size_t smem = sizeof(Smem);
+  auto kernel = args.meter ? MeteredPrefillInt8Kernel<true> : MeteredPrefillInt8Kernel<false>;
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+}  // namespace witcert

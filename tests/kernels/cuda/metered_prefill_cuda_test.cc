@@ -1,0 +1,320 @@
+// The metered chunked-prefill kernel (kernels/cuda/metered_prefill_cuda.h) against the CPU
+// reference run row by row (kernels/cpu/metered_attention: row i attends stored tokens
+// [0, start + i], one split) and against the long-double truth.
+//
+// Tolerances (why):
+//  * outputs: the kernel rounds each weight·V-scale to fp16 (≤ 2^-11 relative) before an fp32
+//    accumulation, so the output, a convex combination of ṽ, moves by ≤ ~2^-11·max|ṽ| plus
+//    the fp32 logit rounding the decode test allows: |Δo| ≤ 1e-3·max|ṽ| + 8(d+32)u(1+Λ)max|ṽ|.
+//  * certificate: both sides are sound. The GPU may be lower than the CPU only by the CPU's
+//    larger fp32 logit rounding η (the GPU's logits are exact integer dots, as in the decode
+//    test's tensor-core case: up to e^{-4η_cpu}) and the two sides' ε̂ roundings; it may be
+//    higher by its rescale merges ((1+κ) each, a few per row) and coarser η: ≤ 1.02× + 1e-6.
+//  * soundness: the GPU TV bound ≥ the true TV and the value bound ≥ ‖o − õ‖, no slack.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kv/codec.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/metered_attention.h"
+#include "kernels/cuda/metered_prefill_cuda.h"
+#include "kernels/meter/float_formats.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/meter/long_double_reference.h"
+
+namespace witcert {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::HostPool;
+
+struct PrefillCase {
+  int32_t group = 4, hkv = 2, bs = 16;
+  int64_t start = 37, rows = 20;  // stored tokens before the chunk; chunk rows
+  bool meter = true;
+  float key_scale = 1.0f;
+  bool adversarial = false;
+  bool interleaved = true;
+  uint32_t seed = 1;
+  std::string Name() const {
+    return "G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) + " bs=" + std::to_string(bs) +
+           " start=" + std::to_string(start) + " rows=" + std::to_string(rows) + (meter ? " meter" : " nometer") +
+           " kscale=" + std::to_string(key_scale) + (adversarial ? " adversarial" : "");
+  }
+};
+
+constexpr int32_t kD = 128, kBands = 8, kLayer = 3;
+constexpr uint64_t kSeed = 0x5EEDULL;
+
+void RunCase(const PrefillCase& c) {
+  SCOPED_TRACE(c.Name());
+  std::mt19937 rng(c.seed * 7919 + c.group * 31 + c.bs);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int32_t hq = c.hkv * c.group;
+  const int64_t S = c.start + c.rows;
+  PagedKvLayout L;
+  L.num_kv_heads = c.hkv;
+  L.block_size = c.bs;
+  L.head_dim = kD;
+  L.num_bands = kBands;
+  L.interleaved = c.interleaved;
+  L.scheme = KvScheme::kInt8Rtn;
+  const int32_t nblk = static_cast<int32_t>((S + c.bs - 1) / c.bs);
+  L.num_blocks = nblk + 7;
+  ASSERT_TRUE(MeteredPrefillCudaSupports(L, hq));
+  std::vector<int32_t> perm(L.num_blocks);  // non-contiguous blocks
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> table(perm.begin(), perm.begin() + nblk);
+
+  // Exact K/V [S, Hkv, d]; queries of the chunk rows in fused-QKV-like rows (stride > Hq·d).
+  std::vector<float> k(S * c.hkv * kD), v(S * c.hkv * kD);
+  for (auto& x : k) x = g(rng) * c.key_scale;
+  for (auto& x : v) x = g(rng);
+  const int64_t q_stride = hq * kD + 2 * c.hkv * kD;
+  std::vector<float> q(c.rows * q_stride, 7.0f);
+  for (int64_t i = 0; i < c.rows; ++i) {
+    for (int64_t j = 0; j < hq * kD; ++j) q[i * q_stride + j] = g(rng);
+  }
+  if (c.adversarial) {
+    for (int64_t i = 0; i < c.rows; ++i) {
+      for (int32_t h = 0; h < hq; ++h) q[i * q_stride + h * kD + (i * 5 + h) % kD] *= 30.0f;
+    }
+    for (int64_t t = 0; t < S; ++t) {
+      for (int32_t h = 0; h < c.hkv; ++h) {
+        float* kr = &k[(t * c.hkv + h) * kD];
+        float* vr = &v[(t * c.hkv + h) * kD];
+        switch ((t + h) % 11) {
+          case 0:  // aligned with row 0's first query of the group: a dominant logit
+            for (int i = 0; i < kD; ++i) kr[i] = q[h * c.group * kD + i] * c.key_scale * 0.5f;
+            break;
+          case 1: kr[(t * 3) % kD] *= 200.0f; break;
+          case 2: for (int i = 0; i < kD; ++i) vr[i] *= 1e3f; break;
+          case 3: for (int i = 0; i < kD; ++i) kr[i] *= 1e-3f; break;
+          default: break;
+        }
+      }
+    }
+  }
+
+  // GPU: write all S tokens, then the chunk's attention.
+  PagedKvPoolCuda pool;
+  ASSERT_CUDA_OK(pool.Init(L, 1));
+  {
+    std::vector<int64_t> slots(S), pos(S);
+    for (int64_t t = 0; t < S; ++t) {
+      slots[t] = static_cast<int64_t>(table[t / c.bs]) * c.bs + t % c.bs;
+      pos[t] = t;
+    }
+    DeviceBuffer<float> dk, dv;
+    DeviceBuffer<int64_t> ds, dp;
+    dk.Upload(k);
+    dv.Upload(v);
+    ds.Upload(slots);
+    dp.Upload(pos);
+    KvWriteArgs w{dk.get(), dv.get(), ds.get(), dp.get(), S, kLayer, kSeed};
+    ASSERT_CUDA_OK(WriteKvCuda(L, pool.layer(0), w, nullptr));
+  }
+  const int64_t out_stride = hq * kD + 8, cert_stride = hq + 3;
+  DeviceBuffer<float> dq, dout;
+  DeviceBuffer<int32_t> dt;
+  DeviceBuffer<meter::CertBound> dc(c.rows * cert_stride);
+  dq.Upload(q);
+  dt.Upload(table);
+  dout.Resize(c.rows * out_stride);
+  dout.Fill(0xff);  // NaN poison: every output element must be written
+  dc.Fill(0xff);
+  MeteredPrefillCudaArgs a;
+  a.q = dq.get();
+  a.q_stride = q_stride;
+  a.num_rows = c.rows;
+  a.start_pos = c.start;
+  a.block_table = dt.get();
+  a.max_blocks = nblk;
+  a.num_q_heads = hq;
+  a.meter = c.meter;
+  a.out = dout.get();
+  a.out_stride = out_stride;
+  a.cert = dc.get();
+  a.cert_row_stride = cert_stride;
+  ASSERT_CUDA_OK(MeteredPrefillCuda(L, pool.layer(0), a, nullptr));
+  ASSERT_CUDART(cudaDeviceSynchronize());
+  const std::vector<float> gout = dout.Download();
+  const std::vector<meter::CertBound> gcert = dc.Download();
+
+  // CPU oracle on what the GPU stored (decoded by the CPU codec).
+  HostPool hp = HostPool::Download(L, pool.layer(0));
+  auto codec_or = FindKvCodec("int8-rtn");
+  ASSERT_TRUE(codec_or.ok());
+  const KvCodec& codec = **codec_or;
+  int failures = 0;
+  double worst_out = 0.0, worst_ratio_lo = 1e9, worst_ratio_hi = 0.0;
+  for (int32_t h = 0; h < c.hkv; ++h) {
+    std::vector<float> ks(S * kD), vs(S * kD), kw(S * kBands), vw(S * kBands), kx(S * kD), vx(S * kD);
+    for (int64_t t = 0; t < S; ++t) {
+      const int64_t vec = (static_cast<int64_t>(table[t / c.bs]) * c.hkv + h) * c.bs + t % c.bs;
+      auto ksl = hp.CpuSlot(vec, false), vsl = hp.CpuSlot(vec, true);
+      codec.Decode(ksl.data(), kD, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * kD]);
+      codec.Decode(vsl.data(), kD, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * kD]);
+      for (int i = 0; i < kBands; ++i) {
+        kw[t * kBands + i] = meter::HalfToFloat(hp.Witness(vec, false)[i]);
+        vw[t * kBands + i] = meter::HalfToFloat(hp.Witness(vec, true)[i]);
+      }
+      std::copy_n(&k[(t * c.hkv + h) * kD], kD, &kx[t * kD]);
+      std::copy_n(&v[(t * c.hkv + h) * kD], kD, &vx[t * kD]);
+    }
+    for (int64_t i = 0; i < c.rows; ++i) {
+      const int64_t ctx = c.start + i + 1;
+      MeteredHeadInputs in;
+      in.head_dim = kD;
+      in.num_bands = kBands;
+      in.interleaved = c.interleaved;
+      in.num_tokens = ctx;
+      in.k = ks.data();
+      in.v = vs.data();
+      in.k_witness = kw.data();
+      in.v_witness = vw.data();
+      float vmax_abs = 0.0f, kmax = 0.0f;
+      for (int64_t t = 0; t < ctx * kD; ++t) vmax_abs = std::max(vmax_abs, std::fabs(vs[t]));
+      for (int64_t t = 0; t < ctx; ++t) {
+        float kn = 0.0f;
+        for (int j = 0; j < kD; ++j) kn += ks[t * kD + j] * ks[t * kD + j];
+        kmax = std::max(kmax, kn);
+      }
+      for (int32_t gq = 0; gq < c.group; ++gq) {
+        const int32_t head = h * c.group + gq;
+        const float* qr = &q[i * q_stride + head * kD];
+        float qn = 0.0f;
+        for (int j = 0; j < kD; ++j) qn += qr[j] * qr[j];
+        const double lambda = std::sqrt(static_cast<double>(qn) * kmax / kD);
+        MeteredAttentionOptions opt;
+        opt.num_splits = 1;
+        opt.meter = c.meter;
+        std::vector<float> out(kD);
+        MeteredAttentionResult res;
+        MeteredAttention(in, qr, opt, out.data(), &res);
+        const double tol = (1e-3 + 8.0 * (kD + 32) * meter::kUnitRoundoff * (1.0 + lambda)) * vmax_abs;
+        for (int j = 0; j < kD; ++j) {
+          const float go = gout[i * out_stride + head * kD + j];
+          worst_out = std::max(worst_out, std::fabs(static_cast<double>(go) - out[j]) / (vmax_abs + 1e-30));
+          if (!(std::fabs(go - out[j]) <= tol) && ++failures < 6) {
+            ADD_FAILURE() << "out row " << i << " head " << head << " c " << j << ": gpu " << go
+                          << " cpu " << out[j] << " tol " << tol;
+          }
+        }
+        if (!c.meter) continue;
+        const meter::CertBound& gc = gcert[i * cert_stride + head];
+        const meter::CertBound& cc = res.bound;
+        const double eta_slack = 8.6 * (kD + 4) * meter::kUnitRoundoff * lambda + 2e-4;
+        auto check = [&](const char* what, double gv, double cv) {
+          if (cv > 1e-6) {
+            worst_ratio_lo = std::min(worst_ratio_lo, gv / cv);
+            worst_ratio_hi = std::max(worst_ratio_hi, gv / cv);
+          }
+          const bool low = gv < cv * (1.0 - eta_slack);
+          const bool high = gv > cv * (c.adversarial ? 1.5 : 1.02) + 1e-6;
+          if ((low || high || std::isnan(gv)) && ++failures < 6) {
+            ADD_FAILURE() << what << " row " << i << " head " << head << ": gpu " << gv << " cpu " << cv;
+          }
+        };
+        check("tv", gc.tv, cc.tv);
+        check("a_minus_1", gc.a_minus_1, cc.a_minus_1);
+        check("v_bound", gc.v_bound, cc.v_bound);
+        const auto truth = testing::TrueAttentionError(qr, kx.data(), vx.data(), ks.data(), vs.data(), ctx, kD);
+        if (!(static_cast<long double>(gc.tv) >= truth.tv) && ++failures < 6) {
+          ADD_FAILURE() << "UNSOUND tv row " << i << " head " << head << ": bound " << gc.tv << " < true "
+                        << static_cast<double>(truth.tv);
+        }
+        if (!(static_cast<long double>(gc.v_bound) >= truth.out_err) && ++failures < 6) {
+          ADD_FAILURE() << "UNSOUND value bound row " << i << " head " << head << ": " << gc.v_bound << " < "
+                        << static_cast<double>(truth.out_err);
+        }
+      }
+    }
+  }
+  std::printf("%s: max |Δout|/max|v| %.3g, gpu/cpu bound ratio [%.6f, %.6f]\n", c.Name().c_str(), worst_out,
+              worst_ratio_lo, worst_ratio_hi);
+  EXPECT_EQ(failures, 0);
+}
+
+// Small shapes (also the sanitizer case): one row, a row per vector tile edge, GQA 1/4/7/8.
+TEST(MeteredPrefillCuda, SmallMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (int32_t group : {1, 4, 7}) {
+    for (bool meter : {true, false}) {
+      PrefillCase c;
+      c.group = group;
+      c.start = 37;
+      c.rows = group == 1 ? 65 : 17;
+      c.meter = meter;
+      c.seed = 3 + group;
+      RunCase(c);
+    }
+  }
+}
+
+TEST(MeteredPrefillCuda, Sweep) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  struct S { int32_t group, hkv, bs; int64_t start, rows; float kscale; bool inter; };
+  for (S s : {S{4, 2, 16, 1, 1, 1.0f, true}, S{4, 2, 32, 31, 33, 1.0f, false}, S{8, 1, 16, 300, 100, 1.0f, true},
+              S{2, 3, 8, 64, 64, 4.0f, true}, S{4, 2, 16, 2000, 130, 1.0f, true},
+              S{4, 8, 16, 500, 48, 8.0f, false}}) {
+    PrefillCase c;
+    c.group = s.group;
+    c.hkv = s.hkv;
+    c.bs = s.bs;
+    c.start = s.start;
+    c.rows = s.rows;
+    c.key_scale = s.kscale;
+    c.interleaved = s.inter;
+    c.seed = 11 + static_cast<uint32_t>(s.start);
+    RunCase(c);
+  }
+}
+
+// Outlier channels, huge value rows, aligned keys, logits in the hundreds: the bound stays sound.
+TEST(MeteredPrefillCuda, AdversarialSoundness) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (float kscale : {1.0f, 6.0f}) {
+    PrefillCase c;
+    c.group = 4;
+    c.start = 200;
+    c.rows = 40;
+    c.key_scale = kscale;
+    c.adversarial = true;
+    c.seed = 99;
+    RunCase(c);
+  }
+}
+
+TEST(MeteredPrefillCuda, RejectsOtherShapes) {
+  PagedKvLayout L;
+  L.num_kv_heads = 2;
+  L.block_size = 16;
+  L.head_dim = 128;
+  L.num_bands = 8;
+  L.scheme = KvScheme::kInt8Rtn;
+  EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8));
+  EXPECT_FALSE(MeteredPrefillCudaSupports(L, 7));  // Hq not a multiple of Hkv
+  L.scheme = KvScheme::kFp16;
+  EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8));
+  L.scheme = KvScheme::kInt8Rtn;
+  L.head_dim = 64;
+  EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8));
+  L.head_dim = 128;
+  L.block_size = 4;
+  EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8));
+  L.block_size = 16;
+  MeteredPrefillCudaArgs a;
+  a.num_q_heads = 8;
+  a.num_rows = 4;
+  a.start_pos = 10;
+  EXPECT_FALSE(MeteredPrefillCuda(L, PagedKvLayer{}, a, nullptr).ok);  // null pointers
+}
+
+}  // namespace
+}  // namespace witcert
