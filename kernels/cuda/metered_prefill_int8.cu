@@ -73,6 +73,10 @@ struct Smem {
   int32_t qexp[kVecs], qbad[kVecs];
 };
 
+// x·f for a running certificate sum; an infinite sum (a vacuous term, ε̂ > kEpsCap) stays
+// infinite even when f underflows to 0, where inf·0 would turn the bound into NaN.
+__device__ __forceinline__ float RescaleSum(float x, float f) { return x == INFINITY ? x : x * f; }
+
 // k position of tile token T in the transposed V tile (see the file comment).
 __device__ __forceinline__ int KPos(int t) {
   return 16 * (t >> 4) + 8 * ((t >> 3) & 1) + 2 * (t & 3) + ((t >> 2) & 1);
@@ -329,10 +333,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
       scale_row[r] = 1.0f;
       if (tmax > m[r]) {
         if (m[r] > -INFINITY) {
-          const float f = expf(m[r] - tmax);
+          const float f = expf(m[r] - tmax);  // may underflow to 0 for a jump > 104
           sums[r].z *= f;
-          sums[r].b *= f;
-          sums[r].c *= f;
+          sums[r].b = RescaleSum(sums[r].b, f);
+          sums[r].c = RescaleSum(sums[r].c, f);
           scale_row[r] = f;
           ++rescales[r];
         }
