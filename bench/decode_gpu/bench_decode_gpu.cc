@@ -6,7 +6,8 @@
 //
 // Usage: bench_decode_gpu [preset=llama-3.1-8b] [context=8192] [steps=20] [batches=1,16]
 // Each Forward() includes the host packing, the logits copy back and a stream sync, i.e. what
-// the engine pays per step. Prints one markdown row per (scheme, meter, batch).
+// the engine pays per step. Prints one markdown row per (scheme, meter, batch, CUDA graphs
+// off / on): every step's kernels launched from the host, then the step replayed as a graph.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,7 +24,9 @@ namespace witcert {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+double Seconds(Clock::time_point a) {
+  return std::chrono::duration<double>(Clock::now() - a).count();
+}
 
 int Run(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "llama-3.1-8b";
@@ -53,10 +56,13 @@ int Run(int argc, char** argv) {
   const int warmup = 3;
   const int64_t per_seq_tokens = context + warmup + steps + 1;
 
-  struct Config { const char* scheme; bool meter; };
+  struct Config {
+    const char* scheme;
+    bool meter;
+  };
   const Config configs[] = {{"int8-rtn", true}, {"int8-rtn", false}, {"fp16", false}};
-  std::printf("\n| model | KV | meter | batch | context | ms/step | tokens/s |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("\n| model | KV | meter | batch | context | CUDA graphs | ms/step | tokens/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   std::string last_scheme;
   std::unique_ptr<CudaBackend> backend;
   for (const Config& cfg : configs) {
@@ -99,33 +105,40 @@ int Run(int argc, char** argv) {
     GatePolicy observe;
     observe.mode = GateMode::kObserve;
     for (int batch : batches) {
-      std::vector<TokenId> tokens(batch);
-      std::vector<double> times;
-      for (int step = 0; step < warmup + steps; ++step) {
-        std::vector<ForwardItem> items(batch);
-        for (int s = 0; s < batch; ++s) {
-          tokens[s] = (s * 7919 + step * 104729) % c.vocab_size;
-          // Every config starts from the same filled context: positions are rewritten.
-          items[s] = ForwardItem{.seq = s, .tokens = absl::MakeSpan(&tokens[s], 1),
-                                 .start_pos = context + step, .decode_step = step,
-                                 .policy = cfg.meter ? &observe : nullptr};
+      for (bool graphs : {false, true}) {  // side by side: every kernel launched, then replayed
+        backend->set_cuda_graphs(graphs);
+        std::vector<TokenId> tokens(batch);
+        std::vector<double> times;
+        for (int step = 0; step < warmup + steps; ++step) {
+          std::vector<ForwardItem> items(batch);
+          for (int s = 0; s < batch; ++s) {
+            tokens[s] = (s * 7919 + step * 104729) % c.vocab_size;
+            // Every config starts from the same filled context: positions are rewritten.
+            items[s] = ForwardItem{.seq = s,
+                                   .tokens = absl::MakeSpan(&tokens[s], 1),
+                                   .start_pos = context + step,
+                                   .decode_step = step,
+                                   .policy = cfg.meter ? &observe : nullptr};
+          }
+          ForwardResult r;
+          auto ts = Clock::now();
+          absl::Status st = backend->Forward(items, &r);
+          const double dt = Seconds(ts);
+          if (!st.ok()) {
+            std::fprintf(stderr, "%s\n", st.ToString().c_str());
+            return 1;
+          }
+          if (step >= warmup) times.push_back(dt);
         }
-        ForwardResult r;
-        auto ts = Clock::now();
-        absl::Status st = backend->Forward(items, &r);
-        const double dt = Seconds(ts);
-        if (!st.ok()) {
-          std::fprintf(stderr, "%s\n", st.ToString().c_str());
-          return 1;
-        }
-        if (step >= warmup) times.push_back(dt);
+        std::sort(times.begin(), times.end());
+        const double ms = 1e3 * times[times.size() / 2];
+        std::printf("| synthetic:%s | %s | %s | %d | %lld | %s | %.2f | %.0f |\n", preset.c_str(),
+                    cfg.scheme, cfg.meter ? "observe" : "off", batch,
+                    static_cast<long long>(context),
+                    graphs ? (backend->graph_failures() > 0 ? "failed" : "on") : "off", ms,
+                    batch * 1e3 / ms);
+        std::fflush(stdout);
       }
-      std::sort(times.begin(), times.end());
-      const double ms = 1e3 * times[times.size() / 2];
-      std::printf("| synthetic:%s | %s | %s | %d | %lld | %.2f | %.0f |\n", preset.c_str(),
-                  cfg.scheme, cfg.meter ? "observe" : "off", batch,
-                  static_cast<long long>(context), ms, batch * 1e3 / ms);
-      std::fflush(stdout);
     }
   }
   return 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -69,6 +70,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, std::unique_ptr<KvCache> kv)
     : config_(config), kv_(std::move(kv)) {}
 
 CudaBackend::~CudaBackend() {
+  DropGraphs();
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -76,11 +78,16 @@ CudaBackend::~CudaBackend() {
 absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
                                const Options& options) {
   device_ = options.device;
+  cell_pool_ = std::make_unique<ThreadPool>(
+      static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency()))));
   WITCERT_CUDA_OK(cudaSetDevice(device_));
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   WITCERT_CUBLAS_OK(cublasCreate(&cublas_));
   WITCERT_CUBLAS_OK(cublasSetStream(cublas_, stream_));
   WITCERT_CUBLAS_OK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  RETURN_IF_ERROR(cublas_workspace_.Grow(32 << 20));
+  WITCERT_CUBLAS_OK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.size()));
+  cuda_graphs_ = options.cuda_graphs;
 
   layout_.num_blocks = o.num_blocks;
   layout_.num_kv_heads = o.num_kv_heads;
@@ -97,6 +104,16 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   dither_seed_ = o.dither_seed;
   WITCERT_KERNEL_OK(pool_.Init(layout_, o.num_layers));
   return UploadWeights(model, &weights_, options.progress);
+}
+
+void CudaBackend::DropGraphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+void CudaBackend::set_cuda_graphs(bool on) {
+  DropGraphs();
+  cuda_graphs_ = on;
 }
 
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
@@ -243,6 +260,19 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     groups.back().max_context = std::max(groups.back().max_context, item.start_pos + len);
     s += len;
   }
+  // Decode-only steps replay a captured graph. So that one graph serves many consecutive
+  // steps, the block-table width and each group's max_context (which sizes the splits) are
+  // rounded up to 1024 tokens: the kernels read every row's true length from the inputs.
+  // The rounding applies with graphs off too, so both paths launch the very same kernels.
+  const bool decode_only = chunks.empty() && s == n;
+  const bool graph_step = cuda_graphs_ && decode_only;
+  if (decode_only) {
+    const int64_t bucket = std::max<int64_t>(1, 1024 / bs);
+    max_blocks = (max_blocks + bucket - 1) / bucket * bucket;
+    for (DecodeGroup& g : groups) {
+      g.max_context = std::min<int64_t>((g.max_context + 1023) / 1024 * 1024, max_blocks * bs);
+    }
+  }
   RETURN_IF_ERROR(GrowScratch(n, s, m, max_blocks));
 
   // Packed inputs: ids [N] i32 | positions [N] i64 | slots [N] i64 | block tables [S, maxb]
@@ -286,14 +316,6 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       ctx[row] = static_cast<int32_t>(pos + 1);
     }
   }
-  uint8_t* dbase = inputs_.get();
-  WITCERT_CUDA_OK(cudaMemcpyAsync(dbase, hbase, input_bytes, cudaMemcpyHostToDevice, stream_));
-  const auto* d_ids = reinterpret_cast<const int32_t*>(dbase);
-  const auto* d_pos = reinterpret_cast<const int64_t*>(dbase + off_pos);
-  const auto* d_slots = reinterpret_cast<const int64_t*>(dbase + off_slot);
-  const auto* d_tables = reinterpret_cast<const int32_t*>(dbase + off_table);
-  const auto* d_ctx = reinterpret_cast<const int32_t*>(dbase + off_ctx);
-
   // Split counts and the decode workspace, once per batch.
   size_t workspace_bytes = 0;
   for (DecodeGroup& g : groups) {
@@ -308,137 +330,202 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   RETURN_IF_ERROR(workspace_.Grow(std::max<size_t>(workspace_bytes, 1)));
 
-  const DeviceWeights& w = weights_;
-  float* x = x_.get();
-  WITCERT_KERNEL_OK(EmbeddingCuda(w.token_embd.get(), config_.vocab_size, hidden, d_ids, n, x,
-                                  stream_));
-  const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
-  for (int32_t layer = 0; layer < layers; ++layer) {
-    const DeviceLayerWeights& lw = w.layers[layer];
-    WITCERT_KERNEL_OK(RmsNormCuda(x, lw.attn_norm.get(), n, hidden, config_.rms_norm_eps,
-                                  nullptr, xn_.get(), stream_));
-    RETURN_IF_ERROR(Gemm(xn_.get(), n, hidden, lw.wqkv.get(), qkv_dim, qkv_.get(), qkv_dim, 0.0f));
-    if (config_.qkv_bias) {
-      WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
-    }
-    WITCERT_KERNEL_OK(RopeCuda(qkv_.get(), n, qkv_dim, hq, d, d_pos, config_.rope_theta,
-                               interleaved, stream_));
-    WITCERT_KERNEL_OK(RopeCuda(qkv_.get() + q_dim, n, qkv_dim, hkv, d, d_pos,
-                               config_.rope_theta, interleaved, stream_));
-    // Contiguous Q [N, q_dim], K and V [N, kv_dim] out of the fused rows.
-    const size_t pitch = qkv_dim * sizeof(float);
-    WITCERT_CUDA_OK(cudaMemcpy2DAsync(q_.get(), q_dim * 4, qkv_.get(), pitch, q_dim * 4, n,
-                                      cudaMemcpyDeviceToDevice, stream_));
-    WITCERT_CUDA_OK(cudaMemcpy2DAsync(k_.get(), kv_dim * 4, qkv_.get() + q_dim, pitch,
-                                      kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
-    WITCERT_CUDA_OK(cudaMemcpy2DAsync(v_.get(), kv_dim * 4, qkv_.get() + q_dim + kv_dim, pitch,
-                                      kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
-    KvWriteArgs write;
-    write.k = k_.get();
-    write.v = v_.get();
-    write.slots = d_slots;
-    write.positions = d_pos;
-    write.num_tokens = n;
-    write.layer = layer;
-    write.dither_seed = dither_seed_;
-    WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+  uint8_t* dbase = inputs_.get();
+  const auto* d_ids = reinterpret_cast<const int32_t*>(dbase);
+  const auto* d_pos = reinterpret_cast<const int64_t*>(dbase + off_pos);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(dbase + off_slot);
+  const auto* d_tables = reinterpret_cast<const int32_t*>(dbase + off_table);
+  const auto* d_ctx = reinterpret_cast<const int32_t*>(dbase + off_ctx);
 
-    for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
-      if (batch[b].start_pos != 0) continue;
-      const int64_t r = first_row[b];
-      WITCERT_KERNEL_OK(PrefillAttentionCuda(
-          q_.get() + r * q_dim, q_dim, k_.get() + r * kv_dim, v_.get() + r * kv_dim, kv_dim,
-          static_cast<int64_t>(batch[b].tokens.size()), hq, hkv, d, attn_.get() + r * q_dim,
-          q_dim, stream_));
-    }
-    for (size_t b : chunks) {  // later prompt chunks: the chunked-prefill kernel
-      const int64_t r = first_row[b];
-      const int64_t len = static_cast<int64_t>(batch[b].tokens.size());
-      const bool meter = MeterOn(batch[b]);
-      const int64_t cell0 = (int64_t{layer} * s + r) * hq;
-      MeteredPrefillCudaArgs a;
-      a.q = q_.get() + r * q_dim;
-      a.q_stride = q_dim;
-      a.num_rows = len;
-      a.start_pos = batch[b].start_pos;
-      a.block_table = d_tables + r * max_blocks;  // every row of the item holds its table
-      a.max_blocks = static_cast<int32_t>(max_blocks);
-      a.num_q_heads = hq;
-      a.meter = meter;
-      a.out = attn_.get() + r * q_dim;
-      a.out_stride = q_dim;
-      a.cert = meter ? cert_.get() + cell0 : nullptr;
-      a.cert_row_stride = hq;
-      WITCERT_KERNEL_OK(MeteredPrefillCuda(layout_, pool_.layer(layer), a, stream_));
-      if (meter) {
-        WITCERT_KERNEL_OK(RowNormsCuda(a.out, len * hq, d, out_norm_.get() + cell0, stream_));
-      }
-    }
-    for (const DecodeGroup& g : groups) {  // decode rows: metered kernel over the pool
-      MeteredDecodeCudaArgs a;
-      a.q = q_.get() + g.first_row * q_dim;
-      a.block_tables = d_tables + g.first_row * max_blocks;
-      a.context_lens = d_ctx + g.first_row;
-      a.batch = static_cast<int32_t>(g.num_rows);
-      a.num_q_heads = hq;
-      a.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
-      a.max_context = g.max_context;
-      a.layer = layer;
-      a.dither_seed = dither_seed_;
-      a.delta_loc = g.delta_loc;
-      a.meter = g.meter;
-      a.num_splits = g.num_splits;
-      a.out = attn_.get() + g.first_row * q_dim;
-      const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
-      a.cert = g.meter ? cert_.get() + cell0 : nullptr;
-      a.workspace = workspace_.get();
-      a.workspace_bytes = workspace_.size();
-      WITCERT_KERNEL_OK(MeteredDecodeCuda(layout_, pool_.layer(layer), a, stream_));
-      if (g.meter) {
-        WITCERT_KERNEL_OK(RowNormsCuda(a.out, g.num_rows * hq, d, out_norm_.get() + cell0,
-                                       stream_));
-      }
-    }
-    WITCERT_KERNEL_OK(FloatToBf16Cuda(attn_.get(), n * q_dim, attn_bf_.get(), stream_));
-    RETURN_IF_ERROR(Gemm(attn_bf_.get(), n, q_dim, lw.wo.get(), hidden, x, hidden, 1.0f));
-
-    WITCERT_KERNEL_OK(RmsNormCuda(x, lw.ffn_norm.get(), n, hidden, config_.rms_norm_eps, nullptr,
-                                  xn_.get(), stream_));
-    RETURN_IF_ERROR(Gemm(xn_.get(), n, hidden, lw.w_gate_up.get(), 2 * ffn, gate_up_.get(),
-                         2 * ffn, 0.0f));
-    WITCERT_KERNEL_OK(SwiGluCuda(gate_up_.get(), gate_up_.get() + ffn, n, ffn, 2 * ffn, nullptr,
-                                 act_.get(), stream_));
-    RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));
-  }
-
-  // Logits of the last row of each item that asks for them, in batch order.
-  int64_t li = 0;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    if (!batch[b].compute_logits) continue;
-    const int64_t row = first_row[b] + static_cast<int64_t>(batch[b].tokens.size()) - 1;
-    WITCERT_CUDA_OK(cudaMemcpyAsync(last_.get() + li * hidden, x + row * hidden, hidden * 4,
-                                    cudaMemcpyDeviceToDevice, stream_));
-    ++li;
-  }
   const int64_t vocab = config_.vocab_size;
-  if (m > 0) {
-    WITCERT_KERNEL_OK(RmsNormCuda(last_.get(), w.output_norm.get(), m, hidden,
-                                  config_.rms_norm_eps, nullptr, last_bf_.get(), stream_));
-    RETURN_IF_ERROR(Gemm(last_bf_.get(), m, hidden, w.output, vocab, logits_.get(), vocab, 0.0f));
-    WITCERT_CUDA_OK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), m * vocab * 4,
-                                    cudaMemcpyDeviceToHost, stream_));
-  }
   const bool any_meter =
       std::any_of(groups.begin(), groups.end(), [](const DecodeGroup& g) { return g.meter; }) ||
       std::any_of(chunks.begin(), chunks.end(), [&](size_t b) { return MeterOn(batch[b]); });
   const int64_t cells = int64_t{layers} * s * hq;
-  if (any_meter) {
-    WITCERT_CUDA_OK(cudaMemcpyAsync(cert_host_.get(), cert_.get(),
-                                    cells * sizeof(meter::CertBound), cudaMemcpyDeviceToHost,
+
+  // Everything the GPU does this step, on stream_: the input copy, the layers, the logits and
+  // certificate copies back. Captured once per graph key for decode-only steps.
+  auto enqueue = [&]() -> absl::Status {
+    WITCERT_CUDA_OK(cudaMemcpyAsync(dbase, hbase, input_bytes, cudaMemcpyHostToDevice, stream_));
+    const DeviceWeights& w = weights_;
+    float* x = x_.get();
+    WITCERT_KERNEL_OK(EmbeddingCuda(w.token_embd.get(), config_.vocab_size, hidden, d_ids, n, x,
                                     stream_));
-    WITCERT_CUDA_OK(cudaMemcpyAsync(out_norm_host_.get(), out_norm_.get(), cells * 4,
-                                    cudaMemcpyDeviceToHost, stream_));
+    const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      const DeviceLayerWeights& lw = w.layers[layer];
+      WITCERT_KERNEL_OK(RmsNormCuda(x, lw.attn_norm.get(), n, hidden, config_.rms_norm_eps,
+                                    nullptr, xn_.get(), stream_));
+      RETURN_IF_ERROR(
+          Gemm(xn_.get(), n, hidden, lw.wqkv.get(), qkv_dim, qkv_.get(), qkv_dim, 0.0f));
+      if (config_.qkv_bias) {
+        WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
+      }
+      WITCERT_KERNEL_OK(RopeCuda(qkv_.get(), n, qkv_dim, hq, d, d_pos, config_.rope_theta,
+                                 interleaved, stream_));
+      WITCERT_KERNEL_OK(RopeCuda(qkv_.get() + q_dim, n, qkv_dim, hkv, d, d_pos,
+                                 config_.rope_theta, interleaved, stream_));
+      // Contiguous Q [N, q_dim], K and V [N, kv_dim] out of the fused rows.
+      const size_t pitch = qkv_dim * sizeof(float);
+      WITCERT_CUDA_OK(cudaMemcpy2DAsync(q_.get(), q_dim * 4, qkv_.get(), pitch, q_dim * 4, n,
+                                        cudaMemcpyDeviceToDevice, stream_));
+      WITCERT_CUDA_OK(cudaMemcpy2DAsync(k_.get(), kv_dim * 4, qkv_.get() + q_dim, pitch,
+                                        kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
+      WITCERT_CUDA_OK(cudaMemcpy2DAsync(v_.get(), kv_dim * 4, qkv_.get() + q_dim + kv_dim, pitch,
+                                        kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
+      KvWriteArgs write;
+      write.k = k_.get();
+      write.v = v_.get();
+      write.slots = d_slots;
+      write.positions = d_pos;
+      write.num_tokens = n;
+      write.layer = layer;
+      write.dither_seed = dither_seed_;
+      WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+
+      for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
+        if (batch[b].start_pos != 0) continue;
+        const int64_t r = first_row[b];
+        WITCERT_KERNEL_OK(PrefillAttentionCuda(
+            q_.get() + r * q_dim, q_dim, k_.get() + r * kv_dim, v_.get() + r * kv_dim, kv_dim,
+            static_cast<int64_t>(batch[b].tokens.size()), hq, hkv, d, attn_.get() + r * q_dim,
+            q_dim, stream_));
+      }
+      for (size_t b : chunks) {  // later prompt chunks: the chunked-prefill kernel
+        const int64_t r = first_row[b];
+        const int64_t len = static_cast<int64_t>(batch[b].tokens.size());
+        const bool meter = MeterOn(batch[b]);
+        const int64_t cell0 = (int64_t{layer} * s + r) * hq;
+        MeteredPrefillCudaArgs a;
+        a.q = q_.get() + r * q_dim;
+        a.q_stride = q_dim;
+        a.num_rows = len;
+        a.start_pos = batch[b].start_pos;
+        a.block_table = d_tables + r * max_blocks;  // every row of the item holds its table
+        a.max_blocks = static_cast<int32_t>(max_blocks);
+        a.num_q_heads = hq;
+        a.meter = meter;
+        a.out = attn_.get() + r * q_dim;
+        a.out_stride = q_dim;
+        a.cert = meter ? cert_.get() + cell0 : nullptr;
+        a.cert_row_stride = hq;
+        WITCERT_KERNEL_OK(MeteredPrefillCuda(layout_, pool_.layer(layer), a, stream_));
+        if (meter) {
+          WITCERT_KERNEL_OK(RowNormsCuda(a.out, len * hq, d, out_norm_.get() + cell0, stream_));
+        }
+      }
+      for (const DecodeGroup& g : groups) {  // decode rows: metered kernel over the pool
+        MeteredDecodeCudaArgs a;
+        a.q = q_.get() + g.first_row * q_dim;
+        a.block_tables = d_tables + g.first_row * max_blocks;
+        a.context_lens = d_ctx + g.first_row;
+        a.batch = static_cast<int32_t>(g.num_rows);
+        a.num_q_heads = hq;
+        a.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+        a.max_context = g.max_context;
+        a.layer = layer;
+        a.dither_seed = dither_seed_;
+        a.delta_loc = g.delta_loc;
+        a.meter = g.meter;
+        a.num_splits = g.num_splits;
+        a.out = attn_.get() + g.first_row * q_dim;
+        const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
+        a.cert = g.meter ? cert_.get() + cell0 : nullptr;
+        a.workspace = workspace_.get();
+        a.workspace_bytes = workspace_.size();
+        WITCERT_KERNEL_OK(MeteredDecodeCuda(layout_, pool_.layer(layer), a, stream_));
+        if (g.meter) {
+          WITCERT_KERNEL_OK(RowNormsCuda(a.out, g.num_rows * hq, d, out_norm_.get() + cell0,
+                                         stream_));
+        }
+      }
+      WITCERT_KERNEL_OK(FloatToBf16Cuda(attn_.get(), n * q_dim, attn_bf_.get(), stream_));
+      RETURN_IF_ERROR(Gemm(attn_bf_.get(), n, q_dim, lw.wo.get(), hidden, x, hidden, 1.0f));
+
+      WITCERT_KERNEL_OK(RmsNormCuda(x, lw.ffn_norm.get(), n, hidden, config_.rms_norm_eps, nullptr,
+                                    xn_.get(), stream_));
+      RETURN_IF_ERROR(Gemm(xn_.get(), n, hidden, lw.w_gate_up.get(), 2 * ffn, gate_up_.get(),
+                           2 * ffn, 0.0f));
+      WITCERT_KERNEL_OK(SwiGluCuda(gate_up_.get(), gate_up_.get() + ffn, n, ffn, 2 * ffn, nullptr,
+                                   act_.get(), stream_));
+      RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));
+    }
+
+    // Logits of the last row of each item that asks for them, in batch order.
+    int64_t li = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      if (!batch[b].compute_logits) continue;
+      const int64_t row = first_row[b] + static_cast<int64_t>(batch[b].tokens.size()) - 1;
+      WITCERT_CUDA_OK(cudaMemcpyAsync(last_.get() + li * hidden, x + row * hidden, hidden * 4,
+                                      cudaMemcpyDeviceToDevice, stream_));
+      ++li;
+    }
+    if (m > 0) {
+      WITCERT_KERNEL_OK(RmsNormCuda(last_.get(), w.output_norm.get(), m, hidden,
+                                    config_.rms_norm_eps, nullptr, last_bf_.get(), stream_));
+      RETURN_IF_ERROR(Gemm(last_bf_.get(), m, hidden, w.output, vocab, logits_.get(), vocab, 0.0f));
+      WITCERT_CUDA_OK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), m * vocab * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    }
+    if (any_meter) {
+      WITCERT_CUDA_OK(cudaMemcpyAsync(cert_host_.get(), cert_.get(),
+                                      cells * sizeof(meter::CertBound), cudaMemcpyDeviceToHost,
+                                      stream_));
+      WITCERT_CUDA_OK(cudaMemcpyAsync(out_norm_host_.get(), out_norm_.get(), cells * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    }
+    return absl::OkStatus();
+  };
+  bool replayed = false;
+  if (graph_step) {
+    // The key: every value baked into the captured launches that is not read from the inputs.
+    std::string key = absl::StrCat(n, ",", s, ",", m, ",", max_blocks, ",", input_bytes, ",",
+                                   any_meter, ";");
+    for (const DecodeGroup& g : groups) {
+      absl::StrAppend(&key, g.first_row, ",", g.num_rows, ",", g.meter, ",", g.delta_loc, ",",
+                      g.num_splits, ",", g.max_context, ";");
+    }
+    for (size_t b = 0; b < batch.size(); ++b) {
+      if (batch[b].compute_logits) absl::StrAppend(&key, first_row[b], ",");
+    }
+    const void* buffers[] = {x_.get(), xn_.get(), qkv_.get(), q_.get(), k_.get(), v_.get(),
+                             attn_.get(), attn_bf_.get(), gate_up_.get(), act_.get(), last_.get(),
+                             last_bf_.get(), logits_.get(), cert_.get(), out_norm_.get(),
+                             workspace_.get(), inputs_.get(), inputs_host_.get(),
+                             logits_host_.get(), cert_host_.get(), out_norm_host_.get()};
+    for (const void* ptr : buffers) {
+      absl::StrAppend(&key, "@", reinterpret_cast<uintptr_t>(ptr));
+    }
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      if (graphs_.size() >= 64) DropGraphs();  // bounded; shapes recur, so recapture is rare
+      WITCERT_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      const absl::Status st = enqueue();
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = st.ok() && end == cudaSuccess
+                                   ? cudaGraphInstantiate(&exec, graph, 0)
+                                   : cudaErrorStreamCaptureInvalidated;
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (inst != cudaSuccess) {
+        // Capture failed (an error inside the step, or a call capture does not allow): clear
+        // it, stop capturing for this backend, and run the step directly, which reports a
+        // real error if there is one.
+        (void)cudaGetLastError();
+        cuda_graphs_ = false;
+        ++graph_failures_;
+      } else {
+        it = graphs_.emplace(std::move(key), exec).first;
+        ++graphs_captured_;
+      }
+    }
+    if (it != graphs_.end()) {
+      WITCERT_CUDA_OK(cudaGraphLaunch(it->second, stream_));
+      replayed = true;
+    }
   }
+  if (!replayed) RETURN_IF_ERROR(enqueue());
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
   result->logits.assign(logits_host_.get(), logits_host_.get() + m * vocab);
 
@@ -453,8 +540,11 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     out.resize(static_cast<size_t>(layers * len * hq));
     if (!MeterOn(item)) continue;
     const GatePolicy& p = *item.policy;
-    for (int32_t layer = 0; layer < layers; ++layer) {
-      for (int64_t i = 0; i < len; ++i) {
+    // Parallel over (layer, row) ranges: each writes its own cells.
+    cell_pool_->ParallelFor(layers * len, 256, [&](int64_t begin, int64_t end) {
+      for (int64_t li = begin; li < end; ++li) {
+        const int32_t layer = static_cast<int32_t>(li / len);
+        const int64_t i = li % len;
         for (int32_t h = 0; h < hq; ++h) {
           const int64_t src = (int64_t{layer} * s + first_row[b] + i) * hq + h;
           const meter::CertBound& cb = cert_host_.get()[src];
@@ -471,7 +561,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
               cb.tv <= p.tv_threshold && (p.v_threshold <= 0 || rel_v <= p.v_threshold);
         }
       }
-    }
+    });
   }
   return absl::OkStatus();
 }

@@ -33,11 +33,13 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_util.h"
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/model/model.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 #include "kernels/meter/cert_math.h"
 
@@ -48,6 +50,9 @@ class CudaBackend : public Backend {
   struct Options {
     int32_t device = 0;  // CUDA device ordinal
     std::function<void(const std::string&)> progress;  // load progress lines (may be empty)
+    // Replay decode-only steps from captured CUDA graphs (see Forward). Off: every kernel
+    // is launched from the host each step.
+    bool cuda_graphs = true;
   };
   // `model` must outlive the backend (its config is referenced). FailedPrecondition when no
   // CUDA device is usable; Unimplemented for KV options the GPU path does not support.
@@ -73,6 +78,10 @@ class CudaBackend : public Backend {
   // be reserved.
   [[nodiscard]] absl::Status FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_t seed);
   cudaStream_t stream() const { return stream_; }
+  // Benchmarks: switch graph replay on or off (drops the captured graphs).
+  void set_cuda_graphs(bool on);
+  int64_t graphs_captured() const { return graphs_captured_; }
+  int64_t graph_failures() const { return graph_failures_; }  // captures that fell back
 
  private:
   // A run of decode rows sharing one decode-kernel launch (same meter flag and δ_loc).
@@ -87,6 +96,7 @@ class CudaBackend : public Backend {
   absl::Status Init(const Model& model, const KvCacheOptions& kv_options, const Options& options);
   absl::Status GrowScratch(int64_t rows, int64_t decode_rows, int64_t logit_rows,
                            int64_t max_blocks);
+  void DropGraphs();
   // y [n, rows] (ld ldy) = x [n, cols] bf16 · W [rows, cols]ᵀ bf16 + beta · y.
   absl::Status Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w, int64_t rows,
                     float* y, int64_t ldy, float beta);
@@ -100,6 +110,15 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   int32_t device_ = 0;
+  // CUDA graphs of decode-only steps, keyed by everything the enqueued work depends on
+  // besides the packed inputs (shapes, row groups, split counts, buffer addresses).
+  bool cuda_graphs_ = true;
+  DeviceArray<uint8_t> cublas_workspace_;  // fixed, so cuBLAS never allocates while capturing
+  absl::flat_hash_map<std::string, cudaGraphExec_t> graphs_;
+  int64_t graphs_captured_ = 0, graph_failures_ = 0;
+  // Host threads that turn a step's certificates into CellRecords (a 2048-row prompt chunk of
+  // an 8B model is 2M cells).
+  std::unique_ptr<ThreadPool> cell_pool_;
 
   // Device scratch, grown to the batch: N rows, S decode rows, M logit rows.
   DeviceArray<float> x_;           // [N, hidden] residual stream
