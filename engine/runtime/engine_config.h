@@ -35,7 +35,8 @@ struct EngineConfig {
   std::string trace_path;
   KvConfig kv;
   GatePolicy gate{.mode = GateMode::kObserve, .tv_threshold = 0.05f, .delta_req = 0.01};
-  SchedulerOptions scheduler;
+  // max_batched_tokens 0 → by backend: 512 on the CPU, 2048 on the GPU (LoadEngine).
+  SchedulerOptions scheduler{.max_batched_tokens = 0};
 };
 
 }  // namespace witcert

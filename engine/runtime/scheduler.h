@@ -20,7 +20,7 @@ namespace witcert {
 
 struct SchedulerOptions {
   int32_t max_running = 64;          // sequences in the running set
-  int32_t max_batched_tokens = 512;  // tokens per forward pass (decode + prefill chunks)
+  int32_t max_batched_tokens = 512;  // tokens per forward pass (decode + prefill chunks), ≥ 1
 };
 
 struct ScheduledChunk {

@@ -35,7 +35,8 @@ void DeclareEngineFlags(Args& args) {
   args.Switch("exact-matmul", "reference arithmetic (dequantized weights, double sums): slow, "
                               "for verification");
   args.Flag("max-running", "64", "max sequences decoded together");
-  args.Flag("max-batched-tokens", "512", "max tokens per forward pass (prefill chunk budget)");
+  args.Flag("max-batched-tokens", "0",
+            "max tokens per forward pass, the prefill chunk budget (0 = 512 on cpu, 2048 on cuda)");
 }
 
 absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {

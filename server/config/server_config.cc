@@ -244,7 +244,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
   });
   top.Object("scheduler", [&](ObjectReader& r) {
     r.Integer("max_running", &c.engine.scheduler.max_running, 1, 1 << 20);
-    r.Integer("max_batched_tokens", &c.engine.scheduler.max_batched_tokens, 1, 1 << 24);
+    r.Integer("max_batched_tokens", &c.engine.scheduler.max_batched_tokens, 0, 1 << 24);
   });
   top.Finish();
   if (!error.ok()) return error;
