@@ -361,18 +361,10 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       if (config_.qkv_bias) {
         WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
       }
-      WITCERT_KERNEL_OK(RopeCuda(qkv_.get(), n, qkv_dim, hq, d, d_pos, config_.rope_theta,
-                                 interleaved, stream_));
-      WITCERT_KERNEL_OK(RopeCuda(qkv_.get() + q_dim, n, qkv_dim, hkv, d, d_pos,
-                                 config_.rope_theta, interleaved, stream_));
-      // Contiguous Q [N, q_dim], K and V [N, kv_dim] out of the fused rows.
-      const size_t pitch = qkv_dim * sizeof(float);
-      WITCERT_CUDA_OK(cudaMemcpy2DAsync(q_.get(), q_dim * 4, qkv_.get(), pitch, q_dim * 4, n,
-                                        cudaMemcpyDeviceToDevice, stream_));
-      WITCERT_CUDA_OK(cudaMemcpy2DAsync(k_.get(), kv_dim * 4, qkv_.get() + q_dim, pitch,
-                                        kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
-      WITCERT_CUDA_OK(cudaMemcpy2DAsync(v_.get(), kv_dim * 4, qkv_.get() + q_dim + kv_dim, pitch,
-                                        kv_dim * 4, n, cudaMemcpyDeviceToDevice, stream_));
+      // q_ [N, q_dim], k_ and v_ [N, kv_dim] out of the fused rows, q and k rotated.
+      WITCERT_KERNEL_OK(RopeSplitQkvCuda(qkv_.get(), n, qkv_dim, hq, hkv, d, d_pos,
+                                         config_.rope_theta, interleaved, q_.get(), k_.get(),
+                                         v_.get(), stream_));
       KvWriteArgs write;
       write.k = k_.get();
       write.v = v_.get();

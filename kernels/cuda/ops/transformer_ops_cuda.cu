@@ -97,6 +97,38 @@ __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_
   }
 }
 
+// One RoPE pair (or, past the pairs, one v element) per index; see RopeSplitQkvCuda.
+__global__ void RopeSplitQkvKernel(const float* qkv, int64_t n, int64_t qkv_stride,
+                                   int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                   const int64_t* positions, float theta, bool interleaved,
+                                   float* q, float* k, float* v) {
+  const int32_t half = head_dim / 2, heads = num_heads + num_kv_heads;
+  const int64_t pairs = n * heads * half, kv_dim = int64_t{num_kv_heads} * head_dim;
+  const int64_t total = pairs + n * kv_dim;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    if (e >= pairs) {  // v: a plain copy
+      const int64_t f = e - pairs, i = f / kv_dim, j = f % kv_dim;
+      v[f] = qkv[i * qkv_stride + int64_t{heads} * head_dim + j];
+      continue;
+    }
+    const int32_t p = static_cast<int32_t>(e % half);
+    const int64_t h = (e / half) % heads;
+    const int64_t i = e / (int64_t{half} * heads);
+    const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
+    const double angle = static_cast<double>(positions[i]) * inv_freq;
+    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+    const float* xh = qkv + i * qkv_stride + h * head_dim;  // [head_dim]
+    float* out = h < num_heads ? q + (i * num_heads + h) * head_dim
+                               : k + (i * num_kv_heads + (h - num_heads)) * head_dim;
+    const int32_t a = interleaved ? 2 * p : p;
+    const int32_t b = interleaved ? 2 * p + 1 : p + half;
+    const float xa = xh[a], xb = xh[b];
+    out[a] = xa * c - xb * s;
+    out[b] = xa * s + xb * c;
+  }
+}
+
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, int64_t cols,
                              int64_t in_stride, float* out_f32, uint16_t* out_bf16) {
   const int64_t total = n * cols;
@@ -207,6 +239,23 @@ CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, 
   RopeKernel<<<Blocks(n * num_heads * (head_dim / 2)), kThreads, 0, stream>>>(
       x, n, row_stride, num_heads, head_dim, positions, theta, interleaved);
   return LastLaunch("RopeKernel");
+}
+
+CudaStatus RopeSplitQkvCuda(const float* qkv, int64_t n, int64_t qkv_stride, int32_t num_heads,
+                            int32_t num_kv_heads, int32_t head_dim, const int64_t* positions,
+                            float theta, bool interleaved, float* q, float* k, float* v,
+                            cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  if (head_dim % 2 != 0) return CudaStatus::Error("RopeSplitQkvCuda: head_dim must be even");
+  if (qkv_stride < int64_t{num_heads + 2 * num_kv_heads} * head_dim) {
+    return CudaStatus::Error("RopeSplitQkvCuda: qkv_stride shorter than the q, k and v heads");
+  }
+  const int64_t total = n * (num_heads + num_kv_heads) * (head_dim / 2) +
+                        n * int64_t{num_kv_heads} * head_dim;
+  RopeSplitQkvKernel<<<Blocks(total), kThreads, 0, stream>>>(qkv, n, qkv_stride, num_heads,
+                                                             num_kv_heads, head_dim, positions,
+                                                             theta, interleaved, q, k, v);
+  return LastLaunch("RopeSplitQkvKernel");
 }
 
 CudaStatus SwiGluCuda(const float* gate, const float* up, int64_t n, int64_t cols,

@@ -36,6 +36,15 @@ CudaStatus RmsNormCuda(const float* x, const float* weight, int64_t n, int64_t d
 CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, int32_t head_dim,
                     const int64_t* positions, float theta, bool interleaved, cudaStream_t stream);
 
+// The fused QKV rows split into contiguous q [n, Hq·d], k [n, Hkv·d], v [n, Hkv·d], with RoPE
+// applied to q and k on the way (the same arithmetic as RopeCuda, so the results are bitwise
+// those of RopeCuda on the fused rows followed by three strided copies, in one launch).
+// qkv [n, qkv_stride] holds q heads at column 0, k heads at Hq·d, v heads at (Hq + Hkv)·d.
+CudaStatus RopeSplitQkvCuda(const float* qkv, int64_t n, int64_t qkv_stride, int32_t num_heads,
+                            int32_t num_kv_heads, int32_t head_dim, const int64_t* positions,
+                            float theta, bool interleaved, float* q, float* k, float* v,
+                            cudaStream_t stream);
+
 // out[i, j] = silu(gate[i, j]) · up[i, j], j < cols. gate, up: rows of `cols` at stride
 // `in_stride` (they may be the two halves of one fused [n, 2·cols] GEMM output);
 // out_f32 / out_bf16 [n, cols] (either may be null).

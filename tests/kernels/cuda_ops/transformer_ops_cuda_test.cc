@@ -104,6 +104,40 @@ TEST(CudaOpsTest, RopeMatchesCpuBothPairingsAndLargePositions) {
   }
 }
 
+// The fused split: bitwise what RopeCuda on the fused rows plus three strided copies give
+// (the backend's old sequence), for both pairings, GQA and padded rows.
+TEST(CudaOpsTest, RopeSplitQkvEqualsRopeThenCopies) {
+  SKIP_WITHOUT_GPU();
+  for (bool interleaved : {true, false}) {
+    for (int32_t d : {64, 128}) {
+      const int32_t hq = 6, hkv = 2;
+      const int64_t q_dim = hq * d, kv_dim = hkv * d, stride = q_dim + 2 * kv_dim + 8;
+      const std::vector<int64_t> pos = {0, 3, 4095, 131071, 77};
+      const int64_t n = pos.size();
+      const std::vector<float> x = RandomFloats(n * stride, 11 + d);
+      Dev<float> rotated(x);
+      Dev<int64_t> dp(pos);
+      EXPECT_KERNEL_OK(RopeCuda(rotated.get(), n, stride, hq, d, dp.get(), 1e6f, interleaved, 0));
+      EXPECT_KERNEL_OK(RopeCuda(rotated.get() + q_dim, n, stride, hkv, d, dp.get(), 1e6f, interleaved, 0));
+      const std::vector<float> want = rotated.Get();
+      Dev<float> fused(x), q(std::vector<float>(n * q_dim, NAN)), k(std::vector<float>(n * kv_dim, NAN)),
+          v(std::vector<float>(n * kv_dim, NAN));
+      EXPECT_KERNEL_OK(RopeSplitQkvCuda(fused.get(), n, stride, hq, hkv, d, dp.get(), 1e6f, interleaved,
+                                        q.get(), k.get(), v.get(), 0));
+      const std::vector<float> gq = q.Get(), gk = k.Get(), gv = v.Get();
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < q_dim; ++j) ASSERT_EQ(gq[i * q_dim + j], want[i * stride + j]) << i << " q " << j;
+        for (int64_t j = 0; j < kv_dim; ++j) {
+          ASSERT_EQ(gk[i * kv_dim + j], want[i * stride + q_dim + j]) << i << " k " << j;
+          ASSERT_EQ(gv[i * kv_dim + j], x[i * stride + q_dim + kv_dim + j]) << i << " v " << j;
+        }
+      }
+      EXPECT_EQ(fused.Get(), x);  // the fused rows are read, not written
+    }
+  }
+  EXPECT_FALSE(RopeSplitQkvCuda(nullptr, 1, 10, 2, 1, 64, nullptr, 1e4f, true, nullptr, nullptr, nullptr, 0).ok);
+}
+
 TEST(CudaOpsTest, SwiGluMatchesCpuOnFusedHalves) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 5, cols = 1536;
