@@ -103,7 +103,7 @@ void AddSeq(Backend& b, SeqId seq, int64_t tokens) {
 
 // Returns max |gpu − cpu| after checking the tolerances.
 double ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what,
-                   double max_rel_l2 = 2e-2, double max_abs_bound = 0.1) {
+                   double max_rel_l2 = 2e-2, double max_abs_bound = 0.1, double* rel_l2 = nullptr) {
   EXPECT_EQ(gpu.size(), cpu.size()) << what;
   if (gpu.size() != cpu.size()) return INFINITY;
   double num = 0, den = 0, max_abs = 0;
@@ -114,6 +114,7 @@ double ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu,
     max_abs = std::max(max_abs, std::fabs(double(gpu[i]) - cpu[i]));
   }
   EXPECT_LE(std::sqrt(num / den), max_rel_l2) << what;
+  if (rel_l2 != nullptr) *rel_l2 = std::max(*rel_l2, std::sqrt(num / den));
   EXPECT_LE(max_abs, max_abs_bound) << what;
   return max_abs;
 }
@@ -136,7 +137,7 @@ class CudaBackendTest : public ::testing::TestWithParam<bool> {};
 
 struct GreedyComparison {
   int compared = 0, longest = 0;
-  double worst_abs = 0;
+  double worst_abs = 0, worst_rel_l2 = 0;
 };
 
 // Prefill each prompt on both backends, then `steps` greedy decode steps fed the CPU's token,
@@ -157,7 +158,8 @@ GreedyComparison CompareGreedy(Pair& p, const std::vector<std::vector<TokenId>>&
     absl::Status st = p.gpu->Forward({item}, &rg);
     EXPECT_TRUE(st.ok()) << st;
     if (!st.ok()) return r;
-    double max_abs = ExpectClose(rg.logits, rc.logits, "prefill", max_rel_l2, max_abs_bound);
+    double max_abs = ExpectClose(rg.logits, rc.logits, "prefill", max_rel_l2, max_abs_bound,
+                                 &r.worst_rel_l2);
     int64_t pos = len;
     int run = 0;
     for (int step = 0; step < steps; ++step) {
@@ -182,13 +184,15 @@ GreedyComparison CompareGreedy(Pair& p, const std::vector<std::vector<TokenId>>&
       st = p.gpu->Forward({d}, &rg);
       EXPECT_TRUE(st.ok()) << st;
       if (!st.ok()) return r;
-      max_abs = ExpectClose(rg.logits, rc.logits, "decode", max_rel_l2, max_abs_bound);
+      max_abs = ExpectClose(rg.logits, rc.logits, "decode", max_rel_l2, max_abs_bound,
+                            &r.worst_rel_l2);
       ++pos;
     }
     ++seq;
   }
-  std::printf("greedy: %d steps compared, longest run %d, worst max|gpu-cpu| logit %.4g\n",
-              r.compared, r.longest, r.worst_abs);
+  std::printf("greedy: %d steps compared, longest run %d, worst max|gpu-cpu| logit %.4g, "
+              "worst relative L2 %.4g\n",
+              r.compared, r.longest, r.worst_abs, r.worst_rel_l2);
   return r;
 }
 
@@ -204,10 +208,11 @@ TEST_P(CudaBackendTest, LogitsAndGreedyDecodeMatchCpu) {
 // The default model (SmolLM2-135M-Instruct, Q4_1 GGUF: d = 64, 9 query / 3 KV heads, 30
 // layers), dequantized to bf16 on the GPU, against the CPU backend's exact-arithmetic path
 // (dequantized weights, double accumulation), fp16 KV on both. Tolerance (why): the GPU
-// rounds each weight and each GEMM input to bf16 (≤ 2^-9 relative each); over 30 layers the
-// logits (O(10) here) moved by at most 0.39 on the H200 (2026-12-01), so the bounds are 0.6
-// max and 3% relative L2. Greedy tokens must agree at every step whose CPU top-2 gap exceeds
-// twice that step's max |gpu − cpu|: 61 of the 72 steps were compared in that run.
+// rounds each weight and each GEMM input to bf16 (≤ 2^-9 relative each) and runs prompt
+// attention with fp16 operands; over 30 layers the logits (O(10) here) moved by at most 0.39
+// and 3.9% relative L2 on the H200 (2026-12-01), so the bounds are 0.6 max and 6% relative L2.
+// Greedy tokens must agree at every step whose CPU top-2 gap exceeds twice that step's max
+// |gpu − cpu|: 61 of the 72 steps were compared in that run, all equal.
 TEST(CudaBackendDefaultModelTest, LogitsAndGreedyDecodeMatchCpuExact) {
   SKIP_WITHOUT_GPU();
   const std::string path = ::witcert::testing::DefaultModelPath();
@@ -228,7 +233,7 @@ TEST(CudaBackendDefaultModelTest, LogitsAndGreedyDecodeMatchCpuExact) {
       // "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
       {1604, 3987, 46477, 24, 94, 727, 472, 1620, 14362, 260, 304, 29, 373, 24681, 46477, 1230,
        7996, 198}};
-  const GreedyComparison r = CompareGreedy(p, prompts, 24, 3e-2, 0.6);
+  const GreedyComparison r = CompareGreedy(p, prompts, 24, 6e-2, 0.6);
   EXPECT_GE(r.compared, 48);  // of 72
 }
 
