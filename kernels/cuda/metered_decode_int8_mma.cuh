@@ -167,9 +167,19 @@ struct MmaHeadSums {
   }
 };
 
-// Query digits and the split's scalars: warp g < 4 owns query head g.
-__device__ __forceinline__ void MmaQueryPrologue(const float* qg, bool live, int lane, int g, float inv_sqrt_d,
-                                                 MmaSmem& sm) {
+// One query vector's digit split (a warp; lane holds channels 4·lane..4·lane+3 of qg): the
+// four base-128 digits of each channel go to digits[j·digit_stride + channel], and the
+// scalars the logits and η need come back (every lane gets them). Shared by the tensor-core
+// decode and chunked-prefill kernels, so both compute the very logits IntDigitEta bounds.
+struct QueryDigitScalars {
+  double q1 = 0.0;      // ‖q‖₁
+  int32_t exp = 0;      // k with 2^{k−1} ≤ max|q| < 2^k
+  bool bad = false;     // not finite, or k outside [kDigitExpMin, kDigitExpMax]
+  float qscale = 0.0f;  // 2^{k−6}·fl(1/√d), 0 for a zero or bad query
+};
+__device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float* qg, bool live, int lane,
+                                                              float inv_sqrt_d, int8_t* digits,
+                                                              int digit_stride) {
   float qv[4];
   float amax = 0.0f;
   double a1 = 0.0;
@@ -185,25 +195,34 @@ __device__ __forceinline__ void MmaQueryPrologue(const float* qg, bool live, int
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     a1 += __shfl_xor_sync(0xffffffffu, a1, o);
   }
-  int32_t k = 0;
-  bool bad = !(amax <= 3.0e38f);
-  if (!bad && amax > 0.0f) {
-    k = meter::DigitExponent(amax);
-    bad = k < meter::kDigitExpMin || k > meter::kDigitExpMax;
+  QueryDigitScalars r;
+  r.q1 = a1;
+  r.bad = !(amax <= 3.0e38f);
+  if (!r.bad && amax > 0.0f) {
+    r.exp = meter::DigitExponent(amax);
+    r.bad = r.exp < meter::kDigitExpMin || r.exp > meter::kDigitExpMax;
   }
-  const double sc = (!bad && amax > 0.0f) ? ldexp(1.0, 6 - k) : 0.0;
+  const double sc = (!r.bad && amax > 0.0f) ? ldexp(1.0, 6 - r.exp) : 0.0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     int8_t dg[4];
     meter::SplitIntoDigits(sc == 0.0 ? 0.0 : static_cast<double>(qv[i]) * sc, dg);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) sm.qdig[j][g][lane * 4 + i] = dg[j];
+    for (int j = 0; j < 4; ++j) digits[j * digit_stride + lane * 4 + i] = dg[j];
   }
+  r.qscale = amax > 0.0f && !r.bad ? meter::DigitQueryScale(r.exp, inv_sqrt_d) : 0.0f;
+  return r;
+}
+
+// Query digits and the split's scalars: warp g < 4 owns query head g.
+__device__ __forceinline__ void MmaQueryPrologue(const float* qg, bool live, int lane, int g, float inv_sqrt_d,
+                                                 MmaSmem& sm) {
+  const QueryDigitScalars r = SplitQueryDigits(qg, live, lane, inv_sqrt_d, &sm.qdig[0][g][0], kMmaG * kMmaD);
   if (lane == 0) {
-    sm.q1[g] = a1;
-    sm.qexp[g] = k;
-    sm.qbad[g] = bad;
-    sm.qscale[g] = amax > 0.0f && !bad ? meter::DigitQueryScale(k, inv_sqrt_d) : 0.0f;
+    sm.q1[g] = r.q1;
+    sm.qexp[g] = r.exp;
+    sm.qbad[g] = r.bad;
+    sm.qscale[g] = r.qscale;
   }
 }
 

@@ -90,47 +90,6 @@ struct Params {
   int32_t bs_shift;  // log2(block_size)
 };
 
-// One query vector's digit prologue (a warp; lane holds channels 4·lane..4·lane+3), as the
-// tensor-core decode kernel's MmaQueryPrologue does for a head.
-__device__ __forceinline__ void QueryDigits(const float* qg, bool live, int lane, int v, float inv_sqrt_d,
-                                            Smem& sm) {
-  float qv[4];
-  float amax = 0.0f;
-  double a1 = 0.0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    qv[i] = live ? qg[lane * 4 + i] : 0.0f;
-    amax = fmaxf(amax, fabsf(qv[i]));
-    if (!(fabsf(qv[i]) <= 3.0e38f)) amax = INFINITY;
-    a1 += fabs(static_cast<double>(qv[i]));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-  }
-  int32_t k = 0;
-  bool bad = !(amax <= 3.0e38f);
-  if (!bad && amax > 0.0f) {
-    k = meter::DigitExponent(amax);
-    bad = k < meter::kDigitExpMin || k > meter::kDigitExpMax;
-  }
-  const double sc = (!bad && amax > 0.0f) ? ldexp(1.0, 6 - k) : 0.0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    int8_t dg[4];
-    meter::SplitIntoDigits(sc == 0.0 ? 0.0 : static_cast<double>(qv[i]) * sc, dg);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) sm.qdig[j][v][lane * 4 + i] = dg[j];
-  }
-  if (lane == 0) {
-    sm.q1[v] = a1;
-    sm.qexp[v] = k;
-    sm.qbad[v] = bad;
-    sm.qscale[v] = amax > 0.0f && !bad ? meter::DigitQueryScale(k, inv_sqrt_d) : 0.0f;
-  }
-}
-
 template <bool METER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Params P) {
   extern __shared__ __align__(16) uint8_t dsm[];
@@ -151,7 +110,15 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     const bool live = gv < nvec;
     const int64_t row = live ? gv / G : 0;
     const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
-    QueryDigits(a.q + row * a.q_stride + static_cast<int64_t>(head) * kD, live, lane, v, inv_sqrt_d, sm);
+    const cuda_kv::QueryDigitScalars r = cuda_kv::SplitQueryDigits(
+        a.q + row * a.q_stride + static_cast<int64_t>(head) * kD, live, lane, inv_sqrt_d,
+        &sm.qdig[0][v][0], kVecs * kD);
+    if (lane == 0) {
+      sm.q1[v] = r.q1;
+      sm.qexp[v] = r.exp;
+      sm.qbad[v] = r.bad;
+      sm.qscale[v] = r.qscale;
+    }
   }
   __syncwarp();
   int64_t ctx[2];           // tokens the row's vector sees (0: not a vector of the chunk)

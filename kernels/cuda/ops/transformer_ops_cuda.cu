@@ -75,6 +75,20 @@ __global__ void RmsNormKernel(const float* x, const float* weight, int64_t dim, 
 }
 
 // One thread per (row, head, pair).
+// Pair p of one head: angle pos·theta^(−2p/d) in double, dims (2p, 2p+1) when interleaved,
+// else (p, p + d/2); reads `in`, writes `out` (which may be `in`).
+__device__ __forceinline__ void RotatePair(const float* in, float* out, int32_t p, int32_t head_dim,
+                                           int64_t pos, float theta, bool interleaved) {
+  const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
+  const double angle = static_cast<double>(pos) * inv_freq;
+  const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+  const int32_t a = interleaved ? 2 * p : p;
+  const int32_t b = interleaved ? 2 * p + 1 : p + head_dim / 2;
+  const float xa = in[a], xb = in[b];
+  out[a] = xa * c - xb * s;
+  out[b] = xa * s + xb * c;
+}
+
 __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_heads,
                            int32_t head_dim, const int64_t* positions, float theta,
                            bool interleaved) {
@@ -85,15 +99,8 @@ __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_
     const int32_t p = static_cast<int32_t>(e % half);
     const int64_t h = (e / half) % num_heads;
     const int64_t i = e / (int64_t{half} * num_heads);
-    const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
-    const double angle = static_cast<double>(positions[i]) * inv_freq;
-    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
     float* xh = x + i * row_stride + h * head_dim;  // [head_dim]
-    const int32_t a = interleaved ? 2 * p : p;
-    const int32_t b = interleaved ? 2 * p + 1 : p + half;
-    const float xa = xh[a], xb = xh[b];
-    xh[a] = xa * c - xb * s;
-    xh[b] = xa * s + xb * c;
+    RotatePair(xh, xh, p, head_dim, positions[i], theta, interleaved);
   }
 }
 
@@ -115,17 +122,10 @@ __global__ void RopeSplitQkvKernel(const float* qkv, int64_t n, int64_t qkv_stri
     const int32_t p = static_cast<int32_t>(e % half);
     const int64_t h = (e / half) % heads;
     const int64_t i = e / (int64_t{half} * heads);
-    const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
-    const double angle = static_cast<double>(positions[i]) * inv_freq;
-    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
     const float* xh = qkv + i * qkv_stride + h * head_dim;  // [head_dim]
     float* out = h < num_heads ? q + (i * num_heads + h) * head_dim
                                : k + (i * num_kv_heads + (h - num_heads)) * head_dim;
-    const int32_t a = interleaved ? 2 * p : p;
-    const int32_t b = interleaved ? 2 * p + 1 : p + half;
-    const float xa = xh[a], xb = xh[b];
-    out[a] = xa * c - xb * s;
-    out[b] = xa * s + xb * c;
+    RotatePair(xh, out, p, head_dim, positions[i], theta, interleaved);
   }
 }
 

@@ -133,6 +133,28 @@ TokenId Argmax(const float* x, int32_t n, float* gap) {
   return best;
 }
 
+// The GPU's cells against the CPU's, int8 codes. They name the same (layer, head, step) and
+// carry a real, non-vacuous bound. The GPU's K differs from the CPU's by bf16 rounding of the
+// GEMM inputs (~0.5%), which re-draws each element's quantization residual, so the witnesses
+// (residual band norms over d/B = 8 channels) differ per token although the bound, a sum over
+// the context, stays close: within 25% (10% seen). Away from the threshold both certify alike.
+void ExpectCellsLikeCpu(const std::vector<CellRecord>& gc, const std::vector<CellRecord>& cc,
+                        int64_t expected, const GatePolicy& policy) {
+  ASSERT_EQ(gc.size(), cc.size());
+  ASSERT_EQ(gc.size(), static_cast<size_t>(expected));
+  for (size_t i = 0; i < gc.size(); ++i) {
+    EXPECT_EQ(gc[i].layer, cc[i].layer);
+    EXPECT_EQ(gc[i].head, cc[i].head);
+    EXPECT_EQ(gc[i].step, cc[i].step);
+    EXPECT_GT(gc[i].tv_before, 0.0f);
+    EXPECT_LT(gc[i].tv_before, 1.0f);
+    EXPECT_NEAR(gc[i].tv_before, cc[i].tv_before, 0.25f * cc[i].tv_before + 1e-5f) << i;
+    if (std::fabs(cc[i].tv_before - policy.tv_threshold) > 0.3f * cc[i].tv_before) {
+      EXPECT_EQ(gc[i].certified, cc[i].certified) << i;
+    }
+  }
+}
+
 class CudaBackendTest : public ::testing::TestWithParam<bool> {};
 
 struct GreedyComparison {
@@ -292,25 +314,7 @@ TEST_P(CudaBackendTest, MeterObserveRecordsCellsLikeCpu) {
   ASSERT_TRUE(p.cpu->Forward({d}, &rc).ok());
   ASSERT_TRUE(p.gpu->Forward({d}, &rg).ok());
   ExpectClose(rg.logits, rc.logits, "int8 decode");
-  const std::vector<CellRecord>& gc = rg.cells[0];
-  const std::vector<CellRecord>& cc = rc.cells[0];
-  ASSERT_EQ(gc.size(), cc.size());
-  ASSERT_EQ(gc.size(), static_cast<size_t>(2 * c.num_layers * c.num_heads));
-  for (size_t i = 0; i < gc.size(); ++i) {
-    EXPECT_EQ(gc[i].layer, cc[i].layer);
-    EXPECT_EQ(gc[i].head, cc[i].head);
-    EXPECT_EQ(gc[i].step, cc[i].step);
-    // int8 codes: a real, non-vacuous bound. The GPU's K differs from the CPU's by bf16
-    // rounding of the GEMM inputs (~0.5%), which re-draws each element's quantization
-    // residual, so the witnesses (residual band norms over d/B = 8 channels) differ per token
-    // although the bound, a sum over the context, stays close: within 25% (10% seen).
-    EXPECT_GT(gc[i].tv_before, 0.0f);
-    EXPECT_LT(gc[i].tv_before, 1.0f);
-    EXPECT_NEAR(gc[i].tv_before, cc[i].tv_before, 0.25f * cc[i].tv_before + 1e-5f) << i;
-    if (std::fabs(cc[i].tv_before - observe.tv_threshold) > 0.3f * cc[i].tv_before) {
-      EXPECT_EQ(gc[i].certified, cc[i].certified) << i;  // away from the threshold
-    }
-  }
+  ExpectCellsLikeCpu(rg.cells[0], rc.cells[0], 2 * c.num_layers * c.num_heads, observe);
   // Meter off (no policy): no cells.
   const TokenId last[1] = {5};
   ForwardItem off{.seq = 9, .tokens = last, .start_pos = 32};
@@ -342,20 +346,7 @@ TEST_P(CudaBackendTest, ChunkedPrefillOverInt8StoreMatchesCpu) {
   absl::Status st = p.gpu->Forward({second}, &rg);
   ASSERT_TRUE(st.ok()) << st;
   ExpectClose(rg.logits, rc.logits, "chunk over int8 store");
-  const std::vector<CellRecord>& gc = rg.cells[0];
-  const std::vector<CellRecord>& cc = rc.cells[0];
-  ASSERT_EQ(gc.size(), cc.size());
-  ASSERT_EQ(gc.size(), static_cast<size_t>(40 * c.num_layers * c.num_heads));
-  for (size_t i = 0; i < gc.size(); ++i) {
-    EXPECT_EQ(gc[i].layer, cc[i].layer);
-    EXPECT_EQ(gc[i].head, cc[i].head);
-    EXPECT_EQ(gc[i].step, cc[i].step);
-    // As in MeterObserveRecordsCellsLikeCpu: the two backends' K differ by bf16 GEMM rounding,
-    // which re-draws each quantization residual; the bound over the context stays close.
-    EXPECT_GT(gc[i].tv_before, 0.0f);
-    EXPECT_LT(gc[i].tv_before, 1.0f);
-    EXPECT_NEAR(gc[i].tv_before, cc[i].tv_before, 0.25f * cc[i].tv_before + 1e-5f) << i;
-  }
+  ExpectCellsLikeCpu(rg.cells[0], rc.cells[0], 40 * c.num_layers * c.num_heads, observe);
 }
 
 // Decode-only steps replay captured CUDA graphs. A replayed step runs the very kernels the
