@@ -21,6 +21,20 @@ namespace witcert {
 
 using TokenId = int32_t;
 
+// Sample an item's next token on the device (Backend::SamplesOnDevice): the request's
+// sampling parameters, its generated tokens (for the penalties) and one uniform draw from the
+// sequence's RNG. The backend then returns the token instead of needing the logits on the host.
+struct SampleRequest {
+  float temperature = 1.0f;  // ≤ 0 → greedy
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  double uniform = 0.0;                 // U[0, 1)
+  absl::Span<const int32_t> generated;  // the sequence's generated tokens so far
+};
+
 struct ForwardItem {
   SeqId seq = 0;
   absl::Span<const TokenId> tokens;  // run these, at positions start_pos, start_pos + 1, ...
@@ -29,10 +43,16 @@ struct ForwardItem {
   int64_t decode_step = 0;           // the request's decode step (certificate cells)
   double delta_loc = 0.0;            // Tier B budget per cell: δ_req / (L · Hq · T)
   const GatePolicy* policy = nullptr;  // null → meter off for this item
+  const SampleRequest* sample = nullptr;  // non-null (and compute_logits): sample on the device
 };
 
 struct ForwardResult {
-  std::vector<float> logits;  // [items with compute_logits, vocab], in batch order
+  // [items with compute_logits, vocab], in batch order; empty when every such item was
+  // sampled on the device.
+  std::vector<float> logits;
+  // [items with compute_logits]: the token sampled on the device, -1 for items without a
+  // SampleRequest; empty when the backend sampled none.
+  std::vector<int32_t> sampled;
   // cells[i]: the certificate cells of item i, [layers · num_heads · attended tokens] in
   // (token, layer, head) order; empty when the item read no stored KV.
   std::vector<std::vector<CellRecord>> cells;
@@ -48,6 +68,8 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   virtual KvCache& kv_cache() = 0;
   virtual const char* name() const = 0;
+  // True when Forward honours ForwardItem::sample.
+  virtual bool SamplesOnDevice() const { return false; }
 };
 
 }  // namespace witcert

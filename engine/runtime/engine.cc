@@ -228,6 +228,10 @@ void Engine::Step() {
 
   std::vector<ForwardItem> items;
   items.reserve(plan.chunks.size());
+  // Device sampling: the rows the backend can sample get the request's parameters and one
+  // draw from the sequence's RNG (stable storage: items point into it).
+  const bool device_sampling = backend_->SamplesOnDevice();
+  std::vector<SampleRequest> samples(plan.chunks.size());
   for (const ScheduledChunk& chunk : plan.chunks) {
     Sequence* seq = chunk.seq;
     ForwardItem item;
@@ -239,6 +243,20 @@ void Engine::Step() {
     item.decode_step = seq->decode_steps;
     item.delta_loc = seq->delta_loc;
     item.policy = seq->policy.mode == GateMode::kOff ? nullptr : &seq->policy;
+    if (device_sampling && item.compute_logits && seq->sampler.CanSampleOnDevice()) {
+      const SamplingParams& sp = seq->sampler.params();
+      SampleRequest& r = samples[items.size()];
+      r.temperature = sp.temperature;
+      r.top_p = sp.top_p;
+      r.top_k = sp.top_k;
+      r.min_p = sp.min_p;
+      r.presence_penalty = sp.presence_penalty;
+      r.frequency_penalty = sp.frequency_penalty;
+      r.uniform = seq->sampler.NextUniform();
+      r.generated = absl::Span<const int32_t>(seq->tokens.data() + seq->request.prompt.size(),
+                                              seq->num_generated());
+      item.sample = &r;
+    }
     items.push_back(item);
   }
   ForwardResult result;
@@ -259,6 +277,10 @@ void Engine::Step() {
   std::vector<SampledToken> sampled(emitting.size());
   auto sample_rows = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
+      if (!result.sampled.empty() && result.sampled[r] >= 0) {
+        sampled[r].token = result.sampled[r];  // the device drew it (no logprobs asked for)
+        continue;
+      }
       Sequence* seq = plan.chunks[emitting[r]].seq;
       sampled[r] = seq->sampler.Sample(
           absl::Span<float>(&result.logits[r * vocab], vocab),

@@ -23,6 +23,11 @@ std::pair<float, double> LogSumExpParts(absl::Span<const float> logits) {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
 
+double Sampler::NextUniform() {
+  if (params_.temperature <= 0.0f) return 0.0;
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
 SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> generated) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   SampledToken result;

@@ -32,6 +32,14 @@ class Sampler {
   // produced so far (penalties apply to them only, as in OpenAI's API).
   SampledToken Sample(absl::Span<float> logits, absl::Span<const int32_t> generated);
 
+  // Device sampling (Backend::SamplesOnDevice): true when the device can pick this sequence's
+  // tokens (no logprobs asked for: they need the host's full distribution).
+  bool CanSampleOnDevice() const { return !params_.logprobs && params_.top_logprobs == 0; }
+  // The next token's uniform draw U[0, 1) from this sequence's RNG, consumed as Sample would
+  // (one draw per token, none when greedy), so a seed fixes the draws on either path.
+  double NextUniform();
+  const SamplingParams& params() const { return params_; }
+
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -12,6 +12,7 @@
 #include "kernels/cuda/metered_decode_cuda.h"
 #include "kernels/cuda/metered_prefill_cuda.h"
 #include "kernels/cuda/ops/prefill_attention_cuda.h"
+#include "kernels/cuda/ops/sampling_cuda.h"
 #include "kernels/cuda/ops/transformer_ops_cuda.h"
 
 namespace witcert {
@@ -203,6 +204,59 @@ absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t m
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::SampleOnDevice(const std::vector<const SampleRequest*>& rows) {
+  const int64_t m = static_cast<int64_t>(rows.size());
+  // Penalty lists: each row's distinct generated tokens with their counts.
+  std::vector<int32_t> tokens, counts;
+  std::vector<SampleRowParams> params(m);
+  absl::flat_hash_map<int32_t, int32_t> seen;
+  for (int64_t r = 0; r < m; ++r) {
+    SampleRowParams& p = params[r];
+    const SampleRequest* q = rows[r];
+    if (q == nullptr) {
+      p.temperature = 0.0f;  // not sampled here: cheapest path, result ignored
+      continue;
+    }
+    p.temperature = q->temperature;
+    p.top_p = q->top_p;
+    p.top_k = q->top_k;
+    p.min_p = q->min_p;
+    p.presence_penalty = q->presence_penalty;
+    p.frequency_penalty = q->frequency_penalty;
+    p.uniform = q->uniform;
+    p.penalty_offset = static_cast<int32_t>(tokens.size());
+    if (q->presence_penalty != 0.0f || q->frequency_penalty != 0.0f) {
+      seen.clear();
+      for (int32_t t : q->generated) ++seen[t];
+      for (const auto& [t, c] : seen) {
+        tokens.push_back(t);
+        counts.push_back(c);
+      }
+    }
+    p.penalty_count = static_cast<int32_t>(tokens.size()) - p.penalty_offset;
+  }
+  const int64_t np = std::max<int64_t>(1, static_cast<int64_t>(tokens.size()));
+  RETURN_IF_ERROR(sample_params_.Grow(m));
+  RETURN_IF_ERROR(sample_params_host_.Grow(m));
+  RETURN_IF_ERROR(penalties_.Grow(2 * np));
+  RETURN_IF_ERROR(penalties_host_.Grow(2 * np));
+  RETURN_IF_ERROR(sampled_.Grow(m));
+  RETURN_IF_ERROR(sampled_host_.Grow(m));
+  std::copy(params.begin(), params.end(), sample_params_host_.get());
+  std::copy(tokens.begin(), tokens.end(), penalties_host_.get());
+  std::copy(counts.begin(), counts.end(), penalties_host_.get() + np);
+  WITCERT_CUDA_OK(cudaMemcpyAsync(sample_params_.get(), sample_params_host_.get(),
+                                  m * sizeof(SampleRowParams), cudaMemcpyHostToDevice, stream_));
+  WITCERT_CUDA_OK(cudaMemcpyAsync(penalties_.get(), penalties_host_.get(), 2 * np * 4,
+                                  cudaMemcpyHostToDevice, stream_));
+  WITCERT_KERNEL_OK(SampleRowsCuda(logits_.get(), m, config_.vocab_size, sample_params_.get(),
+                                   penalties_.get(), penalties_.get() + np, sampled_.get(),
+                                   stream_));
+  WITCERT_CUDA_OK(cudaMemcpyAsync(sampled_host_.get(), sampled_.get(), m * 4,
+                                  cudaMemcpyDeviceToHost, stream_));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardResult* result) {
   WITCERT_CUDA_OK(cudaSetDevice(device_));
   const int64_t hidden = config_.hidden_dim, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
@@ -338,6 +392,16 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   const auto* d_ctx = reinterpret_cast<const int32_t*>(dbase + off_ctx);
 
   const int64_t vocab = config_.vocab_size;
+  // Device sampling: rows (in logits order) with a SampleRequest; the logits go to the host
+  // only when some row has none.
+  std::vector<const SampleRequest*> row_samples;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (batch[b].compute_logits) row_samples.push_back(batch[b].sample);
+  }
+  const bool any_device_sample =
+      std::any_of(row_samples.begin(), row_samples.end(), [](const SampleRequest* r) { return r != nullptr; });
+  const bool logits_to_host =
+      std::any_of(row_samples.begin(), row_samples.end(), [](const SampleRequest* r) { return r == nullptr; });
   const bool any_meter =
       std::any_of(groups.begin(), groups.end(), [](const DecodeGroup& g) { return g.meter; }) ||
       std::any_of(chunks.begin(), chunks.end(), [&](size_t b) { return MeterOn(batch[b]); });
@@ -456,8 +520,10 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       WITCERT_KERNEL_OK(RmsNormCuda(last_.get(), w.output_norm.get(), m, hidden,
                                     config_.rms_norm_eps, nullptr, last_bf_.get(), stream_));
       RETURN_IF_ERROR(Gemm(last_bf_.get(), m, hidden, w.output, vocab, logits_.get(), vocab, 0.0f));
-      WITCERT_CUDA_OK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), m * vocab * 4,
-                                      cudaMemcpyDeviceToHost, stream_));
+      if (logits_to_host) {
+        WITCERT_CUDA_OK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), m * vocab * 4,
+                                        cudaMemcpyDeviceToHost, stream_));
+      }
     }
     if (any_meter) {
       WITCERT_CUDA_OK(cudaMemcpyAsync(cert_host_.get(), cert_.get(),
@@ -472,7 +538,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   if (graph_step) {
     // The key: every value baked into the captured launches that is not read from the inputs.
     std::string key = absl::StrCat(n, ",", s, ",", m, ",", max_blocks, ",", input_bytes, ",",
-                                   any_meter, ";");
+                                   any_meter, ",", logits_to_host, ";");
     for (const DecodeGroup& g : groups) {
       absl::StrAppend(&key, g.first_row, ",", g.num_rows, ",", g.meter, ",", g.delta_loc, ",",
                       g.num_splits, ",", g.max_context, ";");
@@ -518,8 +584,22 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     }
   }
   if (!replayed) RETURN_IF_ERROR(enqueue());
+  // Sampling after the step's (graph) work, on the same stream: it consumes the logits the
+  // host copy above has already taken. Rows without a request run greedy and are ignored.
+  if (any_device_sample) RETURN_IF_ERROR(SampleOnDevice(row_samples));
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
-  result->logits.assign(logits_host_.get(), logits_host_.get() + m * vocab);
+  if (logits_to_host) {
+    result->logits.assign(logits_host_.get(), logits_host_.get() + m * vocab);
+  } else {
+    result->logits.clear();
+  }
+  result->sampled.clear();
+  if (any_device_sample) {
+    result->sampled.assign(sampled_host_.get(), sampled_host_.get() + m);
+    for (int64_t r = 0; r < m; ++r) {
+      if (row_samples[r] == nullptr) result->sampled[r] = -1;
+    }
+  }
 
   // Cells in the CPU backend's order: per layer, per token, per head.
   result->cells.assign(batch.size(), {});

@@ -40,6 +40,7 @@
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/ops/sampling_cuda.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 #include "kernels/meter/cert_math.h"
 
@@ -71,6 +72,7 @@ class CudaBackend : public Backend {
   const ModelConfig& config() const override { return config_; }
   KvCache& kv_cache() override { return *kv_; }
   const char* name() const override { return "cuda"; }
+  bool SamplesOnDevice() const override { return true; }
   int64_t weight_bytes() const { return weights_.bytes; }
   // Benchmarks: writes pseudo-random K/V (uniform, unit scale, seeded) for positions
   // [0, num_tokens) of `seq` in every layer through the write-path kernel, without running the
@@ -97,6 +99,9 @@ class CudaBackend : public Backend {
   absl::Status GrowScratch(int64_t rows, int64_t decode_rows, int64_t logit_rows,
                            int64_t max_blocks);
   void DropGraphs();
+  // Samples the logits rows (logits order) that have a request, into sampled_host_ (queued on
+  // stream_; valid after the stream syncs).
+  absl::Status SampleOnDevice(const std::vector<const SampleRequest*>& rows);
   // y [n, rows] (ld ldy) = x [n, cols] bf16 · W [rows, cols]ᵀ bf16 + beta · y.
   absl::Status Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w, int64_t rows,
                     float* y, int64_t ldy, float beta);
@@ -140,6 +145,13 @@ class CudaBackend : public Backend {
   PinnedArray<float> logits_host_;           // [M, vocab]
   PinnedArray<meter::CertBound> cert_host_;  // [L, S, Hq]
   PinnedArray<float> out_norm_host_;         // [L, S, Hq]
+  // Device sampling: per-row parameters, penalty lists [tokens | counts], sampled ids [M].
+  DeviceArray<SampleRowParams> sample_params_;
+  PinnedArray<SampleRowParams> sample_params_host_;
+  DeviceArray<int32_t> penalties_;
+  PinnedArray<int32_t> penalties_host_;
+  DeviceArray<int32_t> sampled_;
+  PinnedArray<int32_t> sampled_host_;
 };
 
 }  // namespace witcert

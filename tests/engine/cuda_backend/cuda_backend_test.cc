@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
@@ -413,6 +414,83 @@ TEST_P(CudaBackendTest, CudaGraphReplayMatchesDirectLaunches) {
   EXPECT_GE(graph.graphs_captured(), 2);  // the batch of 3, then of 2
   EXPECT_EQ(graph.graph_failures(), 0);
   EXPECT_EQ(direct.graphs_captured(), 0);
+}
+
+// Sampling on the device (ForwardItem::sample): a twin backend without requests returns the
+// logits of the same step. A greedy request gets the argmax of those logits; a top-p request
+// gets a token inside the nucleus computed from them on the host; a row without a request gets
+// -1 and the logits still come back; a step where every row is sampled copies no logits.
+TEST_P(CudaBackendTest, DeviceSamplingPicksFromTheStepsLogits) {
+  SKIP_WITHOUT_GPU();
+  auto m = SyntheticModelLoader::FromConfig(TestConfig(GetParam()), 91, {}, 2);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::unique_ptr<Model> model = std::move(*m);
+  auto a_or = CudaBackend::Create(*model, KvOptions(model->config(), "fp16"));
+  auto b_or = CudaBackend::Create(*model, KvOptions(model->config(), "fp16"));
+  ASSERT_TRUE(a_or.ok() && b_or.ok());
+  CudaBackend& a = **a_or;  // samples
+  CudaBackend& b = **b_or;  // returns logits
+  EXPECT_TRUE(a.SamplesOnDevice());
+  const int32_t vocab = model->config().vocab_size;
+  for (SeqId sq = 0; sq < 3; ++sq) {
+    const std::vector<TokenId> prompt = Prompt(11 + sq, 50 + sq, vocab);
+    for (Backend* be : {static_cast<Backend*>(&a), static_cast<Backend*>(&b)}) {
+      AddSeq(*be, sq, 32);
+      ForwardResult r;
+      ASSERT_TRUE(be->Forward({{.seq = sq, .tokens = prompt, .start_pos = 0, .compute_logits = false}}, &r).ok());
+    }
+  }
+  SampleRequest greedy;
+  greedy.temperature = 0.0f;
+  SampleRequest nucleus;
+  nucleus.temperature = 0.9f;
+  nucleus.top_p = 0.6f;
+  nucleus.uniform = 0.73;
+  const std::vector<TokenId> generated = {5, 5, 9};
+  nucleus.generated = generated;  // no penalties set: the list must not matter
+  const TokenId t[3] = {7, 8, 9};
+  std::vector<ForwardItem> items = {
+      {.seq = 0, .tokens = absl::MakeSpan(&t[0], 1), .start_pos = 11, .sample = &greedy},
+      {.seq = 1, .tokens = absl::MakeSpan(&t[1], 1), .start_pos = 12},
+      {.seq = 2, .tokens = absl::MakeSpan(&t[2], 1), .start_pos = 13, .sample = &nucleus}};
+  ForwardResult ra, rb;
+  ASSERT_TRUE(a.Forward(items, &ra).ok());
+  std::vector<ForwardItem> plain = items;
+  for (ForwardItem& it : plain) it.sample = nullptr;
+  ASSERT_TRUE(b.Forward(plain, &rb).ok());
+  ASSERT_EQ(ra.sampled.size(), 3u);
+  ASSERT_EQ(ra.logits.size(), 3u * vocab);  // row 1 has no request: logits come back
+  EXPECT_TRUE(rb.sampled.empty());
+  ExpectClose(ra.logits, rb.logits, "twin backends", 1e-6, 1e-5);
+  float gap = 0;
+  EXPECT_EQ(ra.sampled[0], Argmax(&rb.logits[0], vocab, &gap));
+  EXPECT_EQ(ra.sampled[1], -1);
+  // The nucleus of row 2 on the host: the largest weights whose mass reaches 60%.
+  const float* l = &rb.logits[2 * vocab];
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return l[x] > l[y]; });
+  std::vector<double> w(vocab);
+  double total = 0;
+  for (int32_t i = 0; i < vocab; ++i) total += (w[i] = std::exp((l[i] - l[order[0]]) / 0.9));
+  double acc = 0;
+  std::vector<bool> in_nucleus(vocab, false);
+  for (int32_t r = 0; r < vocab && acc < 0.6 * total; ++r) {
+    in_nucleus[order[r]] = true;
+    acc += w[order[r]];
+  }
+  ASSERT_GE(ra.sampled[2], 0);
+  EXPECT_TRUE(in_nucleus[ra.sampled[2]]) << ra.sampled[2];
+  // Every row sampled: no logits copied, tokens for all.
+  const TokenId t2[2] = {1, 2};
+  std::vector<ForwardItem> all = {
+      {.seq = 0, .tokens = absl::MakeSpan(&t2[0], 1), .start_pos = 12, .sample = &greedy},
+      {.seq = 2, .tokens = absl::MakeSpan(&t2[1], 1), .start_pos = 14, .sample = &nucleus}};
+  ASSERT_TRUE(a.Forward(all, &ra).ok());
+  EXPECT_TRUE(ra.logits.empty());
+  ASSERT_EQ(ra.sampled.size(), 2u);
+  EXPECT_GE(ra.sampled[0], 0);
+  EXPECT_GE(ra.sampled[1], 0);
 }
 
 TEST_P(CudaBackendTest, RepairModeAndMixedSchemesAreUnimplemented) {
