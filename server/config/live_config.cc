@@ -44,6 +44,9 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a, const ServerC
   check(a.http.host != b.http.host, "http.host");
   check(a.http.port != b.http.port, "http.port");
   check(a.http.threads != b.http.threads, "http.threads");
+  check(a.http.keep_alive_timeout_s != b.http.keep_alive_timeout_s, "http.keep_alive_timeout_s");
+  check(a.http.keep_alive_max_requests != b.http.keep_alive_max_requests,
+        "http.keep_alive_max_requests");
   check(a.http.max_body_bytes != b.http.max_body_bytes, "http.max_body_bytes");
   check(a.http.api_key != b.http.api_key, "http.api_key");
   check(a.http.model_name != b.http.model_name, "http.model_name");

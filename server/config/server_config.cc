@@ -176,6 +176,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.Integer("max_body_bytes", &c.http.max_body_bytes, 1024, int64_t{1} << 32);
     r.Integer("read_timeout_s", &c.http.read_timeout_s, 1, 3600);
     r.Integer("write_timeout_s", &c.http.write_timeout_s, 1, 3600);
+    r.Integer("keep_alive_timeout_s", &c.http.keep_alive_timeout_s, 1, 3600);
+    r.Integer("keep_alive_max_requests", &c.http.keep_alive_max_requests, 1, 1 << 30);
     r.String("api_key", &c.http.api_key);
     r.String("model_name", &c.http.model_name);
     r.Integer("max_tokens_limit", &c.http.max_tokens_limit, 1, kMaxInt32);

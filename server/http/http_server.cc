@@ -49,7 +49,8 @@ HttpServer::HttpServer(server::ServingContext* context, config::HttpConfig http)
   server_.set_payload_max_length(static_cast<size_t>(http_.max_body_bytes));
   server_.set_read_timeout(http_.read_timeout_s, 0);
   server_.set_write_timeout(http_.write_timeout_s, 0);
-  server_.set_keep_alive_timeout(5);
+  server_.set_keep_alive_timeout(http_.keep_alive_timeout_s);
+  server_.set_keep_alive_max_count(static_cast<size_t>(http_.keep_alive_max_requests));
   RegisterRoutes();
 }
 

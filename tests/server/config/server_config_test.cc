@@ -31,6 +31,9 @@ TEST(ServerConfig, EmbeddedDefaultParsesAndMatchesBuiltInDefaults) {
   EXPECT_EQ(c->engine.kv.memory_bytes, d.engine.kv.memory_bytes);
   EXPECT_EQ(c->engine.kv.dither_seed, d.engine.kv.dither_seed);
   EXPECT_EQ(c->engine.scheduler.max_running, d.engine.scheduler.max_running);
+  EXPECT_EQ(c->engine.scheduler.max_batched_tokens, d.engine.scheduler.max_batched_tokens);
+  EXPECT_EQ(c->http.keep_alive_timeout_s, d.http.keep_alive_timeout_s);
+  EXPECT_EQ(c->http.keep_alive_max_requests, d.http.keep_alive_max_requests);
   EXPECT_EQ(c->engine.gate.mode, GateMode::kObserve);
 }
 
@@ -76,6 +79,9 @@ TEST(ServerConfig, BadValuesNameTheirPath) {
   ExpectError(R"({"log": {"level": "loud"}})", "log.level", "loud");
   ExpectError(R"({"metrics": {"cert_labels": "per_cell"}})", "metrics.cert_labels", "per_cell");
   ExpectError(R"({"http": {"threads": 0}})", "http.threads", "out of range");
+  ExpectError(R"({"http": {"keep_alive_timeout_s": 0}})", "http.keep_alive_timeout_s", "out of range");
+  ExpectError(R"({"scheduler": {"max_batched_tokens": -1}})", "scheduler.max_batched_tokens",
+              "out of range");
 }
 
 TEST(ServerConfig, MalformedJsonAndNonObject) {
