@@ -27,10 +27,10 @@ struct HttpConfig {
   int64_t max_body_bytes = 4 << 20;  // larger bodies → 413
   int32_t read_timeout_s = 30;       // a client that sends its body slower than this is cut
   int32_t write_timeout_s = 30;
-  // An idle keep-alive connection is closed after this long. Long enough that a client's pool
-  // rarely reuses a connection in the instant the server closes it (the reuse then fails);
-  // short enough that idle connections do not pin worker threads (one per connection).
-  int32_t keep_alive_timeout_s = 30;
+  // An idle keep-alive connection (also one whose request failed) is closed after this long.
+  // Each connection pins a worker thread, so this stays short (uvicorn's default is 5 s too);
+  // a client pool that reuses a connection in the instant it closes sees that request fail.
+  int32_t keep_alive_timeout_s = 5;
   int32_t keep_alive_max_requests = 1000;  // requests per connection before it is closed
   std::string api_key;               // "" → no auth (env WITCERT_API_KEY overrides)
   std::string model_name;            // id in /v1/models; "" → the model file's stem
