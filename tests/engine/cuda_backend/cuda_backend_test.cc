@@ -23,8 +23,10 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/model_source.h"
 #include "engine/model/synthetic_model.h"
 #include "gtest/gtest.h"
+#include "tests/engine/model/tiny_hf_model.h"
 #include "tests/testing/model_path.h"
 
 namespace witcert {
@@ -228,6 +230,35 @@ TEST_P(CudaBackendTest, LogitsAndGreedyDecodeMatchCpu) {
   EXPECT_GE(r.compared, 48);  // of 96
 }
 
+// A Hugging Face safetensors folder (config.json + two BF16 shards with an index, llama and
+// qwen2 layouts, written by the model tests' tiny-checkpoint writer with GPU-sized heads:
+// d = 64) loads through the same loader the server uses and runs on the GPU as on the CPU:
+// the weights are BF16 on both sides, so the tolerances are the synthetic models'.
+TEST(CudaBackendHfFolderTest, SafetensorsFolderMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const char* arch : {"llama", "qwen2"}) {
+    SCOPED_TRACE(arch);
+    testing::TempFolder dir(arch[0] == 'l' ? "gpu_hf_llama" : "gpu_hf_qwen2");
+    testing::TinyHfSpec spec;
+    spec.arch = arch;
+    spec.hidden = 256;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.ffn = 384;
+    spec.vocab = 300;
+    spec.shards = 2;
+    testing::WriteTinyHfFolder(spec, dir.path());
+    auto model = LoadModel(dir.str());
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_EQ((*model)->config().head_dim, 64);
+    Pair p = MakePair(std::move(*model), "fp16");
+    std::vector<std::vector<TokenId>> prompts;
+    for (int32_t len : {6, 21}) prompts.push_back(Prompt(len, len + 1, spec.vocab));
+    const GreedyComparison r = CompareGreedy(p, prompts, 12, 2e-2, 0.1);
+    EXPECT_GE(r.compared, 12);  // of 24
+  }
+}
+
 // The default model (SmolLM2-135M-Instruct, Q4_1 GGUF: d = 64, 9 query / 3 KV heads, 30
 // layers), dequantized to bf16 on the GPU, against the CPU backend's exact-arithmetic path
 // (dequantized weights, double accumulation), fp16 KV on both. Tolerance (why): the GPU
@@ -360,10 +391,11 @@ TEST_P(CudaBackendTest, CudaGraphReplayMatchesDirectLaunches) {
   auto m = SyntheticModelLoader::FromConfig(TestConfig(GetParam()), 77, {}, 2);
   ASSERT_TRUE(m.ok()) << m.status();
   std::unique_ptr<Model> model = std::move(*m);
-  auto direct_or = CudaBackend::Create(*model, KvOptions(model->config(), "int8-rtn"),
-                                       CudaBackend::Options{.cuda_graphs = false});
-  auto graph_or = CudaBackend::Create(*model, KvOptions(model->config(), "int8-rtn"),
-                                      CudaBackend::Options{.cuda_graphs = true});
+  CudaBackend::Options no_graphs, graphs;
+  no_graphs.cuda_graphs = false;
+  graphs.cuda_graphs = true;
+  auto direct_or = CudaBackend::Create(*model, KvOptions(model->config(), "int8-rtn"), no_graphs);
+  auto graph_or = CudaBackend::Create(*model, KvOptions(model->config(), "int8-rtn"), graphs);
   ASSERT_TRUE(direct_or.ok() && graph_or.ok());
   CudaBackend& direct = **direct_or;
   CudaBackend& graph = **graph_or;
