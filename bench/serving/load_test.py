@@ -5,7 +5,7 @@ streams vs 1; 64 concurrent clients must complete without errors; the HTTP + JSO
 overhead per token measured against the engine alone (bench_cpu_generate) in the same run.
 
     python3 bench/serving/load_test.py [--binary build/server/witcert] [--tokens 64]
-Prints a Markdown table. `--client httpx` streams with plain httpx (SSE parsed here) for hosts
+Prints a Markdown table; `--repeats N` alternates N runs of the level list and reports medians. `--client httpx` streams with plain httpx (SSE parsed here) for hosts
 without the openai package (the GPU machine); `--serve-arg` passes flags to `witcert serve`
 (e.g. `--serve-arg=--device --serve-arg=cuda`); `--no-overhead` skips the engine-alone comparison.
 """
@@ -110,6 +110,9 @@ def main():
     ap.add_argument("--serve-arg", action="append", default=[])
     ap.add_argument("--no-overhead", action="store_true")
     ap.add_argument("--server-log", default="", help="keep the server's output in this file")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run the whole level list this many times, alternating; the table then "
+                         "shows each level's median run and the gain of medians (plus min-max)")
     args = ap.parse_args()
     global CLIENT
     CLIENT = args.client
@@ -136,8 +139,18 @@ def main():
         # Warm-up (not timed): the first request pays page faults on the mapped weights and
         # the allocator's first touches; without it the 1-stream level looks slower than it is.
         asyncio.run(run_level(base + "/v1", 2, 16))
-        for level in [int(x) for x in args.levels.split(",")]:
-            rows.append(asyncio.run(run_level(base + "/v1", level, args.tokens)))
+        levels = [int(x) for x in args.levels.split(",")]
+        runs = {level: [] for level in levels}
+        for _ in range(max(1, args.repeats)):
+            for level in levels:
+                runs[level].append(asyncio.run(run_level(base + "/v1", level, args.tokens)))
+        for level in levels:  # the median run by tok/s; errors summed over all runs
+            ordered = sorted(runs[level], key=lambda r: r["tok_s"])
+            median = dict(ordered[len(ordered) // 2])
+            median["errors"] = sum(r["errors"] for r in runs[level])
+            median["first_error"] = next((r["first_error"] for r in runs[level] if r["errors"]), "")
+            median["spread"] = (ordered[0]["tok_s"], ordered[-1]["tok_s"])
+            rows.append(median)
         # Overhead: single-stream ITL over HTTP vs the engine's own step time, alternated three
         # times (best of each) so both see the same machine state and context lengths.
         for _ in range(0 if args.no_overhead else 3):
@@ -153,7 +166,8 @@ def main():
           "ITL p50 (ms) |\n| --- | --- | --- | --- | --- | --- |")
     single = rows[0]["tok_s"] or float("nan")
     for r in rows:
-        print(f"| {r['concurrency']} | {r['errors']} | {r['tok_s']:.1f} | {r['tok_s'] / single:.2f}× "
+        spread = f" ({r['spread'][0]:.1f}–{r['spread'][1]:.1f})" if args.repeats > 1 else ""
+        print(f"| {r['concurrency']} | {r['errors']} | {r['tok_s']:.1f}{spread} | {r['tok_s'] / single:.2f}× "
               f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} |")
         if r["errors"]:
             print(f"first error: {r['first_error']}")
