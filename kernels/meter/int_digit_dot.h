@@ -41,21 +41,34 @@ WITCERT_HD inline int32_t DigitExponent(float amax) {
   return k;
 }
 
-// The four base-128 digits of x (|x| < 64); every step is exact in double.
-WITCERT_HD inline void SplitIntoDigits(double x, int8_t* d) {
+// The first `n` base-128 digits of x (|x| < 64, n ≤ 6); every step is exact in double. After
+// n digits the residual x − Σ_j d_j·128^{-j} is at most ½·128^{1−n} in magnitude.
+WITCERT_HD inline void SplitIntoDigitsN(double x, int32_t n, int8_t* d) {
   double r = x;
-  for (int32_t j = 0; j < 4; ++j) {
+  for (int32_t j = 0; j < n; ++j) {
     const double dj = rint(r);
     d[j] = static_cast<int8_t>(dj);
     r = (r - dj) * 128.0;
   }
 }
 
+// The four base-128 digits of x (|x| < 64).
+WITCERT_HD inline void SplitIntoDigits(double x, int8_t* d) { SplitIntoDigitsN(x, 4, d); }
+
 // T̂ from the four exact digit dots, in the kernel's order (lanes holding D2, D3 form the
 // first fma and pass it on).
 WITCERT_HD inline float CombineDigitDots(int32_t d0, int32_t d1, int32_t d2, int32_t d3) {
   const float p23 = fmaf(static_cast<float>(d3), 0.0078125f, static_cast<float>(d2));
   return fmaf(fmaf(p23, 0.0078125f, static_cast<float>(d1)), 0.0078125f, static_cast<float>(d0));
+}
+
+// The three-digit variant (a kernel that keeps fewer query registers): digits d0..d2, residual
+// ≤ 2^-15 per channel, T̂ = fl-Horner((D2·2^-7 + D1)·2^-7 + D0) with two fmas. Its η is up to
+// ~1.5× the fp32 dot's on dense codes (tests/kernels/meter/int_digit_dot_test.cc), where four
+// digits are ~8× below it: no kernel uses it yet.
+WITCERT_HD inline float CombineDigitDots3(int32_t d0, int32_t d1, int32_t d2) {
+  return fmaf(fmaf(static_cast<float>(d2), 0.0078125f, static_cast<float>(d1)), 0.0078125f,
+              static_cast<float>(d0));
 }
 
 // qscale = 2^{k−6}·fl(1/√d).
@@ -71,6 +84,21 @@ WITCERT_HD inline float IntDigitEta(double q_norm1, int32_t k, int32_t head_dim,
   const double p = ldexp(1.0, k - 6);
   double eta = static_cast<double>(smax) / sqrt(static_cast<double>(head_dim)) * 128.0 *
                (7.1 * u * (q_norm1 + 1.004 * head_dim * p) + ldexp(1.0, k - 28) * head_dim);
+  eta += 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
+  return RoundUpToFloat(eta * (1.0 + 1e-6));
+}
+
+// η for three digits, by the same steps as IntDigitEta: the truncation term is 2^{k−21}·d
+// (residual 2^-15 instead of 2^-22) and the Horner term γ_2 (two fmas): with the products'
+// roundings, 6.1u ≥ γ_2 + 4.01u·(1+γ_2).
+//   η₃ ≤ s/√d · 128 · [6.1u·(‖q‖₁ + 1.004·d·2^{k−6}) + 2^{k−21}·d] + 2^-149·(1 + qscale)·2
+WITCERT_HD inline float IntDigitEta3(double q_norm1, int32_t k, int32_t head_dim, float smax,
+                                     float qscale) {
+  if (qscale == 0.0f) return 0.0f;
+  const double u = kUnitRoundoff;
+  const double p = ldexp(1.0, k - 6);
+  double eta = static_cast<double>(smax) / sqrt(static_cast<double>(head_dim)) * 128.0 *
+               (6.1 * u * (q_norm1 + 1.004 * head_dim * p) + ldexp(1.0, k - 21) * head_dim);
   eta += 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
   return RoundUpToFloat(eta * (1.0 + 1e-6));
 }
