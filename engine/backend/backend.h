@@ -70,6 +70,8 @@ class Backend {
   virtual const char* name() const = 0;
   // True when Forward honours ForwardItem::sample.
   virtual bool SamplesOnDevice() const { return false; }
+  // Tokens per forward pass (the prefill chunk budget) when the config leaves it to the backend.
+  virtual int32_t DefaultBatchedTokens() const { return 512; }
 };
 
 }  // namespace witcert

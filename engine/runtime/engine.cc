@@ -253,8 +253,7 @@ void Engine::Step() {
       r.presence_penalty = sp.presence_penalty;
       r.frequency_penalty = sp.frequency_penalty;
       r.uniform = seq->sampler.NextUniform();
-      r.generated = absl::Span<const int32_t>(seq->tokens.data() + seq->request.prompt.size(),
-                                              seq->num_generated());
+      r.generated = seq->generated();
       item.sample = &r;
     }
     items.push_back(item);
@@ -274,25 +273,29 @@ void Engine::Step() {
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     if (items[i].compute_logits) emitting.push_back(i);
   }
+  // Rows the device sampled only take its token; the others run the host sampler.
   std::vector<SampledToken> sampled(emitting.size());
+  std::vector<int64_t> host_rows;
+  for (size_t r = 0; r < emitting.size(); ++r) {
+    if (!result.sampled.empty() && result.sampled[r] >= 0) {
+      sampled[r].token = result.sampled[r];
+    } else {
+      host_rows.push_back(static_cast<int64_t>(r));
+    }
+  }
   auto sample_rows = [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      if (!result.sampled.empty() && result.sampled[r] >= 0) {
-        sampled[r].token = result.sampled[r];  // the device drew it (no logprobs asked for)
-        continue;
-      }
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = host_rows[i];
       Sequence* seq = plan.chunks[emitting[r]].seq;
-      sampled[r] = seq->sampler.Sample(
-          absl::Span<float>(&result.logits[r * vocab], vocab),
-          absl::Span<const int32_t>(seq->tokens.data() + seq->request.prompt.size(),
-                                    seq->num_generated()));
+      sampled[r] = seq->sampler.Sample(absl::Span<float>(&result.logits[r * vocab], vocab),
+                                       seq->generated());
     }
   };
-  const int64_t rows = static_cast<int64_t>(emitting.size());
-  if (rows > 1) {
-    sample_pool_->ParallelFor(rows, 1, sample_rows);
+  const int64_t num_host = static_cast<int64_t>(host_rows.size());
+  if (num_host > 1) {
+    sample_pool_->ParallelFor(num_host, 1, sample_rows);
   } else {
-    sample_rows(0, rows);
+    sample_rows(0, num_host);
   }
 
   size_t emit_index = 0;

@@ -30,8 +30,9 @@ struct EngineOptions {
   GatePolicy gate;            // the policy in force at start (ReloadPolicy swaps it)
   int32_t max_context = 0;    // 0 → the model's context length
   TraceWriter* trace = nullptr;  // receives every cell when set; must outlive the engine
-  // Threads that sample a step's rows in parallel (a 128k-vocabulary row costs ~0.1 ms;
-  // a batch of 64 would otherwise serialize behind the loop thread). 0 → min(cores, 8).
+  // Threads that sample a step's rows on the host in parallel (each row is a pass over the
+  // whole vocabulary; a batch of 64 would otherwise serialize behind the loop thread).
+  // 0 → min(cores, 8).
   int32_t sampling_threads = 0;
 };
 

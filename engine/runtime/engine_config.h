@@ -35,7 +35,7 @@ struct EngineConfig {
   std::string trace_path;
   KvConfig kv;
   GatePolicy gate{.mode = GateMode::kObserve, .tv_threshold = 0.05f, .delta_req = 0.01};
-  // max_batched_tokens 0 → by backend: 512 on the CPU, 2048 on the GPU (LoadEngine).
+  // max_batched_tokens 0 → the backend's DefaultBatchedTokens (CPU 512, CUDA 2048).
   SchedulerOptions scheduler{.max_batched_tokens = 0};
 };
 

@@ -130,9 +130,7 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   EngineOptions options;
   options.scheduler = config.scheduler;
   if (options.scheduler.max_batched_tokens <= 0) {
-    // Auto: on two CPU cores a 512-token chunk already takes ~1 s; a GPU runs 2048 tokens in
-    // tens of milliseconds, and larger chunks mean fewer passes over the stored KV per prompt.
-    options.scheduler.max_batched_tokens = std::string(backend->name()) == "cuda" ? 2048 : 512;
+    options.scheduler.max_batched_tokens = backend->DefaultBatchedTokens();
   }
   options.gate = config.gate;
   options.max_context = config.max_context;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/cert/records.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/runtime/request.h"
@@ -31,6 +32,10 @@ struct Sequence {
   int64_t num_computed = 0;        // tokens whose K/V are in the cache
   int64_t num_generated() const {
     return static_cast<int64_t>(tokens.size() - request.prompt.size());
+  }
+  // The generated tokens (what the penalties count).
+  absl::Span<const int32_t> generated() const {
+    return absl::Span<const int32_t>(tokens.data() + request.prompt.size(), num_generated());
   }
   int64_t decode_steps = 0;        // forward passes that read stored KV (certificate steps)
   int32_t preemptions = 0;

@@ -23,7 +23,7 @@ double ExpShiftedSum(const float* x, int64_t n, float shift, float scale, float*
 // Σ e^{(x[i] − shift)·scale} without storing the terms.
 double ExpShiftedSumOnly(const float* x, int64_t n, float shift, float scale);
 
-// max_i x[i] (−inf for n = 0; NaNs are ignored unless every element is NaN).
+// max_i x[i], NaNs ignored (−inf for n = 0 or when every element is NaN).
 float MaxValue(const float* x, int64_t n);
 
 }  // namespace witcert

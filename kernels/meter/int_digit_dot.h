@@ -76,31 +76,29 @@ WITCERT_HD inline float DigitQueryScale(int32_t k, float inv_sqrt_d) {
   return ldexpf(inv_sqrt_d, k - 6);
 }
 
-// η for every token of a split whose key scales are ≤ smax (see the header comment).
-WITCERT_HD inline float IntDigitEta(double q_norm1, int32_t k, int32_t head_dim, float smax,
-                                    float qscale) {
+// η for every token of a split whose key scales are ≤ smax, for a query split into `digits`
+// digits (4: the header comment's bound; 3: truncation 2^{k−21}·d instead of 2^{k−28}·d, the
+// residual being 2^-15 instead of 2^-22, and Horner γ_2 instead of γ_3: with the products'
+// roundings 6.1u ≥ γ_2 + 4.01u·(1+γ_2)).
+//   η ≤ s/√d · 128 · [c·u·(‖q‖₁ + 1.004·d·2^{k−6}) + 2^{k−7·digits}·d] + 2^-149·(1 + qscale)·2
+// with c = 7.1 (four digits) or 6.1 (three).
+WITCERT_HD inline float IntDigitEtaN(int32_t digits, double q_norm1, int32_t k, int32_t head_dim,
+                                     float smax, float qscale) {
   if (qscale == 0.0f) return 0.0f;  // a zero query: every logit is exactly 0
   const double u = kUnitRoundoff;
   const double p = ldexp(1.0, k - 6);
+  const double horner = digits == 4 ? 7.1 : 6.1;
   double eta = static_cast<double>(smax) / sqrt(static_cast<double>(head_dim)) * 128.0 *
-               (7.1 * u * (q_norm1 + 1.004 * head_dim * p) + ldexp(1.0, k - 28) * head_dim);
+               (horner * u * (q_norm1 + 1.004 * head_dim * p) +
+                ldexp(1.0, k - 7 * digits) * head_dim);
   eta += 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
   return RoundUpToFloat(eta * (1.0 + 1e-6));
 }
 
-// η for three digits, by the same steps as IntDigitEta: the truncation term is 2^{k−21}·d
-// (residual 2^-15 instead of 2^-22) and the Horner term γ_2 (two fmas): with the products'
-// roundings, 6.1u ≥ γ_2 + 4.01u·(1+γ_2).
-//   η₃ ≤ s/√d · 128 · [6.1u·(‖q‖₁ + 1.004·d·2^{k−6}) + 2^{k−21}·d] + 2^-149·(1 + qscale)·2
-WITCERT_HD inline float IntDigitEta3(double q_norm1, int32_t k, int32_t head_dim, float smax,
-                                     float qscale) {
-  if (qscale == 0.0f) return 0.0f;
-  const double u = kUnitRoundoff;
-  const double p = ldexp(1.0, k - 6);
-  double eta = static_cast<double>(smax) / sqrt(static_cast<double>(head_dim)) * 128.0 *
-               (6.1 * u * (q_norm1 + 1.004 * head_dim * p) + ldexp(1.0, k - 21) * head_dim);
-  eta += 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
-  return RoundUpToFloat(eta * (1.0 + 1e-6));
+// The four-digit η of the tensor-core kernels.
+WITCERT_HD inline float IntDigitEta(double q_norm1, int32_t k, int32_t head_dim, float smax,
+                                    float qscale) {
+  return IntDigitEtaN(4, q_norm1, k, head_dim, smax, qscale);
 }
 
 }  // namespace witcert::meter

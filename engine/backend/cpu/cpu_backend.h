@@ -35,6 +35,9 @@ class CpuBackend : public Backend {
   const ModelConfig& config() const override { return config_; }
   KvCache& kv_cache() override { return *kv_; }
   const char* name() const override { return "cpu"; }
+  // On two cores prefill runs ~250–430 tok/s (bench/RESULTS.md), so 512 tokens are already
+  // 1–2 s of a step every running sequence waits for.
+  int32_t DefaultBatchedTokens() const override { return 512; }
 
  private:
   CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, Options options);

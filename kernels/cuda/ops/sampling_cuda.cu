@@ -27,8 +27,7 @@ __device__ __forceinline__ uint64_t Fixed(float w) {
 }
 
 struct Shared {
-  uint32_t hist[256];
-  unsigned long long mass[256];
+  unsigned long long mass[256];  // radix-select histogram: count or fixed-point mass per digit
   unsigned long long scan[kThreads];
   float fred[kThreads / 32];
   int32_t ired[kThreads / 32];

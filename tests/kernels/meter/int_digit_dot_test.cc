@@ -63,7 +63,7 @@ Replay ReplayKernelLogit(const std::vector<float>& q, const std::vector<int8_t>&
   long double dot = 0.0L;
   for (int c = 0; c < d; ++c) dot += static_cast<long double>(q[c]) * x[c];
   r.truth = dot * s / std::sqrt(static_cast<long double>(d));
-  r.eta = digits == 4 ? IntDigitEta(n1, k, d, s, qscale) : IntDigitEta3(n1, k, d, s, qscale);
+  r.eta = digits == 4 ? IntDigitEta(n1, k, d, s, qscale) : IntDigitEtaN(3, n1, k, d, s, qscale);
   return r;
 }
 
