@@ -157,6 +157,7 @@ absl::Status KvCache::Reserve(SeqId seq, int64_t num_tokens) {
   for (int32_t b : blocks) {
     backing_.OnAllocate(b);
     exact_cache_.InvalidateBlock(b);
+    if (observer_ != nullptr) observer_->OnBlockAllocated(b, seq);
     table.Append(b);
   }
   return absl::OkStatus();
@@ -175,6 +176,7 @@ void KvCache::FreeSequence(SeqId seq) {
     if (pool_.Release(b)) {
       backing_.MarkFinished(b);
       exact_cache_.InvalidateBlock(b);
+      if (observer_ != nullptr) observer_->OnBlockFreed(b);
     }
   }
 }

@@ -98,6 +98,16 @@ struct KvCacheStats {
   BackingStoreStats backing;
 };
 
+// Told of block lifetimes by KvCache (the CUDA backend keeps its gate's exact copies per
+// physical block). Called from AddSequence / Reserve / FreeSequence, on the caller's thread,
+// with the sequence map's lock held for allocations; must not call back into the cache.
+class KvBlockObserver {
+ public:
+  virtual ~KvBlockObserver() = default;
+  virtual void OnBlockAllocated(int32_t block, SeqId seq) = 0;
+  virtual void OnBlockFreed(int32_t block) = 0;
+};
+
 class KvCache {
  public:
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheOptions& options);
@@ -148,6 +158,8 @@ class KvCache {
   const BandLayout& band_layout() const { return bands_; }
   KvCacheStats stats() const;
   const BlockPool& pool() const { return pool_; }
+  // At most one observer (null to detach); it must outlive its registration.
+  void set_block_observer(KvBlockObserver* observer) { observer_ = observer; }
   const OutlierChannels& outliers() const { return outliers_; }
 
  private:
@@ -195,6 +207,7 @@ class KvCache {
                  GatheredHead* out, int64_t row) const;
 
   const KvCacheOptions options_;
+  KvBlockObserver* observer_ = nullptr;
   const KvCodec* k_codec_;
   const KvCodec* v_codec_;
   BandLayout bands_;

@@ -231,18 +231,30 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const int gmax = GroupBound(g);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>(args.batch));
+  const bool exact = args.exact_slot != nullptr;
+  if (exact) {
+    if (args.exact_kv == nullptr || !args.meter || args.layer < 0 || args.layer >= args.num_layers ||
+        (args.kernel != 0 && args.kernel != 1)) {
+      return CudaStatus::Error("MeteredDecodeCuda: exact reads need exact_kv, the meter, "
+                               "0 <= layer < num_layers and the first kernel");
+    }
+    p.exact_slot = args.exact_slot;
+    p.exact_kv = args.exact_kv;
+    p.num_layers = args.num_layers;
+  }
   const PipeSmemPlan plan = MakePipeSmemPlan(layout, gmax, p.lcap);
   const bool mma_ok = TensorCoreDecodeSupports(layout, g);
   if (args.kernel == 3 && !mma_ok) {
     return CudaStatus::Error("MeteredDecodeCuda: the tensor-core kernel takes int8-rtn, head_dim 128, "
                              "at most 4 query heads per KV head, block_size >= 8 and 8 witness bands");
   }
-  if ((args.kernel == 0 || args.kernel == 3) && mma_ok) {
+  if (!exact && (args.kernel == 0 || args.kernel == 3) && mma_ok) {
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
     WITCERT_CUDA_RETURN_IF_ERROR(args.meter ? LaunchInt8Mma<true>(p, mplan, grid, stream)
                                             : LaunchInt8Mma<false>(p, mplan, grid, stream));
-  } else if ((args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 && plan.bytes <= 200 * 1024) {
+  } else if (!exact && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
+             plan.bytes <= 200 * 1024) {
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
   } else {
     const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,

@@ -51,6 +51,12 @@ struct MeteredDecodeCudaArgs {
                                         // 1: the first two-phase kernel (comparison/fallback);
                                         // 2: the pipelined kernel (block_size ≥ 8);
                                         // 3: the tensor-core kernel (int8-rtn, d = 128, G ≤ 4)
+  // The gate's promoted blocks (certificates.md §6): when exact_slot is set, the token of a
+  // (physical block, layer, KV head) with a slot ≥ 0 is read from exact_kv as fp32 and counts
+  // ε̂ = 0, ρ = 0. Needs the meter; runs the first kernel (kernel must be 0 or 1).
+  const int32_t* exact_slot = nullptr;  // [num_blocks, num_layers, Hkv] slot or −1, device
+  const float* exact_kv = nullptr;      // [slots, 2 (K, V), block_size, d] fp32, device
+  int32_t num_layers = 0;               // of the exact_slot table (layer < num_layers)
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
   void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device

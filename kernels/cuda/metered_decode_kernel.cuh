@@ -12,6 +12,10 @@
 // (c) meter: ε̂ (Tier A witness, Tier B scale), ‖ρ‖ (V witness), PartialAddToken — one thread
 // per (query head, token), each thread holding one CertPartial, summed with
 // SumPartialsSameMax. η: see kernels/cuda/metered_decode_cuda.cu.
+// EXACT (the gate's repair path): a token whose (block, layer, KV head) has a slot in the exact
+// block cache (DecodeParams::exact_slot) is read from there as fp32 K/V and contributes
+// ε̂ = 0, ρ = 0 (certificates.md §6); its ‖ṽ‖ takes the wide-range path. Only this kernel
+// reads promoted blocks; the engine routes rows with promoted blocks here.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +44,22 @@ struct DecodeParams {
   double delta_loc;
   float* part_acc;             // [batch, Hq, P, D]
   meter::CertPartial* parts;   // [batch, Hq, P]
+  // Promoted blocks (EXACT kernels only): slot of (physical block, layer, KV head) in the
+  // exact cache, −1 when not cached; the cache holds fp32 [slots, 2 (K, V), block_size, D].
+  const int32_t* exact_slot = nullptr;  // [num_blocks, num_layers, Hkv]
+  const float* exact_kv = nullptr;
+  int32_t num_layers = 0;
 };
+
+// Exact-cache slot of token t's block for this (layer, KV head); −1 when it is read quantized.
+template <bool EXACT>
+__device__ __forceinline__ int32_t ExactSlotOf(const DecodeParams& p, int64_t block, int kvh) {
+  if constexpr (!EXACT) {
+    return -1;
+  } else {
+    return __ldg(p.exact_slot + (block * p.num_layers + p.layer) * p.layout.num_kv_heads + kvh);
+  }
+}
 
 // Shared memory beyond the dynamic logits region.
 template <int GMAX>
@@ -177,7 +196,7 @@ __device__ __forceinline__ float TokenRho(const uint16_t* vw, int32_t nb) {
   }
 }
 
-template <class C, int D, int GMAX, bool METER>
+template <class C, int D, int GMAX, bool METER, bool EXACT>
 __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKernel(const DecodeParams p) {
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kTile / (kWarps * TPW);
   constexpr int UB = (64 / C::kBytes) < U ? (64 / C::kBytes) : U;  // loads in flight per batch
@@ -251,13 +270,29 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
     for (int u0 = 0; u0 < U; u0 += UB) {
       uint32_t raw[UB][NW];
       float sc[UB];
+      float xe[EXACT ? UB : 1][8];  // exact rows (EXACT)
+      bool ex[UB];
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
+        ex[u] = false;
         if (t < end) {
-          const int64_t vec = ((static_cast<int64_t>(bt[static_cast<int32_t>(t) >> p.bs_shift]) * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
+          const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
+          const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
           LoadChunk<C::kBytes>(kc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.k_scales[vec * nscale + scale_idx]) : 1.0f;
+          if constexpr (EXACT) {
+            const int32_t slot = ExactSlotOf<EXACT>(p, blk, kvh);
+            if (slot >= 0) {
+              const float4* src = reinterpret_cast<const float4*>(
+                  p.exact_kv + ((static_cast<int64_t>(slot) * 2) * bs + (static_cast<int32_t>(t) & (bs - 1))) * D + ch0);
+              const float4 a = __ldg(src), b = __ldg(src + 1);
+              xe[u][0] = a.x; xe[u][1] = a.y; xe[u][2] = a.z; xe[u][3] = a.w;
+              xe[u][4] = b.x; xe[u][5] = b.y; xe[u][6] = b.z; xe[u][7] = b.w;
+              ex[u] = true;
+              sc[u] = 1.0f;
+            }
+          }
         } else {
 #pragma unroll
           for (int i = 0; i < NW; ++i) raw[u][i] = 0u;
@@ -270,6 +305,12 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, false};
         float x[8];
         C::Decode8(raw[u], ctx, x);
+        if constexpr (EXACT) {
+          if (ex[u]) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) x[i] = xe[u][i];
+          }
+        }
         float dot[GMAX];
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) {
@@ -364,13 +405,29 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
     for (int u0 = 0; u0 < U; u0 += UB) {
       uint32_t raw[UB][NW];
       float sc[UB];
+      float xe[EXACT ? UB : 1][8];
+      bool ex[UB];
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
+        ex[u] = false;
         if (t < end) {
-          const int64_t vec = ((static_cast<int64_t>(bt[static_cast<int32_t>(t) >> p.bs_shift]) * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
+          const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
+          const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
           LoadChunk<C::kBytes>(vc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.v_scales[vec * nscale + scale_idx]) : 1.0f;
+          if constexpr (EXACT) {
+            const int32_t slot = ExactSlotOf<EXACT>(p, blk, kvh);
+            if (slot >= 0) {
+              const float4* src = reinterpret_cast<const float4*>(
+                  p.exact_kv + ((static_cast<int64_t>(slot) * 2 + 1) * bs + (static_cast<int32_t>(t) & (bs - 1))) * D + ch0);
+              const float4 a = __ldg(src), b = __ldg(src + 1);
+              xe[u][0] = a.x; xe[u][1] = a.y; xe[u][2] = a.z; xe[u][3] = a.w;
+              xe[u][4] = b.x; xe[u][5] = b.y; xe[u][6] = b.z; xe[u][7] = b.w;
+              ex[u] = true;
+              sc[u] = 1.0f;
+            }
+          }
         } else {
 #pragma unroll
           for (int i = 0; i < NW; ++i) raw[u][i] = 0u;
@@ -384,6 +441,12 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, true};
         float x[8];
         C::Decode8(raw[u], ctx, x);
+        if constexpr (EXACT) {
+          if (ex[u]) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) x[i] = xe[u][i];
+          }
+        }
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) {
           const float ws = sm.wt[g][j] * sc[u];
@@ -392,21 +455,29 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         }
         if constexpr (METER) {
           float amax = 1.0f, inv = 1.0f;
-          if constexpr (C::kWideRange) {  // bf16/fp32 squares can overflow or underflow
-            amax = 0.0f;
+          // bf16/fp32 squares (and an exact row's) can overflow or underflow. The shuffles run
+          // on every lane; a token's LPT lanes agree on `wide`.
+          const bool wide = C::kWideRange || ex[u];
+          if constexpr (C::kWideRange || EXACT) {
+            float a = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+            for (int i = 0; i < 8; ++i) a = fmaxf(a, fabsf(x[i]));
 #pragma unroll
-            for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
+            for (int o = LPT / 2; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+            if (wide) {
+              amax = a;
+              inv = (a > 0.0f && a <= 3.0e38f) ? 1.0f / a : 0.0f;
+            }
           }
           float vscale = sc[u];
           if constexpr (C::kGroupScale) {  // fold each lane's scale in, relative to the largest
             float smax = sc[u];
 #pragma unroll
             for (int o = LPT / 2; o > 0; o >>= 1) smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, o));
-            inv = smax > 0.0f ? sc[u] / smax : 0.0f;
-            vscale = smax;
+            if (!ex[u]) {
+              inv = smax > 0.0f ? sc[u] / smax : 0.0f;
+              vscale = smax;
+            }
           }
           float ss = 0.0f;
 #pragma unroll
@@ -417,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
 #pragma unroll
           for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
           float norm = amax * sqrtf(ss);
-          if (C::kWideRange && inv == 0.0f) norm = amax;  // 0, inf or NaN
+          if (wide && inv == 0.0f) norm = amax;  // 0, inf or NaN
           if (part == 0) sm.vn[j] = norm * vscale * vn_infl;
         }
       }
@@ -433,7 +504,9 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         const int64_t vec = ((static_cast<int64_t>(bt[static_cast<int32_t>(t) >> p.bs_shift]) * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
         const float ks = C::kTierB ? Bf16Bits(p.kv.k_scales[vec]) : 0.0f;
         float eps, rho = 0.0f;
-        if (nb == 8) {
+        if (EXACT && ExactSlotOf<EXACT>(p, bt[static_cast<int32_t>(t) >> p.bs_shift], kvh) >= 0) {
+          eps = 0.0f;  // an exact copy: no quantization error (rho stays 0)
+        } else if (nb == 8) {
           eps = TokenEpsilon<8>(p.kv.k_witness + vec * 8, 8, sm.qbn[my_g], inv_sqrt_d, infl, has_w,
                                 sm.tierb[my_g], ks);
           if (has_w) rho = TokenRho<8>(p.kv.v_witness + vec * 8, 8);
@@ -489,9 +562,9 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
   }
 }
 
-template <class C, int D, int GMAX, bool METER>
+template <class C, int D, int GMAX, bool METER, bool EXACT = false>
 CudaStatus LaunchDecode(const DecodeParams& p, dim3 grid, size_t dyn_smem, cudaStream_t stream) {
-  auto kernel = MeteredDecodeKernel<C, D, GMAX, METER>;
+  auto kernel = MeteredDecodeKernel<C, D, GMAX, METER, EXACT>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(dyn_smem)));
   kernel<<<grid, kThreads, dyn_smem, stream>>>(p);
@@ -499,14 +572,18 @@ CudaStatus LaunchDecode(const DecodeParams& p, dim3 grid, size_t dyn_smem, cudaS
   return CudaStatus::Ok();
 }
 
-// Dispatch over head dim, group bound and meter for one codec (defined per codec family).
+// Dispatch over head dim, group bound, meter and exact reads for one codec (defined per codec
+// family). Exact reads (p.exact_slot set) come with the meter: they exist for the gate.
 template <class C>
 CudaStatus LaunchDecodeForCodec(const DecodeParams& p, bool meter, dim3 grid, size_t dyn_smem,
                                 cudaStream_t stream) {
   const int d = p.layout.head_dim;
   const bool g8 = p.q_per_kv > 4;
+  const bool exact = p.exact_slot != nullptr;
+  if (exact && !meter) return CudaStatus::Error("MeteredDecodeCuda: exact reads need the meter on");
 #define WITCERT_DECODE_CASE(D_, G_)                                                  \
   if (d == D_ && g8 == (G_ == 8)) {                                                  \
+    if (exact) return LaunchDecode<C, D_, G_, true, true>(p, grid, dyn_smem, stream); \
     return meter ? LaunchDecode<C, D_, G_, true>(p, grid, dyn_smem, stream)          \
                  : LaunchDecode<C, D_, G_, false>(p, grid, dyn_smem, stream);        \
   }

@@ -25,6 +25,10 @@ bool MeterOn(const ForwardItem& item) {
   return item.policy != nullptr && item.policy->mode != GateMode::kOff;
 }
 
+bool RepairOn(const ForwardItem& item) {
+  return item.policy != nullptr && item.policy->mode == GateMode::kRepair;
+}
+
 }  // namespace
 
 bool CudaBackend::DeviceAvailable() {
@@ -71,6 +75,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, std::unique_ptr<KvCache> kv)
     : config_(config), kv_(std::move(kv)) {}
 
 CudaBackend::~CudaBackend() {
+  if (kv_ != nullptr) kv_->set_block_observer(nullptr);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  repair_.reset();
   DropGraphs();
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -103,7 +110,11 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   }
   WITCERT_KERNEL_OK(ValidateLayout(layout_));
   dither_seed_ = o.dither_seed;
+  backing_store_bytes_ = o.backing_store_bytes;
+  exact_cache_blocks_ = o.exact_cache_blocks;
   WITCERT_KERNEL_OK(pool_.Init(layout_, o.num_layers));
+  block_events_ = std::make_unique<BlockEvents>(this);
+  kv_->set_block_observer(block_events_.get());
   return UploadWeights(model, &weights_, options.progress);
 }
 
@@ -175,15 +186,17 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t max_blocks) {
+absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t max_blocks,
+                                      bool repair) {
   const int64_t h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   const int64_t ffn = config_.ffn_dim, hq = config_.num_heads, layers = config_.num_layers;
   RETURN_IF_ERROR(x_.Grow(n * h));
   RETURN_IF_ERROR(xn_.Grow(n * h));
   RETURN_IF_ERROR(qkv_.Grow(n * (q + 2 * kv)));
   RETURN_IF_ERROR(q_.Grow(n * q));
-  RETURN_IF_ERROR(k_.Grow(n * kv));
-  RETURN_IF_ERROR(v_.Grow(n * kv));
+  // Repair steps keep every layer's K/V rows ([L, N, kv_dim]) for the write-through stream.
+  RETURN_IF_ERROR(k_.Grow((repair ? layers : 1) * n * kv));
+  RETURN_IF_ERROR(v_.Grow((repair ? layers : 1) * n * kv));
   RETURN_IF_ERROR(attn_.Grow(n * q));
   RETURN_IF_ERROR(attn_bf_.Grow(n * q));
   RETURN_IF_ERROR(gate_up_.Grow(n * 2 * ffn));
@@ -197,10 +210,21 @@ absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t m
   RETURN_IF_ERROR(out_norm_.Grow(cells));
   RETURN_IF_ERROR(cert_host_.Grow(cells));
   RETURN_IF_ERROR(out_norm_host_.Grow(cells));
-  const size_t input_bytes = AlignUp(n * 4) + 2 * AlignUp(n * 8) + AlignUp(s * max_blocks * 4) +
-                             AlignUp(s * 4);
+  const size_t input_bytes = 2 * AlignUp(n * 4) + 2 * AlignUp(n * 8) +
+                             AlignUp(s * max_blocks * 4) + 3 * AlignUp(s * 4);
   RETURN_IF_ERROR(inputs_.Grow(input_bytes));
   RETURN_IF_ERROR(inputs_host_.Grow(input_bytes));
+  if (repair) {
+    const int64_t rows = std::max<int64_t>(s, 1);
+    RETURN_IF_ERROR(flagged_.Grow(1 + rows * hq));
+    RETURN_IF_ERROR(flagged_host_.Grow(1 + rows * hq));
+    RETURN_IF_ERROR(sub_q_.Grow(rows * q));
+    RETURN_IF_ERROR(sub_out_.Grow(rows * q));
+    RETURN_IF_ERROR(sub_tables_.Grow(rows * max_blocks));
+    RETURN_IF_ERROR(sub_ctx_.Grow(rows));
+    RETURN_IF_ERROR(sub_cert_.Grow(rows * hq));
+    RETURN_IF_ERROR(sub_norm_.Grow(rows * hq));
+  }
   return absl::OkStatus();
 }
 
@@ -268,20 +292,19 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   // (meter, δ_loc), then later prompt chunks the chunked-prefill kernel takes — and prompt
   // chunks at position 0 last. first_row[b] is item b's first row in that order.
   const bool prefill_kernel = MeteredPrefillCudaSupports(layout_, hq);
+  // Repair items' later chunks take the decode kernel row by row: only it reads promoted blocks.
   auto row_class = [&](const ForwardItem& item) {
     if (item.start_pos == 0) return 2;
-    return prefill_kernel && item.tokens.size() > 1 ? 1 : 0;
+    return prefill_kernel && item.tokens.size() > 1 && !RepairOn(item) ? 1 : 0;
   };
   std::vector<size_t> order(batch.size());
   std::iota(order.begin(), order.end(), size_t{0});
+  bool repair_step = false;  // some item is in repair mode: write-through, check, page-in
   for (const ForwardItem& item : batch) {
     if (item.tokens.empty()) return absl::InvalidArgumentError("empty forward item");
-    if (item.policy != nullptr && item.policy->mode == GateMode::kRepair && item.start_pos > 0) {
-      return absl::UnimplementedError(
-          "gate repair mode is not implemented on the CUDA backend yet (use observe, or "
-          "--device cpu)");
-    }
+    repair_step = repair_step || RepairOn(item);
   }
+  if (repair_step) RETURN_IF_ERROR(EnsureRepairState());
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const ForwardItem &x = batch[a], &y = batch[b];
     if (row_class(x) != row_class(y)) return row_class(x) < row_class(y);
@@ -319,7 +342,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   // rounded up to 1024 tokens: the kernels read every row's true length from the inputs.
   // The rounding applies with graphs off too, so both paths launch the very same kernels.
   const bool decode_only = chunks.empty() && s == n;
-  const bool graph_step = cuda_graphs_ && decode_only;
+  const bool graph_step = cuda_graphs_ && decode_only && !repair_step;  // repair syncs per layer
   if (decode_only) {
     const int64_t bucket = std::max<int64_t>(1, 1024 / bs);
     max_blocks = (max_blocks + bucket - 1) / bucket * bucket;
@@ -327,20 +350,38 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       g.max_context = std::min<int64_t>((g.max_context + 1023) / 1024 * 1024, max_blocks * bs);
     }
   }
-  RETURN_IF_ERROR(GrowScratch(n, s, m, max_blocks));
+  RETURN_IF_ERROR(GrowScratch(n, s, m, max_blocks, repair_step));
 
   // Packed inputs: ids [N] i32 | positions [N] i64 | slots [N] i64 | block tables [S, maxb]
-  // i32 | context lengths [S] i32. One pinned buffer, one copy.
+  // i32 | context lengths [S] i32 | write-through entries [N] i32 | TV and value thresholds
+  // [S] f32 each (the last three: repair steps). One pinned buffer, one copy.
   const size_t off_pos = AlignUp(n * 4), off_slot = off_pos + AlignUp(n * 8);
   const size_t off_table = off_slot + AlignUp(n * 8);
   const size_t off_ctx = off_table + AlignUp(s * max_blocks * 4);
-  const size_t input_bytes = off_ctx + AlignUp(s * 4);
+  const size_t off_entry = off_ctx + AlignUp(s * 4);
+  const size_t off_tv = off_entry + AlignUp(n * 4);
+  const size_t off_vt = off_tv + AlignUp(s * 4);
+  const size_t input_bytes = off_vt + AlignUp(s * 4);
   uint8_t* hbase = inputs_host_.get();
   auto* ids = reinterpret_cast<int32_t*>(hbase);
   auto* positions = reinterpret_cast<int64_t*>(hbase + off_pos);
   auto* slots = reinterpret_cast<int64_t*>(hbase + off_slot);
   auto* tables = reinterpret_cast<int32_t*>(hbase + off_table);
   auto* ctx = reinterpret_cast<int32_t*>(hbase + off_ctx);
+  auto* entry = reinterpret_cast<int32_t*>(hbase + off_entry);
+  auto* tv_thr = reinterpret_cast<float*>(hbase + off_tv);
+  auto* v_thr = reinterpret_cast<float*>(hbase + off_vt);
+  RepairStep rstep;
+  if (repair_step) {
+    rstep.s = s;
+    rstep.max_blocks = max_blocks;
+    rstep.host_tables = tables;
+    rstep.host_ctx = ctx;
+    rstep.row_seq.assign(s, 0);
+    rstep.row_delta.assign(s, 0.0);
+    rstep.row_budget.assign(s, 0);
+    rstep.cells.assign(static_cast<size_t>(layers) * s * hq, RepairStep::Cell{});
+  }
   std::vector<int32_t> blocks;
   for (size_t b = 0; b < batch.size(); ++b) {
     const ForwardItem& item = batch[b];
@@ -361,7 +402,19 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       ids[row] = token;
       positions[row] = pos;
       slots[row] = int64_t{blocks[pos / bs]} * bs + pos % bs;
+      if (repair_step) {
+        entry[row] = RepairOn(item) ? repair_->entries->Acquire(blocks[pos / bs]) : -1;
+      }
       if (item.start_pos == 0) continue;
+      if (repair_step) {
+        const bool repair_row = RepairOn(item);
+        tv_thr[row] = repair_row ? item.policy->tv_threshold : NAN;
+        v_thr[row] = repair_row ? item.policy->v_threshold : 0.0f;
+        rstep.row_seq[row] = item.seq;
+        rstep.row_delta[row] = item.delta_loc;
+        rstep.row_budget[row] = repair_row ? item.policy->pagein_budget_per_step : 0;
+        if (repair_row) rstep.repair_rows.push_back(static_cast<int32_t>(row));
+      }
       int32_t* t = tables + row * max_blocks;  // decode rows are rows [0, S)
       std::fill(t, t + max_blocks, 0);
       std::copy(blocks.begin(),
@@ -382,6 +435,17 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     workspace_bytes = std::max(workspace_bytes,
                                MeteredDecodeWorkspaceBytes(probe.batch, hq, d, g.num_splits));
   }
+  if (repair_step && s > 0) {  // exact re-runs: any subset of the rows; one row splits most
+    MeteredDecodeCudaArgs probe;
+    probe.batch = 1;
+    probe.num_q_heads = hq;
+    probe.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+    probe.max_context = max_blocks * bs;
+    int32_t splits = 0;
+    WITCERT_KERNEL_OK(ResolveNumSplits(layout_, probe, &splits));
+    workspace_bytes = std::max(
+        workspace_bytes, MeteredDecodeWorkspaceBytes(static_cast<int32_t>(s), hq, d, splits));
+  }
   RETURN_IF_ERROR(workspace_.Grow(std::max<size_t>(workspace_bytes, 1)));
 
   uint8_t* dbase = inputs_.get();
@@ -390,6 +454,14 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   const auto* d_slots = reinterpret_cast<const int64_t*>(dbase + off_slot);
   const auto* d_tables = reinterpret_cast<const int32_t*>(dbase + off_table);
   const auto* d_ctx = reinterpret_cast<const int32_t*>(dbase + off_ctx);
+  const auto* d_entry = reinterpret_cast<const int32_t*>(dbase + off_entry);
+  if (repair_step) {
+    std::sort(rstep.repair_rows.begin(), rstep.repair_rows.end());
+    rstep.dev_tables = d_tables;
+    rstep.dev_ctx = d_ctx;
+    rstep.dev_tv_threshold = reinterpret_cast<const float*>(dbase + off_tv);
+    rstep.dev_v_threshold = reinterpret_cast<const float*>(dbase + off_vt);
+  }
 
   const int64_t vocab = config_.vocab_size;
   // Device sampling: rows (in logits order) with a SampleRequest; the logits go to the host
@@ -425,13 +497,29 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       if (config_.qkv_bias) {
         WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
       }
-      // q_ [N, q_dim], k_ and v_ [N, kv_dim] out of the fused rows, q and k rotated.
+      // q_ [N, q_dim], k and v [N, kv_dim] out of the fused rows, q and k rotated (repair
+      // steps: the layer's own slice, read later by the write-through stream).
+      const int64_t kv_slice = repair_step ? int64_t{layer} * n * kv_dim : 0;
+      float* k_rows = k_.get() + kv_slice;
+      float* v_rows = v_.get() + kv_slice;
       WITCERT_KERNEL_OK(RopeSplitQkvCuda(qkv_.get(), n, qkv_dim, hq, hkv, d, d_pos,
-                                         config_.rope_theta, interleaved, q_.get(), k_.get(),
-                                         v_.get(), stream_));
+                                         config_.rope_theta, interleaved, q_.get(), k_rows,
+                                         v_rows, stream_));
+      if (repair_step) {  // exact copies to the host store, off the critical path
+        RepairState& r = *repair_;
+        WITCERT_CUDA_OK(cudaEventRecord(r.kv_ready[layer], stream_));
+        WITCERT_CUDA_OK(cudaStreamWaitEvent(r.copy_stream, r.kv_ready[layer], 0));
+        WITCERT_KERNEL_OK(WriteThroughExactCuda(r.shape, k_rows, v_rows, d_slots, d_entry, n, layer,
+                                                r.host_store, r.copy_stream));
+        WITCERT_CUDA_OK(cudaEventRecord(r.written[layer], r.copy_stream));
+        r.write_pending = true;
+        WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(r.shape, k_rows, v_rows, d_slots, n, layer,
+                                                    r.exact_slot.get(), r.exact_kv.get(),
+                                                    stream_));
+      }
       KvWriteArgs write;
-      write.k = k_.get();
-      write.v = v_.get();
+      write.k = k_rows;
+      write.v = v_rows;
       write.slots = d_slots;
       write.positions = d_pos;
       write.num_tokens = n;
@@ -443,7 +531,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         if (batch[b].start_pos != 0) continue;
         const int64_t r = first_row[b];
         WITCERT_KERNEL_OK(PrefillAttentionCuda(
-            q_.get() + r * q_dim, q_dim, k_.get() + r * kv_dim, v_.get() + r * kv_dim, kv_dim,
+            q_.get() + r * q_dim, q_dim, k_rows + r * kv_dim, v_rows + r * kv_dim, kv_dim,
             static_cast<int64_t>(batch[b].tokens.size()), hq, hkv, d, attn_.get() + r * q_dim,
             q_dim, stream_));
       }
@@ -495,6 +583,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                                          stream_));
         }
       }
+      if (repair_step && !rstep.repair_rows.empty()) RETURN_IF_ERROR(RepairLayer(layer, rstep));
       WITCERT_KERNEL_OK(FloatToBf16Cuda(attn_.get(), n * q_dim, attn_bf_.get(), stream_));
       RETURN_IF_ERROR(Gemm(attn_bf_.get(), n, q_dim, lw.wo.get(), hidden, x, hidden, 1.0f));
 
@@ -534,6 +623,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     }
     return absl::OkStatus();
   };
+  if (repair_ != nullptr) RETURN_IF_ERROR(PrepareRepairDevice());
   bool replayed = false;
   if (graph_step) {
     // The key: every value baked into the captured launches that is not read from the inputs.
@@ -629,6 +719,14 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
           cell.tier = tier_b_scheme && item.delta_loc > 0 ? 'B' : 'A';
           cell.tv_before = cell.tv_after = cb.tv;
           cell.v_before = cell.v_after = rel_v;
+          if (repair_step) {
+            const RepairStep::Cell& rc = rstep.cells[src];
+            if (rc.flagged) {
+              cell.tv_before = rc.tv_before;
+              cell.v_before = rc.v_before;
+            }
+            cell.pageins = rc.pageins;
+          }
           cell.certified =
               cb.tv <= p.tv_threshold && (p.v_threshold <= 0 || rel_v <= p.v_threshold);
         }

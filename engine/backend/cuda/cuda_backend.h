@@ -18,8 +18,13 @@
 // Reserve, FreeSequence, block counts). The backend keeps such a cache with host_storage =
 // false for the block accounting only and reads each sequence's physical block ids from it
 // (KvCache::BlockIds); the codes, scales and witnesses live in the GPU pool with the same
-// block ids. Gate: observe and off are supported; repair (paging exact blocks in) is not yet
-// and returns Unimplemented; audit sampling is not done on the GPU (cells are never audited).
+// block ids. Gate: off, observe and repair. Repair (engine/backend/cuda/cuda_gate_repair.cc,
+// the CPU gate's semantics): the exact K/V of repair-mode rows are written through to a
+// pinned-host backing store on a second stream; after each layer's attention a device check
+// flags uncertified cells; their blocks are ranked by risk on the device, paged into a device
+// exact-block cache and the rows re-run through the exact-aware decode kernel, within the
+// per-(row, layer) page-in budget. Promoted blocks stay exact for later steps. Audit sampling
+// is not done on the GPU (cells are never audited).
 // Supported KV: K and V of one GPU scheme (kernels/cuda/kv_scheme_cuda.h), no outlier
 // channels, head_dim 64 or 128, Hq/Hkv ≤ 8.
 #pragma once
@@ -38,6 +43,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_util.h"
 #include "engine/backend/cuda/device_weights.h"
+#include "engine/backend/cuda/gate_repair_state.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cuda/ops/sampling_cuda.h"
@@ -88,6 +94,16 @@ class CudaBackend : public Backend {
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graph_failures() const { return graph_failures_; }  // captures that fell back
 
+  // The gate's repair mode on this backend (zeros until the first repair-mode item).
+  struct RepairStats {
+    int64_t pageins = 0;           // units paged into the exact cache
+    int64_t rounds = 0;            // rank → page-in → re-run rounds
+    int64_t unrepairable = 0;      // picks skipped: the block had no exact copy
+    int64_t cache_evictions = 0;   // exact-cache units evicted for space
+    int64_t store_entries_used = 0, store_evicted = 0, store_refused = 0;
+  };
+  RepairStats repair_stats() const;
+
  private:
   // A run of decode rows sharing one decode-kernel launch (same meter flag and δ_loc).
   struct DecodeGroup {
@@ -97,10 +113,49 @@ class CudaBackend : public Backend {
     bool meter = false;
     double delta_loc = 0.0;
   };
+  // Repair-mode state of one Forward (cuda_gate_repair.cc). Rows are decode rows [0, S).
+  struct RepairStep {
+    int64_t s = 0, max_blocks = 0;
+    const int32_t* host_tables = nullptr;  // [S, max_blocks] physical ids (pinned inputs)
+    const int32_t* host_ctx = nullptr;     // [S] context lengths
+    const int32_t* dev_tables = nullptr;   // the same on the device
+    const int32_t* dev_ctx = nullptr;
+    const float* dev_tv_threshold = nullptr;  // [S], NaN: not a repair row
+    const float* dev_v_threshold = nullptr;   // [S]
+    std::vector<SeqId> row_seq;            // [S]
+    std::vector<double> row_delta;         // [S] δ_loc
+    std::vector<int32_t> row_budget;       // [S] page-in budget per layer (0: not repair)
+    std::vector<int32_t> repair_rows;      // rows of repair items, ascending
+    std::vector<int32_t> budget;           // [S] left in the current layer
+    struct Cell {
+      float tv_before = 0.0f, v_before = 0.0f;
+      int32_t pageins = 0;
+      bool flagged = false;  // tv_before / v_before hold the first check's values
+    };
+    std::vector<Cell> cells;               // [L, S, Hq]
+  };
+  class BlockEvents;  // KvBlockObserver → the repair bookkeeping
   CudaBackend(const ModelConfig& config, std::unique_ptr<KvCache> kv);
+  // Creates the pinned store, the device cache and its table, the copy stream (first use).
+  absl::Status EnsureRepairState();
+  // Device work queued before the step: pending table updates (frees since the last step)
+  // and the wait for the previous step's write-through.
+  absl::Status PrepareRepairDevice();
+  // After layer `layer`'s attention in a step with repair rows: rows with cached exact units
+  // re-run exact, then check / rank / page in / re-run rounds (host syncs on stream_).
+  absl::Status RepairLayer(int32_t layer, RepairStep& step);
+  // Rows `rows` (decode-row indices) of layer `layer` through the exact-aware kernel; their
+  // outputs, certificates and ‖õ‖ replace the layer's.
+  absl::Status RunExactRows(int32_t layer, const std::vector<int32_t>& rows, RepairStep& step);
+  // The layer's flagged cells (device check, one sync), sorted; copies the layer's
+  // certificates and ‖õ‖ to the host too.
+  absl::Status CheckLayer(int32_t layer, RepairStep& step, std::vector<int32_t>* flagged);
+  // Stages `bytes` for the device in this sync interval's upload arena; returns the device
+  // address (valid for kernels queued after it on stream_, until the next ResetUploads).
+  absl::StatusOr<void*> Upload(const void* data, size_t bytes);
   absl::Status Init(const Model& model, const KvCacheOptions& kv_options, const Options& options);
   absl::Status GrowScratch(int64_t rows, int64_t decode_rows, int64_t logit_rows,
-                           int64_t max_blocks);
+                           int64_t max_blocks, bool repair);
   void DropGraphs();
   // Samples the logits rows (logits order) that have a request, into sampled_host_ (queued on
   // stream_; valid after the stream syncs).
@@ -155,6 +210,57 @@ class CudaBackend : public Backend {
   PinnedArray<int32_t> penalties_host_;
   DeviceArray<int32_t> sampled_;
   PinnedArray<int32_t> sampled_host_;
+
+  // ---- gate repair (null until the first repair-mode item) ----
+  struct RepairState {
+    ExactUnitShape shape;
+    std::unique_ptr<ExactEntryTable> entries;  // physical block → host-store entry
+    std::unique_ptr<ExactSlotCache> slots;     // unit → device cache slot
+    float* host_store = nullptr;               // pinned + mapped [entries, L, Hkv, 2, bs, d]
+    DeviceArray<float> exact_kv;               // [slots, 2, bs, d]
+    DeviceArray<int32_t> exact_slot;           // [num_blocks, L, Hkv], −1: not cached
+    std::vector<TableUpdate> pending;          // table updates from block frees
+    cudaStream_t copy_stream = nullptr;        // write-through
+    std::vector<cudaEvent_t> kv_ready, written;  // [L]: slice ready (stream_), written (copy)
+    bool write_pending = false;                // a write-through may still read the slices
+    RepairStats stats;
+    ~RepairState();
+  };
+  std::unique_ptr<RepairState> repair_;
+  std::unique_ptr<BlockEvents> block_events_;
+  int64_t backing_store_bytes_ = 0, exact_cache_blocks_ = 0;
+  // Repair-step scratch: the upload arena, the check's outputs, the re-run rows' buffers.
+  // Uploads of one sync interval go to fresh bytes (a chunk is never rewritten before the
+  // stream has drained: ResetUploads() right after a sync).
+  struct UploadChunk {
+    PinnedArray<uint8_t> host;
+    DeviceArray<uint8_t> dev;
+    size_t capacity = 0;
+  };
+  std::vector<std::unique_ptr<UploadChunk>> upload_chunks_;
+  size_t upload_chunk_ = 0, upload_used_ = 0;
+  void ResetUploads() { upload_chunk_ = 0, upload_used_ = 0; }
+  DeviceArray<int32_t> flagged_;           // [1 + S·Hq]: count, then cells
+  PinnedArray<int32_t> flagged_host_;
+  DeviceArray<float> sub_q_, sub_out_;     // [S, Hq·d]
+  DeviceArray<int32_t> sub_tables_;        // [S, max_blocks]
+  DeviceArray<int32_t> sub_ctx_;           // [S]
+  DeviceArray<meter::CertBound> sub_cert_; // [S, Hq]
+  DeviceArray<float> sub_norm_;            // [S, Hq]
+  DeviceArray<float> risk_;                // [cells, max_blocks]
+  PinnedArray<float> risk_host_;
+};
+
+// Block lifetimes from the engine's KvCache: a reallocated or freed block's exact copies belong
+// to an old owner (cuda_gate_repair.cc). Runs on the engine thread between steps.
+class CudaBackend::BlockEvents : public KvBlockObserver {
+ public:
+  explicit BlockEvents(CudaBackend* backend) : backend_(backend) {}
+  void OnBlockAllocated(int32_t block, SeqId seq) override;
+  void OnBlockFreed(int32_t block) override;
+
+ private:
+  CudaBackend* backend_;
 };
 
 }  // namespace witcert

@@ -24,6 +24,9 @@ struct TinyHfSpec {
   int shards = 1;                     // > 1: split across files with an index
   bool write_index = true;            // with shards > 1
   float rope_theta = 10000.0f;
+  // Matrix entries are k·2^-matrix_exponent, |k| ≤ 15 (exact in BF16 and F16). 5 gives
+  // σ ≈ 0.28, several times a trained model's 1/√hidden; GPU comparisons use a realistic scale.
+  int matrix_exponent = 5;
   int head_dim() const { return hidden / heads; }
 };
 
@@ -39,7 +42,7 @@ inline std::map<std::string, TinyHfTensor> TinyHfTensors(const TinyHfSpec& s) {
   uint32_t seed = 1;
   const uint64_t h = s.hidden, q = s.hidden, kv = s.kv_heads * s.head_dim();
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
-    t[name] = {{rows, cols}, RandomValues(rows * cols, seed++, 5), true};
+    t[name] = {{rows, cols}, RandomValues(rows * cols, seed++, s.matrix_exponent), true};
   };
   auto vec = [&](const std::string& name, uint64_t n, float offset) {
     t[name] = {{n}, RandomValues(n, seed++, 6, offset), false};

@@ -16,6 +16,8 @@
 //    kernel's per-lane η bound (metered_decode_cuda.cu) can be several times the per-token η,
 //    and e^{2η} then loosens the bound by up to ~30%: allowed ≤ 1.5×.
 //  * soundness: the GPU TV bound ≥ the true TV, and ‖o − õ‖ ≤ value bound, exactly (no slack).
+//  * promoted blocks (exact_every > 0): the GPU reads them from an exact-block cache, the CPU
+//    gets the same rows as exact tokens (token_exact = 1); the same tolerances apply.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -51,12 +53,15 @@ struct DecodeCase {
   bool interleaved = true;
   bool check_truth = true;      // long-double TV / output error
   int32_t kernel = 0;           // MeteredDecodeCudaArgs::kernel (1: the first kernel)
+  int32_t exact_every = 0;      // > 0: (seq, logical block, KV head) units with (b+j+h) % k == 0
+                                // are promoted: read exact from the exact-block cache
   uint32_t seed = 1;
   std::string Name() const {
     std::string s = std::string(SchemeInfo(scheme).name) + " d=" + std::to_string(d) +
                     " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) +
                     " bs=" + std::to_string(bs) + " splits=" + std::to_string(splits) +
-                    (meter ? " meter" : " nometer") + " ctx=";
+                    (meter ? " meter" : " nometer") +
+                    (exact_every > 0 ? " exact_every=" + std::to_string(exact_every) : "") + " ctx=";
     for (auto c : ctx) s += std::to_string(c) + ",";
     return s;
   }
@@ -126,6 +131,10 @@ class Problem {
     }
   }
 
+  bool Exact(int64_t b, int64_t logical, int32_t h) const {
+    return c_.exact_every > 0 && (b + logical + h) % c_.exact_every == 0;
+  }
+
   // GPU: write every token, then decode.
   void RunGpu(DecodeOutcome* r) {
     const int64_t batch = c_.ctx.size(), hq = c_.hkv * c_.group;
@@ -172,6 +181,36 @@ class Problem {
     a.kernel = c_.kernel;
     a.out = dout.get();
     a.cert = dc.get();
+    // Promoted units: the exact rows in cache slots, listed in the (block, layer, head) table.
+    DeviceBuffer<int32_t> dslot;
+    DeviceBuffer<float> dexact;
+    if (c_.exact_every > 0) {
+      const int32_t nl = kLayer + 1;
+      std::vector<int32_t> table(L_.num_blocks * nl * c_.hkv, -1);
+      std::vector<float> cache;
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t j = 0; j < (c_.ctx[b] + c_.bs - 1) / c_.bs; ++j) {
+          for (int32_t h = 0; h < c_.hkv; ++h) {
+            if (!Exact(b, j, h)) continue;
+            const int32_t slot = static_cast<int32_t>(cache.size() / (2 * c_.bs * c_.d));
+            cache.resize(cache.size() + 2 * c_.bs * c_.d, NAN);  // rows past the context stay NaN
+            for (int64_t t = j * c_.bs; t < std::min<int64_t>(c_.ctx[b], (j + 1) * c_.bs); ++t) {
+              for (int side = 0; side < 2; ++side) {
+                const std::vector<float>& src = side == 0 ? k_[b] : v_[b];
+                std::copy_n(&src[(t * c_.hkv + h) * c_.d], c_.d,
+                            &cache[((int64_t{slot} * 2 + side) * c_.bs + t % c_.bs) * c_.d]);
+              }
+            }
+            table[(int64_t{tables_[b * max_blocks_ + j]} * nl + kLayer) * c_.hkv + h] = slot;
+          }
+        }
+      }
+      dslot.Upload(table);
+      dexact.Upload(cache.empty() ? std::vector<float>(1) : cache);
+      a.exact_slot = dslot.get();
+      a.exact_kv = dexact.get();
+      a.num_layers = nl;
+    }
     ASSERT_CUDA_OK(ResolveNumSplits(L_, a, &r->splits));
     DeviceBuffer<uint8_t> ws(MeteredDecodeWorkspaceBytes(a.batch, a.num_q_heads, c_.d, r->splits));
     a.workspace = ws.get();
@@ -194,18 +233,30 @@ class Problem {
     const double kappa_slack = 2.2 * g.splits * meter::kKappa + 2e-4;
     // The tensor-core kernel's logits are exact integer dots (int_digit_dot.h): its η can be far
     // below the CPU's fp32 η, so its bound may undercut the CPU's by up to e^{-4η_cpu}.
-    const bool mma = TensorCoreDecodeSupports(L_, c_.group) && (c_.kernel == 0 || c_.kernel == 3);
+    const bool mma = TensorCoreDecodeSupports(L_, c_.group) && (c_.kernel == 0 || c_.kernel == 3) &&
+                     c_.exact_every == 0;
     int failures = 0;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t S = c_.ctx[b];
       for (int32_t h = 0; h < c_.hkv; ++h) {
         std::vector<float> ks(S * d), vs(S * d), kw(S * nb), vw(S * nb), kds(S);
+        std::vector<uint8_t> exact(S, 0);
         for (int64_t t = 0; t < S; ++t) {
           const int64_t vec = (static_cast<int64_t>(tables_[b * max_blocks_ + t / c_.bs]) * c_.hkv + h) * c_.bs + t % c_.bs;
           auto ksl = hp.CpuSlot(vec, false), vsl = hp.CpuSlot(vec, true);
           codec.Decode(ksl.data(), d, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * d]);
           codec.Decode(vsl.data(), d, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * d]);
           kds[t] = codec.DitherScale(ksl.data(), d);
+          if (Exact(b, t / c_.bs, h)) {  // promoted: the exact rows, no witness
+            exact[t] = 1;
+            std::copy_n(&k_[b][(t * c_.hkv + h) * d], d, &ks[t * d]);
+            std::copy_n(&v_[b][(t * c_.hkv + h) * d], d, &vs[t * d]);
+            if (L_.has_witness()) {
+              std::fill_n(&kw[t * nb], nb, 0.0f);
+              std::fill_n(&vw[t * nb], nb, 0.0f);
+            }
+            continue;
+          }
           if (L_.has_witness()) {
             for (int i = 0; i < nb; ++i) {
               kw[t * nb + i] = meter::HalfToFloat(hp.Witness(vec, false)[i]);
@@ -223,6 +274,7 @@ class Problem {
         in.k_witness = L_.has_witness() ? kw.data() : nullptr;
         in.v_witness = L_.has_witness() ? vw.data() : nullptr;
         in.k_dither_scale = SchemeInfo(c_.scheme).tier_b ? kds.data() : nullptr;
+        in.token_exact = exact.data();
         float vmax_abs = 0.0f;
         for (float x : vs) vmax_abs = std::max(vmax_abs, std::fabs(x));
         for (int32_t gq = 0; gq < c_.group; ++gq) {
@@ -466,6 +518,51 @@ TEST(MeteredDecodeCuda, SchemeShapeSweep) {
         }
       }
     }
+  }
+}
+
+// The gate's promoted blocks: read exact (ε̂ = 0, ρ = 0) from the exact-block cache by the
+// first kernel, for every scheme, both head dims, GQA 1/4/8, Tier B, adversarial rows, and
+// everything promoted (the bound must then be the exact-fp32 one).
+TEST(MeteredDecodeCuda, PromotedBlocksReadExact) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (int s = 0; s < static_cast<int>(KvScheme::kCount); ++s) {
+    for (int32_t d : {64, 128}) {
+      DecodeCase c;
+      c.scheme = static_cast<KvScheme>(s);
+      c.d = d;
+      c.group = s % 3 == 0 ? 1 : (s % 3 == 1 ? 4 : 8);
+      c.ctx = {1, 40, 200, 333};
+      c.exact_every = 3;
+      c.seed = 40 + s;
+      RunCase(c);
+    }
+  }
+  DecodeCase tier_b;
+  tier_b.scheme = KvScheme::kInt8Dither;
+  tier_b.d = 128;
+  tier_b.ctx = {700, 64};
+  tier_b.delta = 1e-6;
+  tier_b.exact_every = 2;
+  RunCase(tier_b);
+  DecodeCase adv;
+  adv.scheme = KvScheme::kInt4Rtn;
+  adv.d = 128;
+  adv.ctx = {500};
+  adv.adversarial = true;
+  adv.key_scale = 3.0f;
+  adv.exact_every = 2;
+  RunCase(adv);
+  DecodeCase all;
+  all.scheme = KvScheme::kInt8Rtn;
+  all.d = 128;
+  all.ctx = {300, 17};
+  all.exact_every = 1;  // every unit exact: A − 1 and the value residual are fp rounding only
+  DecodeOutcome keep;
+  RunCase(all, &keep);
+  for (const meter::CertBound& cb : keep.cert) {
+    EXPECT_EQ(cb.v_resid_sum, 0.0f);
+    EXPECT_LT(cb.tv, 1e-3f);
   }
 }
 
