@@ -5,6 +5,12 @@
 // values, and an 8k prefill per sequence is not what this measures.
 //
 // Usage: bench_decode_gpu [preset=llama-3.1-8b] [context=8192] [steps=20] [batches=1,16]
+//                         [repair]
+// `repair` adds the gate's repair mode on int8-rtn (the context is then also written through to
+// the pinned backing store, sized to hold it): τ = 1 (nothing flagged: the mode's fixed cost,
+// one device check and sync per layer) and τ = the median TV bound of the observe run at that
+// batch (about half the cells flagged every step: page-ins, re-runs). Repair rows also print
+// page-ins per step and the certified share before and after the gate.
 // Each Forward() includes the host packing, the logits copy back and a stream sync, i.e. what
 // the engine pays per step. Prints one markdown row per (scheme, meter, batch, CUDA graphs
 // off / on): every step's kernels launched from the host, then the step replayed as a graph.
@@ -55,12 +61,21 @@ int Run(int argc, char** argv) {
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int warmup = 3;
   const int64_t per_seq_tokens = context + warmup + steps + 1;
+  const bool with_repair = argc > 5 && std::string(argv[5]) == "repair";
 
   struct Config {
     const char* scheme;
     bool meter;
+    int repair = 0;  // 1: τ = 1, 2: τ = the observe run's median TV bound
   };
-  const Config configs[] = {{"int8-rtn", true}, {"int8-rtn", false}, {"fp16", false}};
+  std::vector<Config> configs = {{"int8-rtn", true}};
+  if (with_repair) {
+    configs.push_back({"int8-rtn", true, 1});
+    configs.push_back({"int8-rtn", true, 2});
+  }
+  configs.push_back({"int8-rtn", false});
+  configs.push_back({"fp16", false});
+  std::vector<float> median_tv(max_batch + 1, 0.05f);  // by batch, from the observe run
   std::printf("\n| model | KV | meter | batch | context | CUDA graphs | ms/step | tokens/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   std::string last_scheme;
@@ -76,6 +91,11 @@ int Run(int argc, char** argv) {
       o.block_size = 16;
       o.num_blocks = max_batch * ((per_seq_tokens + 15) / 16) + 16;
       o.k_scheme = o.v_scheme = cfg.scheme;
+      const bool write_through = with_repair && std::string(cfg.scheme) == "int8-rtn";
+      o.backing_store_bytes = write_through ? o.num_blocks * int64_t{16} * c.num_layers * 2 *
+                                                  c.kv_dim() * 4
+                                            : 0;
+      o.exact_cache_blocks = 8192;
       auto t1 = Clock::now();
       auto b = CudaBackend::Create(**model, o);
       if (!b.ok()) {
@@ -92,7 +112,7 @@ int Run(int argc, char** argv) {
           std::fprintf(stderr, "KV reservation failed\n");
           return 1;
         }
-        absl::Status st = backend->FillKvSynthetic(s, context, 7 + s);
+        absl::Status st = backend->FillKvSynthetic(s, context, 7 + s, write_through);
         if (!st.ok()) {
           std::fprintf(stderr, "%s\n", st.ToString().c_str());
           return 1;
@@ -102,13 +122,18 @@ int Run(int argc, char** argv) {
                    static_cast<long long>(context), Seconds(t1));
       last_scheme = cfg.scheme;
     }
-    GatePolicy observe;
-    observe.mode = GateMode::kObserve;
     for (int batch : batches) {
+      GatePolicy policy;
+      policy.mode = cfg.repair > 0 ? GateMode::kRepair : GateMode::kObserve;
+      policy.tv_threshold = cfg.repair == 1 ? 1.0f : (cfg.repair == 2 ? median_tv[batch] : 0.05f);
       for (bool graphs : {false, true}) {  // side by side: every kernel launched, then replayed
+        if (cfg.repair > 0 && graphs) continue;  // repair steps never replay (per-layer syncs)
         backend->set_cuda_graphs(graphs);
         std::vector<TokenId> tokens(batch);
         std::vector<double> times;
+        std::vector<float> tvs;
+        int64_t cells = 0, cert_before = 0, cert_after = 0;
+        const CudaBackend::RepairStats rs0 = backend->repair_stats();
         for (int step = 0; step < warmup + steps; ++step) {
           std::vector<ForwardItem> items(batch);
           for (int s = 0; s < batch; ++s) {
@@ -118,7 +143,7 @@ int Run(int argc, char** argv) {
                                    .tokens = absl::MakeSpan(&tokens[s], 1),
                                    .start_pos = context + step,
                                    .decode_step = step,
-                                   .policy = cfg.meter ? &observe : nullptr};
+                                   .policy = cfg.meter ? &policy : nullptr};
           }
           ForwardResult r;
           auto ts = Clock::now();
@@ -128,15 +153,43 @@ int Run(int argc, char** argv) {
             std::fprintf(stderr, "%s\n", st.ToString().c_str());
             return 1;
           }
-          if (step >= warmup) times.push_back(dt);
+          if (step >= warmup) {
+            times.push_back(dt);
+            for (const auto& item_cells : r.cells) {
+              for (const CellRecord& cell : item_cells) {
+                ++cells;
+                cert_before += cell.tv_before <= policy.tv_threshold;
+                cert_after += cell.certified;
+                if (cfg.repair == 0) tvs.push_back(cell.tv_after);
+              }
+            }
+          }
+        }
+        if (cfg.meter && cfg.repair == 0 && !tvs.empty()) {
+          std::nth_element(tvs.begin(), tvs.begin() + tvs.size() / 2, tvs.end());
+          median_tv[batch] = tvs[tvs.size() / 2];
         }
         std::sort(times.begin(), times.end());
         const double ms = 1e3 * times[times.size() / 2];
+        char mode[64];
+        std::snprintf(mode, sizeof(mode), "%s", cfg.meter ? "observe" : "off");
+        if (cfg.repair > 0) std::snprintf(mode, sizeof(mode), "repair τ=%.4g", policy.tv_threshold);
         std::printf("| synthetic:%s | %s | %s | %d | %lld | %s | %.2f | %.0f |\n", preset.c_str(),
-                    cfg.scheme, cfg.meter ? "observe" : "off", batch,
+                    cfg.scheme, mode, batch,
                     static_cast<long long>(context),
                     graphs ? (backend->graph_failures() > 0 ? "failed" : "on") : "off", ms,
                     batch * 1e3 / ms);
+        if (cfg.meter && cells > 0) {
+          const CudaBackend::RepairStats rs = backend->repair_stats();
+          const int n = warmup + steps;  // the phase times cover every step
+          std::printf("|   ↳ cells %lld: certified %.1f%% before the gate, %.1f%% after; "
+                      "%.1f page-ins and %.1f rounds/step; ms/step in check %.2f, rank %.2f, "
+                      "page-in + re-run %.2f |  |  |  |  |  |  |  |\n",
+                      static_cast<long long>(cells), 100.0 * cert_before / cells,
+                      100.0 * cert_after / cells, double(rs.pageins - rs0.pageins) / n,
+                      double(rs.rounds - rs0.rounds) / n, 1e3 * (rs.check_s - rs0.check_s) / n,
+                      1e3 * (rs.rank_s - rs0.rank_s) / n, 1e3 * (rs.rerun_s - rs0.rerun_s) / n);
+        }
         std::fflush(stdout);
       }
     }

@@ -99,6 +99,21 @@ async def run_level(base_url, concurrency, tokens):
             "first_error": repr(errors[0]) if errors else ""}
 
 
+GATE_COUNTERS = ("witcert_cert_cells_total", "witcert_cert_cells_certified_total",
+                 "witcert_cert_cells_uncertified_total", "witcert_cert_pageins_total",
+                 "witcert_kv_promotions_total", "witcert_backing_store_refused_blocks_total")
+
+
+def gate_totals(base):
+    """The gate's counters from /metrics after the run (summed over label sets)."""
+    totals = dict.fromkeys(GATE_COUNTERS, 0.0)
+    for line in httpx.get(base + "/metrics", timeout=10).text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in totals and not line.startswith("#"):
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=os.path.join(ROOT, "build/server/witcert"))
@@ -159,6 +174,7 @@ def main():
                 [args.bench, args.model, "45", str(args.tokens), "0"], check=True,
                 capture_output=True, text=True).stdout)
             engine_step.append(1.0 / engine["decode_tok_s"])
+        gate = gate_totals(base)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -171,6 +187,14 @@ def main():
               f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} |")
         if r["errors"]:
             print(f"first error: {r['first_error']}")
+    cells = gate["witcert_cert_cells_total"]
+    if cells:
+        print(f"\ngate over the whole run (warm-up included): {cells:.0f} cells, "
+              f"{100 * gate['witcert_cert_cells_certified_total'] / cells:.2f}% certified before the gate, "
+              f"{gate['witcert_cert_cells_uncertified_total']:.0f} uncertified after the gate, "
+              f"{gate['witcert_cert_pageins_total']:.0f} page-ins "
+              f"({gate['witcert_kv_promotions_total']:.0f} promotions), "
+              f"{gate['witcert_backing_store_refused_blocks_total']:.0f} blocks refused by the store")
     if any(r["errors"] for r in rows):
         print(f"server log ({log_path}), last lines:\n" + "".join(open(log_path).readlines()[-15:]))
     if args.no_overhead:

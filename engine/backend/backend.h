@@ -67,6 +67,10 @@ class Backend {
                                              ForwardResult* result) = 0;
   virtual const ModelConfig& config() const = 0;
   virtual KvCache& kv_cache() = 0;
+  // The KV cache's counters as the operator sees them (metrics). Safe to call from another
+  // thread than Forward's. A backend that keeps the gate's exact copies itself (CUDA) reports
+  // those.
+  virtual KvCacheStats KvStats() { return kv_cache().stats(); }
   virtual const char* name() const = 0;
   // True when Forward honours ForwardItem::sample.
   virtual bool SamplesOnDevice() const { return false; }

@@ -30,6 +30,9 @@ void DeclareEngineFlags(Args& args) {
                                 "(0 = not checked)");
   args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates (0 = Tier A only)");
   args.Flag("pagein-budget", "4", "exact blocks paged in per cell per step (repair mode)");
+  args.Flag("backing-store-mb", "1024", "exact KV copies kept in host memory for repair (MiB)");
+  args.Flag("exact-cache-blocks", "256",
+            "(block, layer, KV head) exact copies kept after page-in (repair mode)");
   args.Flag("audit-rate", "0", "fraction of cells also checked against exact attention");
   args.Flag("trace-file", "", "write every certificate cell to this JSONL file");
   args.Switch("exact-matmul", "reference arithmetic (dequantized weights, double sums): slow, "
@@ -100,6 +103,14 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
       !(s = int_flag("pagein-budget", &config->gate.pagein_budget_per_step)).ok())
     return s;
   if (given("audit-rate") && !(s = dbl_flag("audit-rate", &config->gate.audit_rate)).ok())
+    return s;
+  if (given("backing-store-mb")) {
+    int64_t mb = 0;
+    if (!(s = int_flag("backing-store-mb", &mb)).ok()) return s;
+    config->kv.backing_store_bytes = mb << 20;
+  }
+  if (given("exact-cache-blocks") &&
+      !(s = int_flag("exact-cache-blocks", &config->gate.exact_cache_blocks)).ok())
     return s;
   if (given("max-running") &&
       !(s = int_flag("max-running", &config->scheduler.max_running)).ok())

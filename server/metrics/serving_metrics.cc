@@ -81,7 +81,7 @@ void ServingMetrics::BindEngine(Engine* engine, config::CertLabels cert_labels) 
     usage.Get().Set(s.kv_blocks_total > 0
                         ? 1.0 - static_cast<double>(s.kv_blocks_free) / s.kv_blocks_total
                         : 0.0);
-    const KvCacheStats kv = engine->backend().kv_cache().stats();
+    const KvCacheStats kv = engine->backend().KvStats();
     promotions.Get().Set(static_cast<double>(kv.promotions));
     backing_used.Get().Set(static_cast<double>(kv.backing.used_bytes));
     backing_cap.Get().Set(static_cast<double>(kv.backing.capacity_bytes));

@@ -141,8 +141,10 @@ absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_t seed) {
+absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_t seed,
+                                          bool write_through) {
   WITCERT_CUDA_OK(cudaSetDevice(device_));
+  if (write_through) RETURN_IF_ERROR(EnsureRepairState());
   std::vector<int32_t> blocks;
   RETURN_IF_ERROR(kv_->BlockIds(seq, &blocks));
   const int64_t bs = layout_.block_size, kv_dim = config_.kv_dim();
@@ -158,8 +160,11 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
   }
   DeviceArray<float> kv;
   DeviceArray<int64_t> slot_pos;  // [2, kChunk]: slots then positions
+  DeviceArray<int32_t> entries;   // [kChunk] host-store entry per token (write_through)
   RETURN_IF_ERROR(kv.Grow(host.size()));
   RETURN_IF_ERROR(slot_pos.Grow(2 * kChunk));
+  RETURN_IF_ERROR(entries.Grow(kChunk));
+  std::vector<int32_t> ent(kChunk, -1);
   WITCERT_CUDA_OK(cudaMemcpy(kv.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   std::vector<int64_t> sp(2 * kChunk);
   for (int64_t t0 = 0; t0 < num_tokens; t0 += kChunk) {
@@ -170,6 +175,10 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       sp[kChunk + i] = pos;
     }
     WITCERT_CUDA_OK(cudaMemcpy(slot_pos.get(), sp.data(), sp.size() * 8, cudaMemcpyHostToDevice));
+    if (write_through) {
+      for (int64_t i = 0; i < nt; ++i) ent[i] = repair_->entries->Acquire(blocks[(t0 + i) / bs]);
+      WITCERT_CUDA_OK(cudaMemcpy(entries.get(), ent.data(), nt * 4, cudaMemcpyHostToDevice));
+    }
     for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
       KvWriteArgs write;
       write.k = kv.get();
@@ -180,6 +189,11 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       write.layer = layer;
       write.dither_seed = dither_seed_;
       WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+      if (write_through) {
+        WITCERT_KERNEL_OK(WriteThroughExactCuda(repair_->shape, write.k, write.v, write.slots,
+                                                entries.get(), nt, layer, repair_->host_store,
+                                                stream_));
+      }
     }
     WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
   }
@@ -674,6 +688,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     }
   }
   if (!replayed) RETURN_IF_ERROR(enqueue());
+  if (repair_step) SnapshotRepairStats();
   // Sampling after the step's (graph) work, on the same stream: it consumes the logits the
   // host copy above has already taken. Rows without a request run greedy and are ignored.
   if (any_device_sample) RETURN_IF_ERROR(SampleOnDevice(row_samples));

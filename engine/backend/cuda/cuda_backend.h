@@ -39,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_util.h"
@@ -86,8 +87,10 @@ class CudaBackend : public Backend {
   // Benchmarks: writes pseudo-random K/V (uniform, unit scale, seeded) for positions
   // [0, num_tokens) of `seq` in every layer through the write-path kernel, without running the
   // model, so decode at a long context can be timed without a long prefill. The positions must
-  // be reserved.
-  [[nodiscard]] absl::Status FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_t seed);
+  // be reserved. write_through: also store the exact rows in the gate's host backing store, as
+  // a repair-mode prefill would (so repair can page them in).
+  [[nodiscard]] absl::Status FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_t seed,
+                                             bool write_through = false);
   cudaStream_t stream() const { return stream_; }
   // Benchmarks: switch graph replay on or off (drops the captured graphs).
   void set_cuda_graphs(bool on);
@@ -101,8 +104,14 @@ class CudaBackend : public Backend {
     int64_t unrepairable = 0;      // picks skipped: the block had no exact copy
     int64_t cache_evictions = 0;   // exact-cache units evicted for space
     int64_t store_entries_used = 0, store_evicted = 0, store_refused = 0;
+    // Host wall time inside RepairLayer, by phase (each ends at a stream sync): the exact
+    // pre-pass and the first check; ranking; page-in, re-run and re-check.
+    double check_s = 0, rank_s = 0, rerun_s = 0;
   };
   RepairStats repair_stats() const;
+  // KvCache's counters with the gate's (promotions, backing store) from the repair state
+  // (a snapshot taken after each repair step: safe from the metrics thread).
+  KvCacheStats KvStats() override;
 
  private:
   // A run of decode rows sharing one decode-kernel launch (same meter flag and δ_loc).
@@ -227,6 +236,10 @@ class CudaBackend : public Backend {
     ~RepairState();
   };
   std::unique_ptr<RepairState> repair_;
+  mutable absl::Mutex stats_mu_;
+  RepairStats stats_snapshot_ ABSL_GUARDED_BY(stats_mu_);
+  int64_t store_entry_bytes_ = 0, store_entries_ = 0;
+  void SnapshotRepairStats();
   std::unique_ptr<BlockEvents> block_events_;
   int64_t backing_store_bytes_ = 0, exact_cache_blocks_ = 0;
   // Repair-step scratch: the upload arena, the check's outputs, the re-run rows' buffers.

@@ -9,6 +9,7 @@
 //  * the exact cache evicts the least recently promoted unit (the CPU: least recently read).
 // Every certificate still comes from the decode kernel over what it actually read.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -44,13 +45,32 @@ CudaBackend::RepairState::~RepairState() {
 }
 
 CudaBackend::RepairStats CudaBackend::repair_stats() const {
-  if (repair_ == nullptr) return {};
+  absl::MutexLock lock(&stats_mu_);
+  return stats_snapshot_;
+}
+
+void CudaBackend::SnapshotRepairStats() {
+  if (repair_ == nullptr) return;
   RepairStats s = repair_->stats;
   s.cache_evictions = repair_->slots->evictions();
   s.store_entries_used = repair_->entries->used();
   s.store_evicted = repair_->entries->evicted();
   s.store_refused = repair_->entries->refused();
-  return s;
+  absl::MutexLock lock(&stats_mu_);
+  stats_snapshot_ = s;
+}
+
+KvCacheStats CudaBackend::KvStats() {
+  KvCacheStats k = kv_->stats();
+  const RepairStats s = repair_stats();
+  k.promotions = s.pageins;
+  k.backing.capacity_bytes = store_entries_ * store_entry_bytes_;
+  k.backing.used_bytes = s.store_entries_used * store_entry_bytes_;
+  k.backing.entries = s.store_entries_used;
+  k.backing.evicted_blocks = s.store_evicted;
+  k.backing.refused_blocks = s.store_refused;
+  k.backing.unrepairable_reads = s.unrepairable;
+  return k;
 }
 
 absl::Status CudaBackend::EnsureRepairState() {
@@ -70,6 +90,8 @@ absl::Status CudaBackend::EnsureRepairState() {
     r->host_store = static_cast<float*>(p);
   }
   r->entries = std::make_unique<ExactEntryTable>(entries, layout_.num_blocks);
+  store_entry_bytes_ = entry_bytes;
+  store_entries_ = entries;
   const int64_t slots = std::max<int64_t>(exact_cache_blocks_, 0);
   r->slots = std::make_unique<ExactSlotCache>(slots, config_.num_layers, config_.num_kv_heads);
   RETURN_IF_ERROR(r->exact_kv.Grow(std::max<int64_t>(slots, 1) * r->shape.unit_floats()));
@@ -214,8 +236,19 @@ absl::Status CudaBackend::RunExactRows(int32_t layer, const std::vector<int32_t>
   return absl::OkStatus();
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double Lap(Clock::time_point* t) {
+  const Clock::time_point now = Clock::now();
+  const double s = std::chrono::duration<double>(now - *t).count();
+  *t = now;
+  return s;
+}
+}  // namespace
+
 absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
   RepairState& r = *repair_;
+  Clock::time_point t = Clock::now();
   const int32_t hq = config_.num_heads, group = config_.group_size(), bs = layout_.block_size;
   const int64_t mb = step.max_blocks;
   // Rows whose sequence has exact units cached for this layer read them (the fast kernels
@@ -228,6 +261,7 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
   step.budget = step.row_budget;
   std::vector<int32_t> flagged;
   RETURN_IF_ERROR(CheckLayer(layer, step, &flagged));
+  r.stats.check_s += Lap(&t);
   const int64_t cell0 = int64_t{layer} * step.s * hq;
   std::vector<uint8_t> unrepairable;  // [S · max_blocks] this layer
   while (true) {
@@ -274,6 +308,7 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
     WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
     ResetUploads();
     ++r.stats.rounds;
+    r.stats.rank_s += Lap(&t);
     // Pick: each cell its riskiest block that is not exact yet and has an exact copy.
     if (unrepairable.empty()) unrepairable.assign(static_cast<size_t>(step.s) * mb, 0);
     std::vector<PageInOp> ops;
@@ -332,6 +367,7 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
                                       r.exact_slot.get(), stream_));
     RETURN_IF_ERROR(RunExactRows(layer, rows, step));
     RETURN_IF_ERROR(CheckLayer(layer, step, &flagged));
+    r.stats.rerun_s += Lap(&t);
   }
   return absl::OkStatus();
 }
