@@ -16,6 +16,7 @@ import os
 import socket
 import statistics
 import subprocess
+import sys
 import time
 
 import httpx
@@ -159,6 +160,9 @@ def main():
         for _ in range(max(1, args.repeats)):
             for level in levels:
                 runs[level].append(asyncio.run(run_level(base + "/v1", level, args.tokens)))
+                r = runs[level][-1]
+                print(f"[{level} streams: {r['tok_s']:.1f} tok/s, {r['errors']} errors]",
+                      file=sys.stderr, flush=True)
         for level in levels:  # the median run by tok/s; errors summed over all runs
             ordered = sorted(runs[level], key=lambda r: r["tok_s"])
             median = dict(ordered[len(ordered) // 2])
