@@ -3,9 +3,11 @@
 # racecheck on the small cases, the decode benchmark and the PyTorch SDPA baseline.
 # Build and pack here first (B = your build dir; the binaries hold every decode kernel, so
 # strip them and compress the pack to stay under the 64 MiB a device call carries):
-#   ninja -C $B kernels_cuda_write_path_test kernels_cuda_metered_decode_test bench_decode_cuda
+#   ninja -C $B kernels_cuda_write_path_test kernels_cuda_metered_decode_test \
+#     kernels_cuda_gate_repair_test bench_decode_cuda
 #   T=$B/tests/kernels/cuda; scripts/pack_gpu.sh $B/dist $T/kernels_cuda_write_path_test \
-#     $T/kernels_cuda_metered_decode_test $B/bench/decode_cuda/bench_decode_cuda
+#     $T/kernels_cuda_metered_decode_test $T/kernels_cuda_gate_repair_test \
+#     $B/bench/decode_cuda/bench_decode_cuda
 #   strip $B/dist/bin/*; mkdir -p $B/gpu_pack; (cd $B && tar -cf - dist | xz -3 -T2 > gpu_pack/dist.tar.xz)
 # then on the GPU host (device `run`, carry $B/gpu_pack):
 #   mkdir -p /tmp/g && tar -xJf $B/gpu_pack/dist.tar.xz -C /tmp/g && scripts/gpu_suite.sh /tmp/g/dist "$OUT"
@@ -37,19 +39,25 @@ objdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null)
   sed -E 's/.*Function ([^ :]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\2 \1/' >"$out/resources.txt"
 step write_path_test tests.log "$run" kernels_cuda_write_path_test
 step metered_decode_test tests_decode.log "$run" kernels_cuda_metered_decode_test
+repair=0; [ -x "$pack/bin/kernels_cuda_gate_repair_test" ] && repair=1
+[ "$repair" = 1 ] && step gate_repair_test tests_repair.log "$run" kernels_cuda_gate_repair_test
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$san" ]; then
   filt='--gtest_filter=*Small*'
   step memcheck_write sanitizer.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_write_path_test" "$filt"
-  step memcheck_decode sanitizer_md.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_metered_decode_test" "$filt"
+  step memcheck_decode sanitizer_md.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_metered_decode_test" "$filt:*Promoted*"
   step racecheck_decode sanitizer_rc.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool racecheck --error-exitcode 3 "$pack/bin/kernels_cuda_metered_decode_test" "$filt"
   step racecheck_write sanitizer_rw.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool racecheck --error-exitcode 3 "$pack/bin/kernels_cuda_write_path_test" "$filt"
-  cat "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log" >>"$out/sanitizer.log"
-  rm -f "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log"
+  if [ "$repair" = 1 ]; then
+    step memcheck_repair sanitizer_mr.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_gate_repair_test"
+    step racecheck_repair sanitizer_rr.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool racecheck --error-exitcode 3 "$pack/bin/kernels_cuda_gate_repair_test"
+  fi
+  cat "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log" "$out"/sanitizer_m[r].log "$out"/sanitizer_r[r].log >>"$out/sanitizer.log" 2>/dev/null
+  rm -f "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log" "$out/sanitizer_mr.log" "$out/sanitizer_rr.log"
 else
   summary+=("compute-sanitizer not found")
 fi
-cat "$out/tests_decode.log" >>"$out/tests.log"; rm -f "$out/tests_decode.log"
+cat "$out/tests_decode.log" "$out"/tests_repai[r].log >>"$out/tests.log" 2>/dev/null; rm -f "$out/tests_decode.log" "$out/tests_repair.log"
 if [ "$bench" = 1 ]; then
   step bench_decode_cuda bench.log "$run" bench_decode_cuda $quick --csv "$out/bench.csv"
   step sdpa_baseline sdpa.log env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/../bench/decode_cuda/sdpa_baseline.py" $quick --csv "$out/sdpa.csv"
