@@ -136,6 +136,22 @@ def test_gate_tightening_in_request(client, model):
     assert loose.model_extra["witcert"]["tv_threshold"] == pytest.approx(0.05)
 
 
+def test_repair_mode_in_request_pages_exact_blocks_in(client, model, server):
+    """A request may switch its own gate to repair: with a threshold no cell meets, the gate pages
+    exact blocks in (on --device cuda: the GPU gate), the bounds after it drop, and the server's
+    promotion counter moves."""
+    before = server.metric("witcert_kv_promotions_total")
+    r = client.chat.completions.create(model=model, messages=MSG, max_tokens=6, temperature=0,
+                                       extra_body={"witcert": {"gate": "repair",
+                                                               "tv_threshold": 1e-9}})
+    report = r.model_extra["witcert"]
+    assert report["gate"] == "repair"
+    assert report["pageins"] > 0
+    assert report["tv_bound"]["mean_after"] < report["tv_bound"]["mean_before"]
+    assert report["tv_bound"]["max_after"] <= report["tv_bound"]["max_before"]
+    assert server.metric("witcert_kv_promotions_total") >= before + report["pageins"]
+
+
 def test_errors_then_still_serving(client, model):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="no-such-model", messages=MSG, max_tokens=2)
