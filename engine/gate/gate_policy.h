@@ -20,7 +20,7 @@ struct GatePolicy {
   float v_threshold = 0.0f;        // and ‖o−õ‖/‖õ‖ bound ≤ this (0: not checked)
   double delta_req = 0.0;          // Tier B budget per request (0: Tier B off)
   int32_t pagein_budget_per_step = 4;  // exact blocks per MeteredDecodeAttention call
-  int64_t exact_cache_blocks = 256;
+  int64_t exact_cache_blocks = 16384;
   double audit_rate = 0.0;         // fraction of cells audited
 };
 

@@ -54,7 +54,7 @@ struct KvCacheOptions {
   int32_t outlier_channels = 0;   // m: top-m channels per (layer, KV head) kept exact
   uint64_t dither_seed = 0;
   int64_t backing_store_bytes = int64_t{1} << 30;
-  int64_t exact_cache_blocks = 256;  // (block, layer, kv head) entries
+  int64_t exact_cache_blocks = 16384;  // (block, layer, kv head) entries
   // false: block accounting only (AddSequence / Reserve / FreeSequence / BlockIds); no host
   // code storage is allocated and Write / GatherHead / PromoteBlock return FailedPrecondition.
   // The CUDA backend keeps the codes on the device and uses this cache for its block tables.

@@ -31,7 +31,7 @@ void DeclareEngineFlags(Args& args) {
   args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates (0 = Tier A only)");
   args.Flag("pagein-budget", "4", "exact blocks paged in per cell per step (repair mode)");
   args.Flag("backing-store-mb", "1024", "exact KV copies kept in host memory for repair (MiB)");
-  args.Flag("exact-cache-blocks", "256",
+  args.Flag("exact-cache-blocks", "16384",
             "(block, layer, KV head) exact copies kept after page-in (repair mode)");
   args.Flag("audit-rate", "0", "fraction of cells also checked against exact attention");
   args.Flag("trace-file", "", "write every certificate cell to this JSONL file");

@@ -572,11 +572,15 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
           WITCERT_KERNEL_OK(RowNormsCuda(a.out, len * hq, d, out_norm_.get() + cell0, stream_));
         }
       }
+      const int32_t* fast_ctx = d_ctx;  // repair: rows read exact skip the fast kernels
+      if (repair_step && !rstep.repair_rows.empty()) {
+        ASSIGN_OR_RETURN(fast_ctx, BeginRepairLayer(layer, rstep));
+      }
       for (const DecodeGroup& g : groups) {  // decode rows: metered kernel over the pool
         MeteredDecodeCudaArgs a;
         a.q = q_.get() + g.first_row * q_dim;
         a.block_tables = d_tables + g.first_row * max_blocks;
-        a.context_lens = d_ctx + g.first_row;
+        a.context_lens = fast_ctx + g.first_row;
         a.batch = static_cast<int32_t>(g.num_rows);
         a.num_q_heads = hq;
         a.max_blocks_per_seq = static_cast<int32_t>(max_blocks);

@@ -136,6 +136,7 @@ class CudaBackend : public Backend {
     std::vector<int32_t> row_budget;       // [S] page-in budget per layer (0: not repair)
     std::vector<int32_t> repair_rows;      // rows of repair items, ascending
     std::vector<int32_t> budget;           // [S] left in the current layer
+    std::vector<int32_t> exact_rows;       // this layer's rows with cached exact units
     struct Cell {
       float tv_before = 0.0f, v_before = 0.0f;
       int32_t pageins = 0;
@@ -150,6 +151,10 @@ class CudaBackend : public Backend {
   // Device work queued before the step: pending table updates (frees since the last step)
   // and the wait for the previous step's write-through.
   absl::Status PrepareRepairDevice();
+  // Before layer `layer`'s attention in a step with repair rows: finds the rows whose sequence
+  // has exact units cached for the layer (step.exact_rows) and returns the context lengths the
+  // fast kernels get, 0 for those rows (they are skipped: the exact-aware kernel runs them).
+  absl::StatusOr<const int32_t*> BeginRepairLayer(int32_t layer, RepairStep& step);
   // After layer `layer`'s attention in a step with repair rows: rows with cached exact units
   // re-run exact, then check / rank / page in / re-run rounds (host syncs on stream_).
   absl::Status RepairLayer(int32_t layer, RepairStep& step);

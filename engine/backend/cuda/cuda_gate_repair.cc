@@ -246,18 +246,27 @@ double Lap(Clock::time_point* t) {
 }
 }  // namespace
 
+absl::StatusOr<const int32_t*> CudaBackend::BeginRepairLayer(int32_t layer, RepairStep& step) {
+  step.exact_rows.clear();
+  for (int32_t row : step.repair_rows) {
+    if (repair_->slots->Resident(step.row_seq[row], layer) > 0) step.exact_rows.push_back(row);
+  }
+  if (step.exact_rows.empty()) return step.dev_ctx;
+  // A context of 0 makes every split of the row return at once; the merge writes garbage for
+  // it, which the exact re-run's scatter overwrites (outputs, certificates and norms).
+  std::vector<int32_t> ctx(step.host_ctx, step.host_ctx + step.s);
+  for (int32_t row : step.exact_rows) ctx[row] = 0;
+  ASSIGN_OR_RETURN(void* dev, Upload(ctx.data(), ctx.size() * 4));
+  return static_cast<const int32_t*>(dev);
+}
+
 absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
   RepairState& r = *repair_;
   Clock::time_point t = Clock::now();
   const int32_t hq = config_.num_heads, group = config_.group_size(), bs = layout_.block_size;
   const int64_t mb = step.max_blocks;
-  // Rows whose sequence has exact units cached for this layer read them (the fast kernels
-  // above read every block quantized).
-  std::vector<int32_t> exact_rows;
-  for (int32_t row : step.repair_rows) {
-    if (r.slots->Resident(step.row_seq[row], layer) > 0) exact_rows.push_back(row);
-  }
-  if (!exact_rows.empty()) RETURN_IF_ERROR(RunExactRows(layer, exact_rows, step));
+  // Rows whose sequence has exact units cached for this layer (skipped by the fast kernels).
+  if (!step.exact_rows.empty()) RETURN_IF_ERROR(RunExactRows(layer, step.exact_rows, step));
   step.budget = step.row_budget;
   std::vector<int32_t> flagged;
   RETURN_IF_ERROR(CheckLayer(layer, step, &flagged));
