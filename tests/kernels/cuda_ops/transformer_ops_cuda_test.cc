@@ -62,7 +62,10 @@ TEST(CudaOpsTest, EmbeddingMatchesCpuLookupAndNaNsOutOfRange) {
 
 TEST(CudaOpsTest, RmsNormMatchesCpuInF32AndBf16) {
   SKIP_WITHOUT_GPU();
-  for (auto [n, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {7, 576}, {3, 4096}}) {
+  // Vectorized path (dim % 4 == 0, up to 8192) at 2, 4 and 8 float4s per thread, a ragged
+  // last float4 column, then the scalar path (odd dim, dim > 8192).
+  for (auto [n, dim] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 64}, {7, 576}, {3, 4096}, {1, 8192}, {2, 4100}, {2, 90}, {1, 12288}}) {
     std::vector<float> x = RandomFloats(n * dim, 2 + n, -3, 3);
     std::vector<float> w = RandomFloats(dim, 3, 0.5f, 1.5f);
     std::vector<float> want(n * dim);
