@@ -67,12 +67,18 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
     }
   }
   __syncthreads();
-  for (int i = tid; i < P; i += blockDim.x) f[i] = expf(parts[base + i].m - s_m);
-  __syncthreads();
-  if (tid == 0) {
+  // Split weights and the denominator in warp 0 (lanes over splits, then a shuffle sum): no
+  // serial pass over P global loads.
+  if (tid < 32) {
     float z = 0.0f;
-    for (int i = 0; i < P; ++i) z += parts[base + i].z * f[i];
-    s_inv_z = 1.0f / z;
+    for (int i = tid; i < P; i += 32) {
+      const float fi = expf(parts[base + i].m - s_m);
+      f[i] = fi;
+      z += parts[base + i].z * fi;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if (tid == 0) s_inv_z = 1.0f / z;
   }
   __syncthreads();
   for (int c = tid; c < head_dim; c += blockDim.x) {

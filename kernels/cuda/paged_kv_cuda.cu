@@ -167,11 +167,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
   if (!p.has_witness) return;
   __syncwarp();
+  // Band b's channels in ascending order (the CPU's summation order, so the witness is
+  // bit-identical): pairs [b·ppb, (b+1)·ppb) are dims (2p, 2p+1) when interleaved, else p, then
+  // p + d/2 (meter::BandOfDim).
+  const int32_t half = d / 2, ppb = half / L.num_bands;
   for (int b = lane; b < L.num_bands; b += 32) {
     double sum = 0.0;
-    for (int c = 0; c < d; ++c) {
-      if (meter::BandOfDim(c, d, L.num_bands, L.interleaved) != b) continue;
-      double r = resid[warp][c];
+    const int32_t first = L.interleaved ? 2 * b * ppb : b * ppb;
+    const int32_t len = L.interleaved ? 2 * ppb : ppb;
+    for (int c = first; c < first + len; ++c) {
+      const double r = resid[warp][c];
+      sum = __dadd_rn(sum, __dmul_rn(r, r));
+    }
+    for (int c = half + b * ppb; !L.interleaved && c < half + (b + 1) * ppb; ++c) {
+      const double r = resid[warp][c];
       sum = __dadd_rn(sum, __dmul_rn(r, r));
     }
     double norm = __dmul_rn(sqrt(sum), 1.0 + 1e-12);
