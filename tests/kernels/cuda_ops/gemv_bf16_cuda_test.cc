@@ -1,0 +1,80 @@
+// The batch-1 GEMV (kernels/cuda/ops/gemv_bf16_cuda.h) against a double-precision reference.
+// Tolerance: fp32 accumulation of `cols` products in 4·32 partial sums then a shuffle tree, each
+// rounding ≤ u relative to the running |sum| ≤ Σ|w x|: |error| ≤ (cols/128 + 12)·u·Σ|w x|; we
+// allow 4× that. beta = 1 adds y's old value (one more rounding).
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/ops/gemv_bf16_cuda.h"
+#include "tests/kernels/cuda_ops/ops_test_util.h"
+
+namespace witcert {
+namespace {
+
+using testing::Dev;
+using testing::RandomFloats;
+
+uint16_t TruncBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+double FromBf16(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+TEST(GemvBf16Cuda, MatchesDoubleReference) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t rows, cols;
+    float beta;
+  };
+  // Model shapes (8B QKV, O with beta = 1, down from 14336), ragged row counts and columns that
+  // leave a tail after the unrolled loop, and the largest supported width.
+  for (const Shape s : {Shape{6144, 4096, 0.0f}, Shape{4096, 4096, 1.0f}, Shape{4096, 14336, 1.0f},
+                        Shape{37, 24, 0.0f}, Shape{5, 8, 1.0f}, Shape{1001, 1032, 0.0f},
+                        Shape{3, 24576, 0.0f}}) {
+    SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.cols));
+    const std::vector<float> xf = RandomFloats(s.cols, 3 + s.cols, -2, 2);
+    const std::vector<float> wf = RandomFloats(s.rows * s.cols, 5 + s.rows, -1, 1);
+    const std::vector<float> y0 = RandomFloats(s.rows, 7, -3, 3);
+    std::vector<uint16_t> x(s.cols), w(s.rows * s.cols);
+    for (int64_t i = 0; i < s.cols; ++i) x[i] = TruncBf16(xf[i]);
+    for (int64_t i = 0; i < s.rows * s.cols; ++i) w[i] = TruncBf16(wf[i]);
+    Dev<uint16_t> dx(x), dw(w);
+    Dev<float> dy(y0);
+    ASSERT_TRUE(GemvBf16Supports(s.cols, dx.get(), dw.get()));
+    const CudaStatus st = GemvBf16Cuda(dx.get(), s.cols, dw.get(), s.rows, dy.get(), s.beta, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    const std::vector<float> y = dy.Get();
+    const double u = std::ldexp(1.0, -24);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      double ref = s.beta * double(y0[r]), mag = std::fabs(s.beta * double(y0[r]));
+      for (int64_t c = 0; c < s.cols; ++c) {
+        const double p = FromBf16(w[r * s.cols + c]) * FromBf16(x[c]);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      const double tol = 4.0 * (s.cols / 128.0 + 13.0) * u * mag + 1e-30;
+      ASSERT_NEAR(y[r], ref, tol) << "row " << r;
+    }
+  }
+}
+
+TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
+  SKIP_WITHOUT_GPU();
+  Dev<uint16_t> x(std::vector<uint16_t>(24584)), w(std::vector<uint16_t>(24584));
+  Dev<float> y(std::vector<float>(4));
+  EXPECT_FALSE(GemvBf16Supports(12, x.get(), w.get()));        // cols % 8
+  EXPECT_FALSE(GemvBf16Supports(24584, x.get(), w.get()));     // x beyond shared memory
+  EXPECT_FALSE(GemvBf16Supports(16, x.get() + 1, w.get()));    // misaligned x
+  EXPECT_FALSE(GemvBf16Cuda(x.get(), 12, w.get(), 1, y.get(), 0.0f, nullptr).ok);
+}
+
+}  // namespace
+}  // namespace witcert
