@@ -82,12 +82,19 @@ absl::Status CudaBackend::EnsureRepairState() {
   r->shape.head_dim = config_.head_dim;
   const int64_t unit_bytes = r->shape.unit_floats() * 4;
   const int64_t entry_bytes = unit_bytes * config_.num_layers * config_.num_kv_heads;
-  const int64_t entries = std::min<int64_t>(backing_store_bytes_ / entry_bytes, layout_.num_blocks);
-  if (entries > 0) {
+  // The configured store, capped at one entry per pool block. Pinned memory can run out (the
+  // host's limit, not the config's): halve until it fits rather than fail the request; with
+  // no store at all every block is unrepairable and counted as refused.
+  int64_t entries = std::min<int64_t>(backing_store_bytes_ / entry_bytes, layout_.num_blocks);
+  while (entries > 0) {
     void* p = nullptr;
-    WITCERT_CUDA_OK(cudaHostAlloc(&p, static_cast<size_t>(entries * entry_bytes),
-                                  cudaHostAllocMapped | cudaHostAllocPortable));
-    r->host_store = static_cast<float*>(p);
+    if (cudaHostAlloc(&p, static_cast<size_t>(entries * entry_bytes),
+                      cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
+      r->host_store = static_cast<float*>(p);
+      break;
+    }
+    (void)cudaGetLastError();
+    entries /= 2;
   }
   r->entries = std::make_unique<ExactEntryTable>(entries, layout_.num_blocks);
   store_entry_bytes_ = entry_bytes;
