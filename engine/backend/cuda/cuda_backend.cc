@@ -131,11 +131,12 @@ void CudaBackend::set_cuda_graphs(bool on) {
 
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
                                int64_t rows, float* y, int64_t ldy, float beta) {
-  // Batch 1, square-or-wider shapes (the O projection): the GEMV beat cuBLAS's GEMM + split-K
-  // reduction there (14.2 vs 17.0 µs for 4096×4096 on the H200); on the taller QKV and gate|up
-  // shapes and the long-row down projection cuBLAS was as fast or faster (gemv_bf16_cuda.h).
-  if (n == 1 && rows <= cols && cols <= 8192 && GemvBf16Supports(cols, x, w)) {
-    WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_));
+  // Batch 1: the GEMV (2 rows per warp) where bench_gemv measured it faster than cuBLAS on the
+  // 8B shapes — the attention projections (rows ≤ 2·cols: QKV, O) and the vocabulary head
+  // (rows ≥ 16·cols); cuBLAS keeps gate|up and down (gemv_bf16_cuda.h, bench/RESULTS.md).
+  if (n == 1 && cols <= 8192 && (rows <= 2 * cols || rows >= 16 * cols) &&
+      GemvBf16Supports(cols, x, w)) {
+    WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_, /*rows_per_warp=*/2));
     return absl::OkStatus();
   }
   const float alpha = 1.0f;

@@ -1,13 +1,13 @@
 // y [rows] = W [rows, cols] · x [cols] + beta · y, with bf16 x and W, fp32 accumulation and
 // output: the single-row GEMM of a batch-1 decode step (QKV, O, gate|up, down, the head).
 //
-// Why: for n = 1 cuBLAS ran the 8B model's O projection (4096 × 4096) as a split-K GEMM plus a
-// reduction kernel, 13.2 + 3.8 µs (2.5 TB/s); this kernel takes 14.2 µs (ncu, H200). On the other
-// shapes it measured no better or worse (QKV 18.9 vs 18.5 µs; gate|up 65.9 vs 60.3; down, rows of
-// 14336, 38.6 vs 35.5): one warp per row leaves long rows with too few warps. So CudaBackend
-// uses it only for rows ≤ cols ≤ 8192. Structure: one warp per output row, 16-byte weight loads,
-// four in flight per lane, x staged once per CTA in shared memory (so the L2 sees x once per 8
-// rows, not once per row).
+// Why: for n = 1 cuBLAS runs some shapes as a split-K GEMM plus a reduction kernel; this kernel
+// is one launch. bench/decode_gpu/bench_gemv on the H200 (µs per call, weights streamed from
+// DRAM, 8B shapes): QKV 16.17 cuBLAS vs 15.91 here (2 rows per warp), O 13.04 vs 12.68, head
+// 247.7 vs 241.5, but gate|up 57.2 vs 59.0 and down 32.3 vs 33.8. So CudaBackend uses it for
+// the attention projections and the head only. Structure: R rows per warp, 16-byte weight
+// loads, 4·R in flight per lane, x staged once per CTA in shared memory (the L2 sees x once
+// per 8·R rows).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,8 @@ namespace witcert {
 // memory), 16-byte aligned x and W.
 bool GemvBf16Supports(int64_t cols, const void* x, const void* w);
 
+// rows_per_warp (1, 2 or 4): output rows each warp computes (more loads in flight per lane).
 CudaStatus GemvBf16Cuda(const uint16_t* x, int64_t cols, const uint16_t* w, int64_t rows,
-                        float* y, float beta, cudaStream_t stream);
+                        float* y, float beta, cudaStream_t stream, int rows_per_warp = 1);
 
 }  // namespace witcert

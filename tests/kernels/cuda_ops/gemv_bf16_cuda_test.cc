@@ -46,22 +46,28 @@ TEST(GemvBf16Cuda, MatchesDoubleReference) {
     std::vector<uint16_t> x(s.cols), w(s.rows * s.cols);
     for (int64_t i = 0; i < s.cols; ++i) x[i] = TruncBf16(xf[i]);
     for (int64_t i = 0; i < s.rows * s.cols; ++i) w[i] = TruncBf16(wf[i]);
-    Dev<uint16_t> dx(x), dw(w);
-    Dev<float> dy(y0);
-    ASSERT_TRUE(GemvBf16Supports(s.cols, dx.get(), dw.get()));
-    const CudaStatus st = GemvBf16Cuda(dx.get(), s.cols, dw.get(), s.rows, dy.get(), s.beta, nullptr);
-    ASSERT_TRUE(st.ok) << st.message;
-    const std::vector<float> y = dy.Get();
     const double u = std::ldexp(1.0, -24);
+    std::vector<double> ref(s.rows), tol(s.rows);
     for (int64_t r = 0; r < s.rows; ++r) {
-      double ref = s.beta * double(y0[r]), mag = std::fabs(s.beta * double(y0[r]));
+      double sum = s.beta * double(y0[r]), mag = std::fabs(s.beta * double(y0[r]));
       for (int64_t c = 0; c < s.cols; ++c) {
         const double p = FromBf16(w[r * s.cols + c]) * FromBf16(x[c]);
-        ref += p;
+        sum += p;
         mag += std::fabs(p);
       }
-      const double tol = 4.0 * (s.cols / 128.0 + 13.0) * u * mag + 1e-30;
-      ASSERT_NEAR(y[r], ref, tol) << "row " << r;
+      ref[r] = sum;
+      tol[r] = 4.0 * (s.cols / 128.0 + 13.0) * u * mag + 1e-30;
+    }
+    Dev<uint16_t> dx(x), dw(w);
+    ASSERT_TRUE(GemvBf16Supports(s.cols, dx.get(), dw.get()));
+    for (int rows_per_warp : {1, 2, 4}) {  // row counts not divisible by 8 · rows_per_warp too
+      SCOPED_TRACE("rows per warp " + std::to_string(rows_per_warp));
+      Dev<float> dy(y0);
+      const CudaStatus st =
+          GemvBf16Cuda(dx.get(), s.cols, dw.get(), s.rows, dy.get(), s.beta, nullptr, rows_per_warp);
+      ASSERT_TRUE(st.ok) << st.message;
+      const std::vector<float> y = dy.Get();
+      for (int64_t r = 0; r < s.rows; ++r) ASSERT_NEAR(y[r], ref[r], tol[r]) << "row " << r;
     }
   }
 }
@@ -74,6 +80,7 @@ TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
   EXPECT_FALSE(GemvBf16Supports(24584, x.get(), w.get()));     // x beyond shared memory
   EXPECT_FALSE(GemvBf16Supports(16, x.get() + 1, w.get()));    // misaligned x
   EXPECT_FALSE(GemvBf16Cuda(x.get(), 12, w.get(), 1, y.get(), 0.0f, nullptr).ok);
+  EXPECT_FALSE(GemvBf16Cuda(x.get(), 16, w.get(), 1, y.get(), 0.0f, nullptr, 3).ok);
 }
 
 }  // namespace
