@@ -36,12 +36,11 @@ MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head,
 }
 
 float RelV(const MeteredAttentionResult& r) {
-  return r.out_norm > 0 ? r.bound.v_bound / r.out_norm : (r.bound.v_bound > 0 ? INFINITY : 0.0f);
+  return meter::RelativeValueBound(r.bound.v_bound, r.out_norm);
 }
 
 bool Certified(const MeteredAttentionResult& r, const GatePolicy& p) {
-  if (!(r.bound.tv <= p.tv_threshold)) return false;
-  return p.v_threshold <= 0 || RelV(r) <= p.v_threshold;
+  return meter::CellCertified(r.bound.tv, RelV(r), p.tv_threshold, p.v_threshold);
 }
 
 }  // namespace

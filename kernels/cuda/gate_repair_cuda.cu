@@ -76,14 +76,9 @@ __global__ void FlagKernel(const meter::CertBound* __restrict__ cert,
   const float t = tv_thr[r];
   if (isnan(t)) return;
   const meter::CertBound c = cert[i];
-  bool ok = c.tv <= t;
-  const float vt = v_thr[r];
-  if (ok && vt > 0.0f) {
-    const float norm = out_norm[i];
-    const float rel = norm > 0.0f ? c.v_bound / norm : (c.v_bound > 0.0f ? INFINITY : 0.0f);
-    ok = rel <= vt;
+  if (!meter::CellCertified(c.tv, meter::RelativeValueBound(c.v_bound, out_norm[i]), t, v_thr[r])) {
+    flagged[atomicAdd(count, 1)] = static_cast<int32_t>(i);
   }
-  if (!ok) flagged[atomicAdd(count, 1)] = static_cast<int32_t>(i);
 }
 
 template <bool SCATTER>
@@ -145,37 +140,53 @@ __global__ void __launch_bounds__(kThreads) BlockRiskKernel(const PagedKvLayout 
   __syncthreads();
   const int64_t S = a.context_lens[row];
   const int32_t* bt = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
+  const int64_t nblocks = (S + L.block_size - 1) / L.block_size;
+  float* risk = a.risk + static_cast<int64_t>(blockIdx.x) * a.max_blocks;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const uint64_t h1 = meter::Mix64(meter::Mix64(a.dither_seed) ^
                                    ((static_cast<uint64_t>(a.layer) << 32) | static_cast<uint32_t>(kvh)));
-  float m = -INFINITY;
-  for (int64_t t = tid; t < S; t += kThreads) {
-    m = fmaxf(m, StoredLogit<C, D>(L, kv, q, bt, bs_shift, kvh, t, h1, inv_sqrt_d, cb, nscale));
+  const float infl = meter::EpsInflation(D, nb);
+  // One pass over the keys: a thread takes whole logical blocks and keeps each block's risk
+  // relative to the block's own max logit, stored as a log, ln(r_j) + m_j; the block-wide
+  // maximum M of those then scales every block to e^{ln r_j + m_j − M} (ranking only needs a
+  // common factor). Exact blocks and schemes without a witness score 0.
+  float lmax = -INFINITY;
+  for (int64_t j = tid; j < nblocks; j += kThreads) {
+    const int64_t blk = bt[j];
+    float lr = -INFINITY;
+    const bool exact = a.exact_slot != nullptr &&
+                       a.exact_slot[(blk * a.num_layers + a.layer) * L.num_kv_heads + kvh] >= 0;
+    if (has_w && !exact) {
+      float mb = -INFINITY, rb = 0.0f;
+      const int64_t t1 = (j + 1) * L.block_size < S ? (j + 1) * L.block_size : S;
+      for (int64_t t = j * L.block_size; t < t1; ++t) {
+        const int64_t vec = ((blk * L.num_kv_heads + kvh) << bs_shift) + (static_cast<int32_t>(t) & (L.block_size - 1));
+        const float eps = nb == 8 ? cuda_kv::TokenEpsilon<8>(kv.k_witness + vec * 8, 8, qbn, inv_sqrt_d, infl, true, 0.0f, 0.0f)
+                                  : cuda_kv::TokenEpsilon<0>(kv.k_witness + vec * nb, nb, qbn, inv_sqrt_d, infl, true, 0.0f, 0.0f);
+        if (!(eps > 0.0f)) continue;
+        const float l = StoredLogit<C, D>(L, kv, q, bt, bs_shift, kvh, t, h1, inv_sqrt_d, cb, nscale);
+        if (l > mb) {
+          rb = mb > -INFINITY ? rb * expf(mb - l) : 0.0f;
+          mb = l;
+        }
+        rb += expf(l - mb) * expm1f(fminf(eps, 80.0f));
+      }
+      if (rb > 0.0f) lr = logf(rb) + mb;
+    }
+    risk[j] = lr;  // this thread rescales it below
+    lmax = fmaxf(lmax, lr);
   }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((tid & 31) == 0) red[tid >> 5] = m;
+  for (int o = 16; o > 0; o >>= 1) lmax = fmaxf(lmax, __shfl_xor_sync(0xffffffffu, lmax, o));
+  if ((tid & 31) == 0) red[tid >> 5] = lmax;
   __syncthreads();
   if (tid == 0) {
     float mm = -INFINITY;
     for (int w = 0; w < kThreads / 32; ++w) mm = fmaxf(mm, red[w]);
-    s_m = mm > -INFINITY ? mm : 0.0f;
+    s_m = mm;
   }
   __syncthreads();
-  if (!has_w) return;  // exact scheme: nothing to rank
-  const float infl = meter::EpsInflation(D, nb);
-  float* risk = a.risk + static_cast<int64_t>(blockIdx.x) * a.max_blocks;
-  for (int64_t t = tid; t < S; t += kThreads) {
-    const int64_t blk = bt[static_cast<int32_t>(t) >> bs_shift];
-    if (a.exact_slot != nullptr &&
-        a.exact_slot[(blk * a.num_layers + a.layer) * L.num_kv_heads + kvh] >= 0) {
-      continue;
-    }
-    const int64_t vec = ((blk * L.num_kv_heads + kvh) << bs_shift) + (static_cast<int32_t>(t) & (L.block_size - 1));
-    const float eps = nb == 8 ? cuda_kv::TokenEpsilon<8>(kv.k_witness + vec * 8, 8, qbn, inv_sqrt_d, infl, true, 0.0f, 0.0f)
-                              : cuda_kv::TokenEpsilon<0>(kv.k_witness + vec * nb, nb, qbn, inv_sqrt_d, infl, true, 0.0f, 0.0f);
-    if (!(eps > 0.0f)) continue;
-    const float l = StoredLogit<C, D>(L, kv, q, bt, bs_shift, kvh, t, h1, inv_sqrt_d, cb, nscale);
-    atomicAdd(risk + (static_cast<int32_t>(t) >> bs_shift), expf(l - s_m) * expm1f(fminf(eps, 80.0f)));
+  for (int64_t j = tid; j < nblocks; j += kThreads) {
+    risk[j] = risk[j] > -INFINITY ? expf(risk[j] - s_m) : 0.0f;
   }
 }
 
@@ -276,7 +287,6 @@ CudaStatus BlockRiskCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
   if (a.num_q_heads % layout.num_kv_heads != 0 || layout.num_bands > 64) {
     return CudaStatus::Error("BlockRiskCuda: bad head or band counts");
   }
-  WITCERT_CUDA_CALL(cudaMemsetAsync(a.risk, 0, sizeof(float) * a.num_cells * a.max_blocks, stream));
   int bs_shift = 0;
   while ((1 << bs_shift) < layout.block_size) ++bs_shift;
   using namespace cuda_kv;

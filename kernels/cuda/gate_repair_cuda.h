@@ -83,9 +83,10 @@ CudaStatus ScatterRowsCuda(const void* src, int64_t row_bytes, const int32_t* in
 
 // Per-block risk of flagged cells: for cell i = (row, head) (cells[i] = row · Hq + head),
 //   risk[i, j] = Σ_{t in logical block j, read quantized} e^{ℓ̃_t − m}·(e^{ε̂_t} − 1)
-// with ℓ̃ the stored-key logit, m the cell's max logit and ε̂ the Tier A witness bound — the
-// CPU gate's ranking (each token's share of A − 1) up to the common factor 1/z. Blocks read
-// exact score 0. Ranking only: nothing here enters a certificate.
+// with ℓ̃ the stored-key logit, ε̂ the Tier A witness bound and m a per-cell constant (the
+// largest block's scale, so the top block scores about 1) — the CPU gate's ranking (each
+// token's share of A − 1) up to a common factor. Blocks read exact score 0. One pass over the
+// keys. Ranking only: nothing here enters a certificate.
 struct BlockRiskArgs {
   const float* q = nullptr;              // [rows, Hq, d]
   const int32_t* block_tables = nullptr; // [rows, max_blocks]
@@ -98,7 +99,7 @@ struct BlockRiskArgs {
   uint64_t dither_seed = 0;
   const int32_t* exact_slot = nullptr;   // may be null (nothing cached)
   int32_t num_layers = 0;
-  float* risk = nullptr;                 // [n, max_blocks]
+  float* risk = nullptr;                 // [n, max_blocks]; past the row's blocks: untouched
 };
 CudaStatus BlockRiskCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
                          const BlockRiskArgs& args, cudaStream_t stream);

@@ -239,4 +239,16 @@ WITCERT_HD inline CertBound FinalizeCert(const CertPartial& p, int32_t num_split
   return r;
 }
 
+// ‖o − õ‖'s bound relative to ‖õ‖ (what the gate's v_threshold is compared with): ∞ when õ = 0
+// and the bound is not.
+WITCERT_HD inline float RelativeValueBound(float v_bound, float out_norm) {
+  return out_norm > 0.0f ? v_bound / out_norm : (v_bound > 0.0f ? INFINITY : 0.0f);
+}
+
+// The gate's rule (certificates.md §6): certified when TV ≤ tv_threshold and, if v_threshold > 0,
+// the relative value bound ≤ v_threshold. A NaN bound is never certified.
+WITCERT_HD inline bool CellCertified(float tv, float rel_v, float tv_threshold, float v_threshold) {
+  return tv <= tv_threshold && (v_threshold <= 0.0f || rel_v <= v_threshold);
+}
+
 }  // namespace witcert::meter

@@ -13,7 +13,6 @@
 #include "kernels/cuda/metered_prefill_cuda.h"
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
 #include "kernels/cuda/ops/prefill_attention_cuda.h"
-#include "kernels/cuda/ops/sampling_cuda.h"
 #include "kernels/cuda/ops/transformer_ops_cuda.h"
 
 namespace witcert {
@@ -150,65 +149,6 @@ absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_t seed,
-                                          bool write_through) {
-  WITCERT_CUDA_OK(cudaSetDevice(device_));
-  if (write_through) RETURN_IF_ERROR(EnsureRepairState());
-  std::vector<int32_t> blocks;
-  RETURN_IF_ERROR(kv_->BlockIds(seq, &blocks));
-  const int64_t bs = layout_.block_size, kv_dim = config_.kv_dim();
-  if (num_tokens > static_cast<int64_t>(blocks.size()) * bs) {
-    return absl::FailedPreconditionError("FillKvSynthetic: positions not reserved");
-  }
-  constexpr int64_t kChunk = 1024;  // tokens per write
-  std::vector<float> host(2 * kChunk * kv_dim);  // [2, kChunk, kv_dim]: K then V
-  uint64_t state = 0x9E3779B97F4A7C15ull * (seed + 1);
-  for (float& f : host) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    f = static_cast<float>(static_cast<int64_t>(state >> 40) - (1 << 23)) / (1 << 23);
-  }
-  DeviceArray<float> kv;
-  DeviceArray<int64_t> slot_pos;  // [2, kChunk]: slots then positions
-  DeviceArray<int32_t> entries;   // [kChunk] host-store entry per token (write_through)
-  RETURN_IF_ERROR(kv.Grow(host.size()));
-  RETURN_IF_ERROR(slot_pos.Grow(2 * kChunk));
-  RETURN_IF_ERROR(entries.Grow(kChunk));
-  std::vector<int32_t> ent(kChunk, -1);
-  WITCERT_CUDA_OK(cudaMemcpy(kv.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-  std::vector<int64_t> sp(2 * kChunk);
-  for (int64_t t0 = 0; t0 < num_tokens; t0 += kChunk) {
-    const int64_t nt = std::min(kChunk, num_tokens - t0);
-    for (int64_t i = 0; i < nt; ++i) {
-      const int64_t pos = t0 + i;
-      sp[i] = int64_t{blocks[pos / bs]} * bs + pos % bs;
-      sp[kChunk + i] = pos;
-    }
-    WITCERT_CUDA_OK(cudaMemcpy(slot_pos.get(), sp.data(), sp.size() * 8, cudaMemcpyHostToDevice));
-    if (write_through) {
-      for (int64_t i = 0; i < nt; ++i) ent[i] = repair_->entries->Acquire(blocks[(t0 + i) / bs]);
-      WITCERT_CUDA_OK(cudaMemcpy(entries.get(), ent.data(), nt * 4, cudaMemcpyHostToDevice));
-    }
-    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
-      KvWriteArgs write;
-      write.k = kv.get();
-      write.v = kv.get() + kChunk * kv_dim;
-      write.slots = slot_pos.get();
-      write.positions = slot_pos.get() + kChunk;
-      write.num_tokens = nt;
-      write.layer = layer;
-      write.dither_seed = dither_seed_;
-      WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
-      if (write_through) {
-        WITCERT_KERNEL_OK(WriteThroughExactCuda(repair_->shape, write.k, write.v, write.slots,
-                                                entries.get(), nt, layer, repair_->host_store,
-                                                stream_));
-      }
-    }
-    WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t max_blocks,
                                       bool repair) {
   const int64_t h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
@@ -248,59 +188,6 @@ absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t m
     RETURN_IF_ERROR(sub_cert_.Grow(rows * hq));
     RETURN_IF_ERROR(sub_norm_.Grow(rows * hq));
   }
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::SampleOnDevice(const std::vector<const SampleRequest*>& rows) {
-  const int64_t m = static_cast<int64_t>(rows.size());
-  // Penalty lists: each row's distinct generated tokens with their counts.
-  std::vector<int32_t> tokens, counts;
-  std::vector<SampleRowParams> params(m);
-  absl::flat_hash_map<int32_t, int32_t> seen;
-  for (int64_t r = 0; r < m; ++r) {
-    SampleRowParams& p = params[r];
-    const SampleRequest* q = rows[r];
-    if (q == nullptr) {
-      p.temperature = 0.0f;  // not sampled here: cheapest path, result ignored
-      continue;
-    }
-    p.temperature = q->temperature;
-    p.top_p = q->top_p;
-    p.top_k = q->top_k;
-    p.min_p = q->min_p;
-    p.presence_penalty = q->presence_penalty;
-    p.frequency_penalty = q->frequency_penalty;
-    p.uniform = q->uniform;
-    p.penalty_offset = static_cast<int32_t>(tokens.size());
-    if (q->presence_penalty != 0.0f || q->frequency_penalty != 0.0f) {
-      seen.clear();
-      for (int32_t t : q->generated) ++seen[t];
-      for (const auto& [t, c] : seen) {
-        tokens.push_back(t);
-        counts.push_back(c);
-      }
-    }
-    p.penalty_count = static_cast<int32_t>(tokens.size()) - p.penalty_offset;
-  }
-  const int64_t np = std::max<int64_t>(1, static_cast<int64_t>(tokens.size()));
-  RETURN_IF_ERROR(sample_params_.Grow(m));
-  RETURN_IF_ERROR(sample_params_host_.Grow(m));
-  RETURN_IF_ERROR(penalties_.Grow(2 * np));
-  RETURN_IF_ERROR(penalties_host_.Grow(2 * np));
-  RETURN_IF_ERROR(sampled_.Grow(m));
-  RETURN_IF_ERROR(sampled_host_.Grow(m));
-  std::copy(params.begin(), params.end(), sample_params_host_.get());
-  std::copy(tokens.begin(), tokens.end(), penalties_host_.get());
-  std::copy(counts.begin(), counts.end(), penalties_host_.get() + np);
-  WITCERT_CUDA_OK(cudaMemcpyAsync(sample_params_.get(), sample_params_host_.get(),
-                                  m * sizeof(SampleRowParams), cudaMemcpyHostToDevice, stream_));
-  WITCERT_CUDA_OK(cudaMemcpyAsync(penalties_.get(), penalties_host_.get(), 2 * np * 4,
-                                  cudaMemcpyHostToDevice, stream_));
-  WITCERT_KERNEL_OK(SampleRowsCuda(logits_.get(), m, config_.vocab_size, sample_params_.get(),
-                                   penalties_.get(), penalties_.get() + np, sampled_.get(),
-                                   stream_));
-  WITCERT_CUDA_OK(cudaMemcpyAsync(sampled_host_.get(), sampled_.get(), m * 4,
-                                  cudaMemcpyDeviceToHost, stream_));
   return absl::OkStatus();
 }
 
@@ -739,7 +626,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
           const int64_t src = (int64_t{layer} * s + first_row[b] + i) * hq + h;
           const meter::CertBound& cb = cert_host_.get()[src];
           const float norm = out_norm_host_.get()[src];
-          const float rel_v = norm > 0 ? cb.v_bound / norm : (cb.v_bound > 0 ? INFINITY : 0.0f);
+          const float rel_v = meter::RelativeValueBound(cb.v_bound, norm);
           CellRecord& cell = out[(layer * len + i) * hq + h];
           cell.layer = layer;
           cell.head = h;
@@ -755,8 +642,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
             }
             cell.pageins = rc.pageins;
           }
-          cell.certified =
-              cb.tv <= p.tv_threshold && (p.v_threshold <= 0 || rel_v <= p.v_threshold);
+          cell.certified = meter::CellCertified(cb.tv, rel_v, p.tv_threshold, p.v_threshold);
         }
       }
     });

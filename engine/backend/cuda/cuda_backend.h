@@ -105,6 +105,7 @@ class CudaBackend : public Backend {
     int64_t unrepairable = 0;      // picks skipped: the block had no exact copy
     int64_t cache_evictions = 0;   // exact-cache units evicted for space
     int64_t store_entries_used = 0, store_evicted = 0, store_refused = 0;
+    int64_t store_capacity_bytes = 0, store_used_bytes = 0;  // pinned host store
     // Host wall time inside RepairLayer, by phase (each ends at a stream sync): the exact
     // pre-pass and the first check; ranking; page-in, re-run and re-check.
     double check_s = 0, rank_s = 0, rerun_s = 0;
@@ -244,7 +245,6 @@ class CudaBackend : public Backend {
   std::unique_ptr<RepairState> repair_;
   mutable absl::Mutex stats_mu_;
   RepairStats stats_snapshot_ ABSL_GUARDED_BY(stats_mu_);
-  int64_t store_entry_bytes_ = 0, store_entries_ = 0;
   void SnapshotRepairStats();
   std::unique_ptr<BlockEvents> block_events_;
   int64_t backing_store_bytes_ = 0, exact_cache_blocks_ = 0;

@@ -56,6 +56,10 @@ void CudaBackend::SnapshotRepairStats() {
   s.store_entries_used = repair_->entries->used();
   s.store_evicted = repair_->entries->evicted();
   s.store_refused = repair_->entries->refused();
+  const int64_t entry_bytes =
+      repair_->shape.unit_floats() * 4 * repair_->shape.num_layers * repair_->shape.num_kv_heads;
+  s.store_capacity_bytes = repair_->entries->num_entries() * entry_bytes;
+  s.store_used_bytes = s.store_entries_used * entry_bytes;
   absl::MutexLock lock(&stats_mu_);
   stats_snapshot_ = s;
 }
@@ -64,8 +68,8 @@ KvCacheStats CudaBackend::KvStats() {
   KvCacheStats k = kv_->stats();
   const RepairStats s = repair_stats();
   k.promotions = s.pageins;
-  k.backing.capacity_bytes = store_entries_ * store_entry_bytes_;
-  k.backing.used_bytes = s.store_entries_used * store_entry_bytes_;
+  k.backing.capacity_bytes = s.store_capacity_bytes;
+  k.backing.used_bytes = s.store_used_bytes;
   k.backing.entries = s.store_entries_used;
   k.backing.evicted_blocks = s.store_evicted;
   k.backing.refused_blocks = s.store_refused;
@@ -97,8 +101,6 @@ absl::Status CudaBackend::EnsureRepairState() {
     entries /= 2;
   }
   r->entries = std::make_unique<ExactEntryTable>(entries, layout_.num_blocks);
-  store_entry_bytes_ = entry_bytes;
-  store_entries_ = entries;
   const int64_t slots = std::max<int64_t>(exact_cache_blocks_, 0);
   r->slots = std::make_unique<ExactSlotCache>(slots, config_.num_layers, config_.num_kv_heads);
   RETURN_IF_ERROR(r->exact_kv.Grow(std::max<int64_t>(slots, 1) * r->shape.unit_floats()));
@@ -185,7 +187,7 @@ absl::Status CudaBackend::CheckLayer(int32_t layer, RepairStep& step,
     const float norm = out_norm_host_.get()[cell0 + c];
     cell.flagged = true;
     cell.tv_before = cb.tv;
-    cell.v_before = norm > 0 ? cb.v_bound / norm : (cb.v_bound > 0 ? INFINITY : 0.0f);
+    cell.v_before = meter::RelativeValueBound(cb.v_bound, norm);
   }
   return absl::OkStatus();
 }
@@ -327,7 +329,11 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
     r.stats.rank_s += Lap(&t);
     // Pick: each cell its riskiest block that is not exact yet and has an exact copy.
     if (unrepairable.empty()) unrepairable.assign(static_cast<size_t>(step.s) * mb, 0);
-    std::vector<PageInOp> ops;
+    struct Pick {
+      PageInOp op;
+      int32_t block, kv_head;
+    };
+    std::vector<Pick> picks;
     std::vector<TableUpdate> updates;
     for (int32_t i = 0; i < nc; ++i) {
       const int32_t row = cells[i] / hq, g = (cells[i] % hq) / group;
@@ -349,25 +355,21 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
       const int32_t block = table[best];
       const int32_t slot = r.slots->Insert(block, layer, g, step.row_seq[row], &updates);
       if (slot < 0) continue;  // no exact cache
-      PageInOp op;
-      op.src_unit = (int64_t{r.entries->Find(block)} * config_.num_layers + layer) *
-                        config_.num_kv_heads + g;
-      op.table_index = r.slots->TableIndex(block, layer, g);
-      op.dst_slot = slot;
-      ops.push_back(op);
+      Pick pick{.block = block, .kv_head = g};
+      pick.op.src_unit = (int64_t{r.entries->Find(block)} * config_.num_layers + layer) *
+                             config_.num_kv_heads + g;
+      pick.op.table_index = r.slots->TableIndex(block, layer, g);
+      pick.op.dst_slot = slot;
+      picks.push_back(pick);
       --step.budget[row];
       ++step.cells[cell0 + cells[i]].pageins;
       ++r.stats.pageins;
     }
     // A unit evicted by a later pick of this round must not be paged in over its new owner.
-    ops.erase(std::remove_if(ops.begin(), ops.end(),
-                             [&](const PageInOp& op) {
-                               const int64_t per_block = int64_t{config_.num_layers} * config_.num_kv_heads;
-                               const int32_t block = static_cast<int32_t>(op.table_index / per_block);
-                               const int32_t g = static_cast<int32_t>(op.table_index % config_.num_kv_heads);
-                               return r.slots->Find(block, layer, g) != op.dst_slot;
-                             }),
-              ops.end());
+    std::vector<PageInOp> ops;
+    for (const Pick& p : picks) {
+      if (r.slots->Find(p.block, layer, p.kv_head) == p.op.dst_slot) ops.push_back(p.op);
+    }
     if (ops.empty()) break;
     if (!updates.empty()) {
       ASSIGN_OR_RETURN(void* dev, Upload(updates.data(), updates.size() * sizeof(TableUpdate)));
