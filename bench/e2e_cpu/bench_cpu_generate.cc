@@ -1,20 +1,30 @@
 // Single-stream prefill and decode speed of the CPU engine, printed as one JSON line.
 //
-//   bench_cpu_generate MODEL PROMPT_TOKENS DECODE_TOKENS THREADS [KV_SCHEME] [GATE]
+//   bench_cpu_generate MODEL PROMPT_TOKENS DECODE_TOKENS THREADS [KV_SCHEME] [GATE] [STREAMS]
 // The prompt is PROMPT_TOKENS copies of a fixed token sequence; decoding is greedy with EOS
 // ignored so every run generates exactly DECODE_TOKENS. Prefill tok/s = prompt / time to first
 // token; decode tok/s = (DECODE_TOKENS − 1) / (time from first to last token).
+// STREAMS > 1 submits that many such requests at once (each prompt starts with a different
+// token so no two are identical) and reports the aggregate: prefill tok/s = all prompt
+// tokens / time until every stream has its first token; decode tok/s = tokens generated
+// after that point / time from that point to the last token. This is the engine-alone
+// batching gain, without HTTP or clients.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "engine/runtime/loaded_engine.h"
 
 int main(int argc, char** argv) {
   using namespace witcert;
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s MODEL PROMPT_TOKENS DECODE_TOKENS THREADS [KV_SCHEME] [GATE]\n",
+    std::fprintf(stderr,
+                 "usage: %s MODEL PROMPT_TOKENS DECODE_TOKENS THREADS [KV_SCHEME] [GATE] "
+                 "[STREAMS]\n",
                  argv[0]);
     return 2;
   }
@@ -32,6 +42,7 @@ int main(int argc, char** argv) {
     }
     config.gate.mode = *mode;
   }
+  const int streams = argc > 7 ? std::max(1, std::atoi(argv[7])) : 1;
   config.scheduler.max_batched_tokens = std::max(512, prompt_tokens);
   auto loaded = LoadEngine(config);
   if (!loaded.ok()) {
@@ -40,41 +51,69 @@ int main(int argc, char** argv) {
   }
   const std::vector<TokenId> seed =
       (*loaded)->tokenizer->Encode("The quick brown fox jumps over the lazy dog. ", false);
-  Request request;
-  request.id = "bench";
-  while (static_cast<int>(request.prompt.size()) < prompt_tokens)
-    request.prompt.push_back(seed[request.prompt.size() % seed.size()]);
-  request.sampling.temperature = 0.0f;
-  request.stop.max_tokens = decode_tokens;
-  request.stop.ignore_eos = true;
-
-  auto stream = (*loaded)->engine->Submit(request);
-  if (!stream.ok()) {
-    std::fprintf(stderr, "%s\n", stream.status().ToString().c_str());
-    return 1;
-  }
+  std::vector<std::shared_ptr<RequestStream>> handles;
   const auto start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point first, last;
-  int tokens = 0;
-  RequestEvent finish;
-  while (true) {
-    RequestEvent e = *(*stream)->Next();
-    if (e.kind == RequestEvent::Kind::kToken) {
-      last = std::chrono::steady_clock::now();
-      if (tokens++ == 0) first = last;
-    } else if (e.kind == RequestEvent::Kind::kFinish) {
-      finish = std::move(e);
-      break;
+  size_t prompt_len = 0;
+  for (int s = 0; s < streams; ++s) {
+    Request request;
+    request.id = "bench-" + std::to_string(s);
+    while (static_cast<int>(request.prompt.size()) < prompt_tokens)
+      request.prompt.push_back(seed[(request.prompt.size() + s) % seed.size()]);
+    request.sampling.temperature = 0.0f;
+    request.stop.max_tokens = decode_tokens;
+    request.stop.ignore_eos = true;
+    prompt_len = request.prompt.size();
+    auto stream = (*loaded)->engine->Submit(request);
+    if (!stream.ok()) {
+      std::fprintf(stderr, "%s\n", stream.status().ToString().c_str());
+      return 1;
     }
+    handles.push_back(*stream);
+  }
+  // Each stream is read on its own thread so every token is stamped when it arrives.
+  std::vector<std::vector<std::chrono::steady_clock::time_point>> stamps(streams);
+  std::vector<RequestEvent> finishes(streams);
+  std::vector<std::thread> readers;
+  for (int s = 0; s < streams; ++s) {
+    readers.emplace_back([&, s] {
+      while (true) {
+        RequestEvent e = *handles[s]->Next();
+        if (e.kind == RequestEvent::Kind::kToken) {
+          stamps[s].push_back(std::chrono::steady_clock::now());
+        } else if (e.kind == RequestEvent::Kind::kFinish) {
+          finishes[s] = std::move(e);
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  auto first = start, last = start;
+  for (const auto& st : stamps) {
+    if (st.empty()) {
+      std::fprintf(stderr, "a stream produced no tokens\n");
+      return 1;
+    }
+    first = std::max(first, st.front());
+    last = std::max(last, st.back());
+  }
+  int64_t after_first = 0, tokens = 0, cells = 0;
+  double coverage = 0.0;
+  for (int s = 0; s < streams; ++s) {
+    tokens += static_cast<int64_t>(stamps[s].size());
+    for (const auto& t : stamps[s]) after_first += t > first ? 1 : 0;
+    cells += finishes[s].risk.cells;
+    coverage += finishes[s].risk.coverage / streams;
   }
   const double ttft = std::chrono::duration<double>(first - start).count();
   const double decode_s = std::chrono::duration<double>(last - first).count();
   std::printf(
       "{\"engine\": \"witcert\", \"threads\": %d, \"kv\": \"%s\", \"gate\": \"%s\", "
-      "\"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
-      "\"decode_tok_s\": %.2f, \"cells\": %lld, \"coverage\": %.4f}\n",
-      config.threads, config.kv.k_scheme.c_str(), GateModeName(config.gate.mode),
-      static_cast<int>(request.prompt.size()), tokens, request.prompt.size() / ttft,
-      (tokens - 1) / decode_s, static_cast<long long>(finish.risk.cells), finish.risk.coverage);
+      "\"streams\": %d, \"prompt_tokens\": %zu, \"decode_tokens\": %lld, "
+      "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"cells\": %lld, "
+      "\"coverage\": %.4f}\n",
+      config.threads, config.kv.k_scheme.c_str(), GateModeName(config.gate.mode), streams,
+      prompt_len, static_cast<long long>(tokens), streams * prompt_len / ttft,
+      after_first / decode_s, static_cast<long long>(cells), coverage);
   return 0;
 }

@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/packed_x8.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -121,6 +122,7 @@ void CompareVariants(ThreadPool& pool) {
       std::printf(" %15s", head);
     }
   }
+  for (int64_t n : ns) std::printf("   packed-x8 n=%d", static_cast<int>(n));
   std::printf("\n");
   for (const Shape& s : shapes) {
     const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(s.type));
@@ -139,6 +141,22 @@ void CompareVariants(ThreadPool& pool) {
       }
     }
     mi::ClearCpuKernelOverride();
+    // The row-interleaved copy the CPU backend builds (packed_x8.h).
+    std::vector<uint8_t> packed;
+    if (PackableX8(w)) {
+      packed.resize(PackedX8Bytes(w.type, w.rows, w.cols));
+      PackX8(w, packed.data());
+    }
+    QuantMatrix wp = w;
+    wp.packed_x8 = packed.empty() ? nullptr : packed.data();
+    for (int64_t n : ns) {
+      if (packed.empty()) {
+        std::printf(" %16s", "-");
+        continue;
+      }
+      const double t = TimeIt([&] { Matmul(x.data(), n, wp, y.data(), &pool); }, 0.25);
+      std::printf(" %16.1f", 2.0 * s.rows * s.cols * n / t / 1e9);
+    }
     std::printf("\n");
   }
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/packed_x8.h"
 #include "kernels/cpu/parallel.h"
 
 namespace witcert {
@@ -49,6 +50,58 @@ Plan PlanFor(GgmlType type) {
 
 // Work (multiply-adds) below which a chunk is not worth a thread hand-off (~10 µs).
 constexpr int64_t kMinMacsPerChunk = 1 << 16;
+
+// The packed kernel when every matrix has an x8 copy and a SIMD variant is selected (the
+// scalar variant keeps the plain rows: DotQ4_*Scalar computes the same bits anyway).
+matmul_internal::PackedDotFn PackedDotFor(const QuantMatrix* const* ws, int count) {
+  if (matmul_internal::SelectedCpuKernel() == matmul_internal::CpuKernel::kScalar) return nullptr;
+  for (int m = 0; m < count; ++m) {
+    if (ws[m]->packed_x8 == nullptr) return nullptr;
+  }
+  return matmul_internal::DotPackedX8Avx2();
+}
+
+// y_k for the packed matrices: work units are 8-row groups, stacked over the matrices like
+// the plain path's rows; each group is dotted with the activations in tiles of 4 rows.
+void PackedPass(const uint8_t* act, size_t act_stride, int64_t n, const QuantMatrix* const* ws,
+                float* const* ys, int count, matmul_internal::PackedDotFn dot, ThreadPool* pool) {
+  using matmul_internal::kPackedMaxTile;
+  const int64_t cols = ws[0]->cols;
+  const GgmlType type = ws[0]->type;
+  const size_t group_bytes = static_cast<size_t>(cols / kQk) * PackedX8BlockBytes(type);
+  int64_t total_groups = 0;
+  for (int m = 0; m < count; ++m) total_groups += (ws[m]->rows + kPackRows - 1) / kPackRows;
+  auto groups_fn = [&](int64_t g0, int64_t g1) {
+    float tile_out[kPackedMaxTile * kPackRows];  // [nx, 8]
+    int m = 0;
+    int64_t base = 0;  // first stacked group of matrix m
+    for (int64_t g = g0; g < g1; ++g) {
+      while (g >= base + (ws[m]->rows + kPackRows - 1) / kPackRows) {
+        base += (ws[m]->rows + kPackRows - 1) / kPackRows;
+        ++m;
+      }
+      const QuantMatrix& w = *ws[m];
+      const int64_t row0 = (g - base) * kPackRows;
+      const int rows_here = static_cast<int>(std::min<int64_t>(kPackRows, w.rows - row0));
+      const uint8_t* group = w.packed_x8 + static_cast<size_t>(g - base) * group_bytes;
+      for (int64_t t = 0; t < n; t += kPackedMaxTile) {
+        const int nx = static_cast<int>(std::min<int64_t>(kPackedMaxTile, n - t));
+        dot(group, act + t * act_stride, act_stride, nx, cols, type, tile_out);
+        for (int j = 0; j < nx; ++j) {
+          float* y = ys[m] + (t + j) * w.rows + row0;
+          std::copy(tile_out + kPackRows * j, tile_out + kPackRows * j + rows_here, y);
+        }
+      }
+    }
+  };
+  const int64_t min_chunk =
+      std::max<int64_t>(1, kMinMacsPerChunk / std::max<int64_t>(1, cols * n * kPackRows));
+  if (pool != nullptr && total_groups >= 2 * min_chunk) {
+    pool->ParallelFor(total_groups, min_chunk, groups_fn);
+  } else {
+    groups_fn(0, total_groups);
+  }
+}
 
 }  // namespace
 
@@ -111,6 +164,10 @@ void MatmulMany(const float* x, int64_t n, const QuantMatrix* const* ws, float* 
     act = buf;
   }
 
+  if (const matmul_internal::PackedDotFn packed = PackedDotFor(ws, count); packed != nullptr) {
+    PackedPass(act, act_stride, n, ws, ys, count, packed, pool);
+    return;
+  }
   // One pass over the rows of all matrices, as if they were stacked: each output element is
   // still computed by one thread, in the same order as a separate Matmul call.
   const RowDotFn dot = plan.dot;

@@ -18,6 +18,9 @@ struct QuantMatrix {
   int64_t cols = 0;
   size_t row_bytes = 0;          // bytes of one encoded row
   const uint8_t* data = nullptr; // [rows, row_bytes]
+  // Optional row-interleaved copy of the same weights (Q4_0 / Q4_1 / Q8_0, packed_x8.h) that
+  // Matmul prefers when set; owned by whoever packed it (the CPU backend).
+  const uint8_t* packed_x8 = nullptr;
 
   bool empty() const { return data == nullptr; }
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }

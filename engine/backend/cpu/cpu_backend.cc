@@ -7,6 +7,7 @@
 #include "engine/common/status.h"
 #include "engine/gate/metered_decode.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed_x8.h"
 #include "kernels/cpu/transformer_ops.h"
 
 namespace witcert {
@@ -38,7 +39,28 @@ CpuBackend::CpuBackend(const Model& model, std::unique_ptr<KvCache> kv, Options 
       config_(model.config()),
       kv_(std::move(kv)),
       pool_(options.num_threads),
-      exact_matmul_(options.exact_matmul) {}
+      exact_matmul_(options.exact_matmul),
+      weights_(model.weights()) {
+  if (!exact_matmul_) PackWeights();
+}
+
+void CpuBackend::PackWeights() {
+  std::vector<QuantMatrix*> targets;
+  for (LayerWeights& lw : weights_.layers) {
+    for (QuantMatrix* m : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) {
+      if (PackableX8(*m)) targets.push_back(m);
+    }
+  }
+  if (PackableX8(weights_.output)) targets.push_back(&weights_.output);
+  packed_.resize(targets.size());
+  pool_.ParallelFor(static_cast<int64_t>(targets.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      packed_[i].resize(PackedX8Bytes(targets[i]->type, targets[i]->rows, targets[i]->cols));
+      PackX8(*targets[i], packed_[i].data());
+    }
+  });
+  for (size_t i = 0; i < targets.size(); ++i) targets[i]->packed_x8 = packed_[i].data();
+}
 
 void CpuBackend::MatmulRowsMany(const float* x, int64_t n,
                                 std::initializer_list<const QuantMatrix*> ws,
@@ -132,7 +154,7 @@ absl::Status CpuBackend::StoredAttention(const ForwardItem& item, int64_t first_
 }
 
 absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardResult* result) {
-  const Weights& w = model_.weights();
+  const Weights& w = weights_;
   const int64_t hidden = config_.hidden_dim;
   const int64_t q_dim = config_.q_dim();
   const int64_t kv_dim = config_.kv_dim();

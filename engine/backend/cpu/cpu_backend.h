@@ -54,11 +54,17 @@ class CpuBackend : public Backend {
   absl::Status StoredAttention(const ForwardItem& item, int64_t first_row, int32_t layer,
                                std::vector<CellRecord>* cells, ThreadPool* pool);
 
+  // Row-interleaved copies of the Q4_0 / Q4_1 / Q8_0 matrices (packed_x8.h), built once
+  // here; the batched and single-row matmuls both run on them (the scalar kernels' bits).
+  void PackWeights();
+
   const Model& model_;
   const ModelConfig& config_;
   std::unique_ptr<KvCache> kv_;
   ThreadPool pool_;
   const bool exact_matmul_;
+  Weights weights_;                          // the model's views, with packed_x8 set
+  std::vector<std::vector<uint8_t>> packed_;  // owns what weights_.*.packed_x8 point to
 
   // Scratch, grown to the batch's token count N.
   std::vector<float> x_;       // [N, hidden] residual stream

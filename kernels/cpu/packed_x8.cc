@@ -1,0 +1,278 @@
+// Packing of Q4_0 / Q4_1 / Q8_0 rows into 8-row groups and the grouped dot kernels (see
+// packed_x8.h).
+#include "kernels/cpu/packed_x8.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace witcert {
+namespace {
+
+constexpr size_t kScaleBytes = kPackRows * sizeof(uint16_t);  // d[8] (and m[8])
+constexpr size_t kQ4QsOffset = 2 * kScaleBytes;               // Q4: after d[8], m[8]
+constexpr size_t kQ8QsOffset = kScaleBytes;                   // Q8_0: after d[8]
+
+// Block b of row `row` as 32 values in element order (Q4: 0..15 as uint8; Q8_0: the int8
+// codes' bytes), with its fp16 scale and (Q4_1) min.
+void UnpackBlock(const QuantMatrix& w, int64_t row, int64_t b, uint8_t q[kQk], uint16_t* d,
+                 uint16_t* m) {
+  *m = 0;
+  switch (w.type) {
+    case GgmlType::kQ8_0: {
+      const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(w.row(row))[b];
+      std::memcpy(q, blk.qs, kQk);
+      *d = blk.d;
+      return;
+    }
+    case GgmlType::kQ4_1: {
+      const BlockQ4_1& blk = reinterpret_cast<const BlockQ4_1*>(w.row(row))[b];
+      for (int e = 0; e < kQk / 2; ++e) {
+        q[e] = blk.qs[e] & 0x0F;
+        q[e + kQk / 2] = blk.qs[e] >> 4;
+      }
+      *d = blk.d;
+      *m = blk.m;
+      return;
+    }
+    default: {  // Q4_0
+      const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(w.row(row))[b];
+      for (int e = 0; e < kQk / 2; ++e) {
+        q[e] = blk.qs[e] & 0x0F;
+        q[e + kQk / 2] = blk.qs[e] >> 4;
+      }
+      *d = blk.d;
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+bool PackableX8(const QuantMatrix& w) {
+  const bool format =
+      w.type == GgmlType::kQ4_0 || w.type == GgmlType::kQ4_1 || w.type == GgmlType::kQ8_0;
+  return format && w.cols % kQk == 0 && w.cols > 0 && w.rows > 0 && !w.empty();
+}
+
+size_t PackedX8BlockBytes(GgmlType type) {
+  return type == GgmlType::kQ8_0 ? kQ8QsOffset + 8 * 32 : kQ4QsOffset + 4 * 32;
+}
+
+size_t PackedX8Bytes(GgmlType type, int64_t rows, int64_t cols) {
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  return static_cast<size_t>(groups * (cols / kQk)) * PackedX8BlockBytes(type);
+}
+
+void PackX8(const QuantMatrix& w, uint8_t* out) {
+  const int64_t nb = w.cols / kQk;
+  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+  const bool q8 = w.type == GgmlType::kQ8_0;
+  const size_t block_bytes = PackedX8BlockBytes(w.type);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = out + static_cast<size_t>(g * nb + b) * block_bytes;  // [block_bytes]
+      std::memset(dst, 0, block_bytes);
+      uint16_t d[kPackRows] = {}, m[kPackRows] = {};
+      for (int r = 0; r < kPackRows; ++r) {
+        const int64_t row = g * kPackRows + r;
+        if (row >= w.rows) continue;  // padding rows: zero weights, zero scales
+        uint8_t q[kQk];
+        UnpackBlock(w, row, b, q, &d[r], &m[r]);
+        if (q8) {
+          uint8_t* qs = dst + kQ8QsOffset;  // [8][32]
+          for (int v = 0; v < 8; ++v) std::memcpy(qs + 32 * v + 4 * r, q + 4 * v, 4);
+        } else {
+          uint8_t* qs = dst + kQ4QsOffset;  // [4][32]
+          for (int v = 0; v < 4; ++v) {
+            for (int e = 0; e < 4; ++e) {
+              qs[32 * v + 4 * r + e] = static_cast<uint8_t>(q[4 * v + e] | (q[4 * (v + 4) + e] << 4));
+            }
+          }
+        }
+      }
+      std::memcpy(dst, d, kScaleBytes);
+      if (!q8) std::memcpy(dst + kScaleBytes, m, kScaleBytes);
+    }
+  }
+}
+
+namespace matmul_internal {
+
+void DotPackedX8Scalar(const uint8_t* group, const uint8_t* x, size_t stride, int nx,
+                       int64_t cols, GgmlType type, float* out) {
+  const int64_t nb = cols / kQk;
+  const size_t block_bytes = PackedX8BlockBytes(type);
+  for (int j = 0; j < nx; ++j) {
+    const Q8_1Row xr = ViewQ8_1Row(x + j * stride, cols);
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = group + static_cast<size_t>(b) * block_bytes;
+        uint16_t d16, m16;
+        std::memcpy(&d16, blk + 2 * r, 2);
+        const int8_t* xq = xr.qs + b * kQk;
+        int isum = 0;
+        const float dw = F16ToF32(d16);
+        if (type == GgmlType::kQ8_0) {
+          const int8_t* qs = reinterpret_cast<const int8_t*>(blk + kQ8QsOffset);
+          for (int v = 0; v < 8; ++v) {
+            for (int e = 0; e < 4; ++e) isum += qs[32 * v + 4 * r + e] * xq[4 * v + e];
+          }
+          acc = std::fma(dw * xr.d[b], static_cast<float>(isum), acc);
+          continue;
+        }
+        std::memcpy(&m16, blk + kScaleBytes + 2 * r, 2);
+        const uint8_t* qs = blk + kQ4QsOffset;
+        for (int v = 0; v < 4; ++v) {
+          for (int e = 0; e < 4; ++e) {
+            const uint8_t byte = qs[32 * v + 4 * r + e];
+            isum += (byte & 0x0F) * xq[4 * v + e] + (byte >> 4) * xq[4 * (v + 4) + e];
+          }
+        }
+        acc = std::fma(dw * xr.d[b], static_cast<float>(isum), acc);
+        acc = std::fma(type == GgmlType::kQ4_0 ? -8.0f * dw : F16ToF32(m16), xr.s[b], acc);
+      }
+      out[kPackRows * j + r] = acc;
+    }
+  }
+}
+
+#ifdef WITCERT_MATMUL_AVX2
+namespace {
+
+template <int N, typename Fn>
+inline void Unrolled(Fn&& fn) {
+  [&]<int... J>(std::integer_sequence<int, J...>) {
+    (fn(std::integral_constant<int, J>{}), ...);
+  }(std::make_integer_sequence<int, N>{});
+}
+
+inline __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256i LoadVec(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+enum class Fmt { kQ4_0, kQ4_1, kQ8_0 };
+
+// One group against NX activation rows. Per block, `isum[j]` ends as the 8 rows' exact
+// Σ q_w·q_x (int32 lanes); the fp32 tail is the scalar kernels' fma sequence per lane.
+template <Fmt F, int NX>
+void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t cols, float* out) {
+  constexpr size_t kBlockBytes = F == Fmt::kQ8_0 ? kQ8QsOffset + 256 : kQ4QsOffset + 128;
+  const int64_t nb = cols / kQk;
+  Q8_1Row xr[NX];
+  __m256 acc[NX];
+  Unrolled<NX>([&](auto jc) {
+    constexpr int j = decltype(jc)::value;
+    xr[j] = ViewQ8_1Row(x + j * stride, cols);
+    acc[j] = _mm256_setzero_ps();
+  });
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + static_cast<size_t>(b) * kBlockBytes;
+    __m256i isum[NX];
+    if constexpr (F == Fmt::kQ8_0) {
+      // Signed × signed: |w| · sign(x, w), each maddubs widened at once (2·128·127 < 2^15
+      // but two of them would not fit int16).
+      Unrolled<8>([&](auto vc) {
+        constexpr int v = decltype(vc)::value;
+        const __m256i w = LoadVec(blk + kQ8QsOffset + 32 * v);
+        const __m256i aw = _mm256_sign_epi8(w, w);
+        Unrolled<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
+          const __m256i xv = Broadcast4(xr[j].qs + b * kQk + 4 * v);
+          const __m256i part = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
+          isum[j] = v == 0 ? part : _mm256_add_epi32(isum[j], part);
+        });
+      });
+    } else {
+      __m256i sum16[NX];  // per row r: lanes 2r, 2r+1 hold partial sums (int16, exact)
+      Unrolled<4>([&](auto vc) {
+        constexpr int v = decltype(vc)::value;
+        const __m256i packed = LoadVec(blk + kQ4QsOffset + 32 * v);
+        const __m256i lo = _mm256_and_si256(packed, nibble);                        // elements 4v..
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);  // 4(v+4)..
+        Unrolled<NX>([&](auto jc) {
+          constexpr int j = decltype(jc)::value;
+          const int8_t* xq = xr[j].qs + b * kQk;
+          const __m256i part = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Broadcast4(xq + 4 * v)),
+                                                _mm256_maddubs_epi16(hi, Broadcast4(xq + 4 * (v + 4))));
+          sum16[j] = v == 0 ? part : _mm256_add_epi16(sum16[j], part);
+        });
+      });
+      Unrolled<NX>([&](auto jc) {
+        constexpr int j = decltype(jc)::value;
+        isum[j] = _mm256_madd_epi16(sum16[j], ones);
+      });
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    Unrolled<NX>([&](auto jc) {
+      constexpr int j = decltype(jc)::value;
+      acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xr[j].d[b])),
+                               _mm256_cvtepi32_ps(isum[j]), acc[j]);
+    });
+    if constexpr (F != Fmt::kQ8_0) {
+      const __m256 mw =
+          F == Fmt::kQ4_0
+              ? _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f))
+              : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kScaleBytes)));
+      Unrolled<NX>([&](auto jc) {
+        constexpr int j = decltype(jc)::value;
+        acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xr[j].s[b]), acc[j]);
+      });
+    }
+  }
+  Unrolled<NX>([&](auto jc) {
+    constexpr int j = decltype(jc)::value;
+    _mm256_storeu_ps(out + kPackRows * j, acc[j]);
+  });
+}
+
+template <Fmt F>
+void DotGroupAnyWidth(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                      float* out) {
+  static_assert(kPackedMaxTile == 4);
+  switch (nx) {
+    case 1:
+      return DotGroup<F, 1>(group, x, stride, cols, out);
+    case 2:
+      return DotGroup<F, 2>(group, x, stride, cols, out);
+    case 3:
+      return DotGroup<F, 3>(group, x, stride, cols, out);
+    default:
+      return DotGroup<F, 4>(group, x, stride, cols, out);
+  }
+}
+
+void DotPackedX8Impl(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                     GgmlType type, float* out) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return DotGroupAnyWidth<Fmt::kQ4_0>(group, x, stride, nx, cols, out);
+    case GgmlType::kQ4_1:
+      return DotGroupAnyWidth<Fmt::kQ4_1>(group, x, stride, nx, cols, out);
+    default:
+      return DotGroupAnyWidth<Fmt::kQ8_0>(group, x, stride, nx, cols, out);
+  }
+}
+
+}  // namespace
+
+PackedDotFn DotPackedX8Avx2() { return DotPackedX8Impl; }
+#else
+PackedDotFn DotPackedX8Avx2() { return nullptr; }
+#endif
+
+}  // namespace matmul_internal
+}  // namespace witcert
