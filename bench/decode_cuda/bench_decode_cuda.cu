@@ -7,7 +7,7 @@
 // Timing: cudaEvents around each decode call (decode + merge kernels), 5 warm-ups, median of
 // `iters` calls. Shapes whose KV is smaller than 4× the 60 MB L2 rotate over several layers
 // so every call reads from HBM. KV is written by the real write path from hashed random
-// fp32 rows (never zeros). Usage: bench_decode_cuda [--quick] [--csv FILE]
+// fp32 rows (never zeros). Usage: bench_decode_cuda [--quick] [--csv FILE] [--splits N]...
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -101,6 +101,9 @@ std::string RunLabel(KvScheme scheme, int kernel) {
   return std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : "");
 }
 
+// --splits N (repeatable): forced split counts, each run side by side; 0 = ChooseNumSplits.
+std::vector<int> g_forced_splits = {0};
+
 // kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 2: pipelined).
 int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
               int iters, std::vector<Row>* rows) {
@@ -164,6 +167,7 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
       cudaMemcpy(dq, hq_host.data(), sizeof(float) * hq_host.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dt, tables.data(), sizeof(int32_t) * tables.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dl, lens.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice);
+      for (int forced : g_forced_splits)
       for (bool meter : {false, true}) {
         MeteredDecodeCudaArgs a;
         a.q = dq;
@@ -177,6 +181,7 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
         a.delta_loc = 1e-9;
         a.meter = meter;
         a.kernel = kernel;
+        a.num_splits = forced;
         a.out = dout;
         a.cert = dc;
         int32_t splits = 0;
@@ -218,6 +223,7 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
 }
 
 int Main(int argc, char** argv) {
+  std::vector<int> splits_flag;
   bool quick = false;
   const char* csv = nullptr;
   const char* only = nullptr;  // --only LABEL: one scheme/kernel row set (e.g. for ncu)
@@ -231,7 +237,9 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters_flag = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batches_flag.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--ctx") && i + 1 < argc) ctxs_flag.push_back(std::atoll(argv[++i]));
+    if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits_flag.push_back(std::atoi(argv[++i]));
   }
+  if (!splits_flag.empty()) g_forced_splits = splits_flag;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);

@@ -3,15 +3,18 @@
 // These are a few percent of a decode step next to the matmuls, so they favour clarity:
 // reductions accumulate in double, and RoPE computes each angle pos·θ^(−2i/d) in double
 // before cos/sin, so rotations stay accurate at large positions (a float angle at
-// pos = 10^5 would already be off by ~10^-2 rad). No global tables: the per-call cos/sin
-// table is head_dim/2 entries on the stack or heap.
+// pos = 10^5 would already be off by ~10^-2 rad). No global tables: a position's cos/sin
+// table is head_dim entries the caller keeps (the CPU backend builds one per token and
+// reuses it in every layer, for Q and K). SwiGLU's exp is vector_exp.h's (≤ 2 ulp).
 #include "kernels/cpu/transformer_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vector_exp.h"
 
 namespace witcert {
 
@@ -26,17 +29,26 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
   }
 }
 
-void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
-               bool interleaved) {
-  const int64_t half = head_dim / 2;
-  std::vector<float> cs(static_cast<size_t>(2 * half));  // [half, 2]: cos, sin per pair
-  for (int64_t i = 0; i < half; ++i) {
+void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs) {
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
     const double inv_freq =
         std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
     const double angle = static_cast<double>(pos) * inv_freq;
     cs[2 * i] = static_cast<float>(std::cos(angle));
     cs[2 * i + 1] = static_cast<float>(std::sin(angle));
   }
+}
+
+void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
+               bool interleaved) {
+  std::vector<float> cs(static_cast<size_t>(head_dim));  // [half, 2]: cos, sin per pair
+  RopeCosSin(head_dim, pos, theta, cs.data());
+  ApplyRopeTable(x, num_heads, head_dim, cs.data(), interleaved);
+}
+
+void ApplyRopeTable(float* x, int64_t num_heads, int64_t head_dim, const float* cs,
+                    bool interleaved) {
+  const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < num_heads; ++h) {
     float* xh = x + h * head_dim;  // [head_dim]
     for (int64_t i = 0; i < half; ++i) {
@@ -51,9 +63,12 @@ void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float
 }
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float g = gate[j];
-    out[j] = g / (1.0f + std::exp(-g)) * up[j];
+  constexpr int64_t kChunk = 256;
+  float e[kChunk];  // e^{−g} of the chunk
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+    const int64_t len = std::min(kChunk, n - j0);
+    ExpShiftedSum(gate + j0, len, 0.0f, -1.0f, e);
+    for (int64_t j = 0; j < len; ++j) out[j0 + j] = gate[j0 + j] / (1.0f + e[j]) * up[j0 + j];
   }
 }
 

@@ -15,6 +15,11 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
 // `interleaved`, else (i, i + head_dim/2).
 void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
                bool interleaved);
+// The same in two steps, for callers that rotate many vectors at one position: the table
+// cs [head_dim] = (cos, sin) of each pair's angle, then the rotation (same bits as ApplyRope).
+void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs);
+void ApplyRopeTable(float* x, int64_t num_heads, int64_t head_dim, const float* cs,
+                    bool interleaved);
 
 // out[j] = silu(gate[j]) * up[j], j < n. out may alias gate.
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);

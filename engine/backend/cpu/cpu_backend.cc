@@ -188,6 +188,13 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
     }
   }
   result->cells.assign(batch.size(), {});
+  rope_cs_.resize(total * config_.head_dim);  // each row's RoPE table, shared by all layers
+  for (size_t b = 0; b < batch.size(); ++b) {
+    for (size_t i = 0; i < batch[b].tokens.size(); ++i) {
+      RopeCosSin(config_.head_dim, batch[b].start_pos + static_cast<int64_t>(i),
+                 config_.rope_theta, &rope_cs_[(first_row[b] + i) * config_.head_dim]);
+    }
+  }
 
   for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
@@ -202,10 +209,9 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
       for (size_t i = 0; i < item.tokens.size(); ++i) {
         const int64_t row = first_row[b] + i;
         const int64_t pos = item.start_pos + static_cast<int64_t>(i);
-        ApplyRope(&q_[row * q_dim], config_.num_heads, config_.head_dim, pos,
-                  config_.rope_theta, interleaved);
-        ApplyRope(&k_[row * kv_dim], config_.num_kv_heads, config_.head_dim, pos,
-                  config_.rope_theta, interleaved);
+        const float* cs = &rope_cs_[row * config_.head_dim];
+        ApplyRopeTable(&q_[row * q_dim], config_.num_heads, config_.head_dim, cs, interleaved);
+        ApplyRopeTable(&k_[row * kv_dim], config_.num_kv_heads, config_.head_dim, cs, interleaved);
         RETURN_IF_ERROR(kv_->Write(item.seq, layer, pos, &k_[row * kv_dim], &v_[row * kv_dim]));
       }
     }

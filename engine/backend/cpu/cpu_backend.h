@@ -77,6 +77,7 @@ class CpuBackend : public Backend {
   std::vector<float> gate_;    // [N, ffn]
   std::vector<float> up_;      // [N, ffn]
   std::vector<float> scores_;  // [threads, max context] attention scratch
+  std::vector<float> rope_cs_; // [N, head_dim] RoPE (cos, sin) per row's position
 };
 
 }  // namespace witcert

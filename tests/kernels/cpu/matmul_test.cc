@@ -493,6 +493,44 @@ TEST(ActivationQuantTest, ErrorWithinHalfStepAndSumsConsistent) {
   }
 }
 
+// QuantizeRowQ8_1 (AVX2 where built) against the documented scalar rule, bit for bit:
+// d = max|x| / 127 over non-NaN elements, q = clamp(nearbyint(x·(1/d)), ±127), NaN → 0,
+// s = d·Σq. Covers exact ties (x·id = k + 0.5 rounds to even), NaN, ±inf and all-zero blocks.
+TEST(ActivationQuantTest, MatchesScalarRuleBitForBit) {
+  std::mt19937 rng(9);
+  const int64_t cols = 32 * 8;
+  std::vector<float> x = RandomActivations(1, cols, rng);
+  for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.5f;        // block 0: ties (amax 8 → id 15.875)
+  for (int i = 0; i < 32; ++i) x[32 + i] = 127.0f - 2.0f * i;  // block 1: exact integers, ties
+  x[64 + 3] = std::nanf("");                                   // block 2: a NaN
+  x[96 + 5] = INFINITY;                                        // block 3: +inf
+  x[96 + 6] = -INFINITY;
+  for (int i = 0; i < 32; ++i) x[128 + i] = 0.0f;              // block 4: zeros
+  std::vector<uint8_t> bytes(mi::Q8_1RowBytes(cols));
+  mi::QuantizeRowQ8_1(x.data(), cols, bytes.data());
+  const mi::Q8_1Row q = mi::ViewQ8_1Row(bytes.data(), cols);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const float a = std::fabs(x[b * 32 + i]);
+      amax = a > amax ? a : amax;
+    }
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      float v = std::nearbyint(x[b * 32 + i] * id);
+      v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+      const int8_t want = v == v ? static_cast<int8_t>(v) : 0;
+      ASSERT_EQ(q.qs[b * 32 + i], want) << "block " << b << " element " << i;
+      sum += want;
+    }
+    EXPECT_EQ(std::memcmp(&q.d[b], &d, 4), 0) << b;
+    const float s = d * static_cast<float>(sum);
+    EXPECT_EQ(std::memcmp(&q.s[b], &s, 4), 0) << b;
+  }
+}
+
 TEST(MatmulTest, RowBytesNotMatchingColsYieldsNaN) {
   std::vector<uint8_t> bytes(40 * 2, 0);
   QuantMatrix w{GgmlType::kQ4_1, 2, 48, 40, bytes.data()};  // 48 is not a multiple of 32
