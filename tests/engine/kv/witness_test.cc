@@ -1,7 +1,9 @@
 // Witness position invariance under the model's RoPE pairing, and the wrong pairing caught.
 #include "engine/kv/witness.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -31,6 +33,26 @@ std::vector<float> BandNorms(const std::vector<float>& r, int nb, RopePairing pa
   ComputeWitness(r.data(), zero.data(), BandLayout{d, nb, pairing}, w.data());
   DecodeWitness(w.data(), nb, out.data());
   return out;
+}
+
+// DecodeWitness (F16C where built) gives HalfToFloat's bits for every non-NaN fp16 pattern,
+// in runs of 8 (the vector path) and a tail of 5 (the scalar path).
+TEST(Witness, DecodeMatchesHalfToFloatForEveryPattern) {
+  std::vector<uint16_t> all;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    if (((h >> 10) & 0x1fu) == 0x1fu && (h & 0x3ffu) != 0) continue;  // NaN payloads
+    all.push_back(static_cast<uint16_t>(h));
+  }
+  const int32_t n = static_cast<int32_t>(all.size());
+  for (int32_t start = 0; start < n; start += 13) {
+    const int32_t len = std::min<int32_t>(13, n - start);
+    float out[13];
+    DecodeWitness(&all[start], len, out);
+    for (int32_t i = 0; i < len; ++i) {
+      const float want = meter::HalfToFloat(all[start + i]);
+      ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << "pattern " << all[start + i];
+    }
+  }
 }
 
 TEST(Witness, RoundsUpNeverDown) {
