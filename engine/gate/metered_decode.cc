@@ -7,19 +7,27 @@
 #include "engine/cert/audit.h"
 #include "engine/common/status.h"
 #include "kernels/cpu/metered_attention.h"
+#include "kernels/meter/partial_sum.h"
 #include "kernels/cpu/parallel.h"
 
 namespace witcert {
 namespace {
 
-// ‖ṽ_t‖ of every gathered row, once per KV head (its query heads share the values).
-void ValueNorms(const GatheredHead& head, int32_t d, std::vector<float>* out) {
-  out->resize(head.num_tokens);
-  for (int64_t t = 0; t < head.num_tokens; ++t) (*out)[t] = StoredValueNorm(&head.v[t * d], d);
+// ‖ṽ_t‖ and ‖ρ_t‖ of every gathered row, once per KV head (its query heads share the
+// values); ρ only where the values have witnesses.
+void ValueNorms(const GatheredHead& head, int32_t d, int32_t nb, std::vector<float>* v_norm,
+                std::vector<float>* v_rho) {
+  v_norm->resize(head.num_tokens);
+  for (int64_t t = 0; t < head.num_tokens; ++t) (*v_norm)[t] = StoredValueNorm(&head.v[t * d], d);
+  v_rho->clear();
+  if (head.v_witness.empty()) return;
+  v_rho->resize(head.num_tokens);
+  for (int64_t t = 0; t < head.num_tokens; ++t)
+    (*v_rho)[t] = meter::ResidualNormFromWitness(&head.v_witness[t * nb], nb);
 }
 
 MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head,
-                         const std::vector<float>& v_norm) {
+                         const std::vector<float>& v_norm, const std::vector<float>& v_rho) {
   MeteredHeadInputs in;
   in.head_dim = kv.options().head_dim;
   in.num_bands = kv.options().num_bands;
@@ -32,6 +40,7 @@ MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head,
   in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
   in.token_exact = head.token_exact.data();
   in.v_norm = v_norm.empty() ? nullptr : v_norm.data();
+  in.v_rho = v_rho.empty() ? nullptr : v_rho.data();
   return in;
 }
 
@@ -69,14 +78,15 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
     thread_local std::vector<float> risk, block_risk;  // [S], [blocks]
     thread_local std::vector<uint8_t> unrepairable;    // [blocks] exact copy evicted
     thread_local std::vector<float> ek, ev;            // [S, d] exact rows (audit)
-    thread_local std::vector<float> v_norm;            // [S]
+    thread_local std::vector<float> v_norm, v_rho;     // [S] each
     risk.assign(s, 0.0f);
     block_risk.assign(num_blocks, 0.0f);
     unrepairable.assign(num_blocks, 0);
     {
       RETURN_IF_ERROR(kv.GatherHead(req.seq, req.layer, g, s, &head));
       v_norm.clear();
-      if (meter) ValueNorms(head, d, &v_norm);
+      v_rho.clear();
+      if (meter) ValueNorms(head, d, o.num_bands, &v_norm, &v_rho);
       for (int32_t j = 0; j < group; ++j) {
         const int32_t h = g * group + j;
         const float* q = req.q + static_cast<int64_t>(h) * d;
@@ -87,7 +97,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
         opt.delta_loc = req.delta_loc;
         MeteredAttentionResult res;
         // Per-token risk (each token's share of A − 1) only ranks blocks for repair.
-        MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res,
+        MeteredAttention(Inputs(kv, head, v_norm, v_rho), q, opt, out, &res,
                          repair ? risk.data() : nullptr);
         if (!meter) continue;
         CellRecord cell;
@@ -119,8 +129,8 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
             continue;
           }
           ++cell.pageins;
-          ValueNorms(head, d, &v_norm);  // promoted rows are exact now
-          MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res, risk.data());
+          ValueNorms(head, d, o.num_bands, &v_norm, &v_rho);  // promoted rows are exact now
+          MeteredAttention(Inputs(kv, head, v_norm, v_rho), q, opt, out, &res, risk.data());
         }
         cell.tv_after = res.bound.tv;
         cell.v_after = RelV(res);

@@ -12,17 +12,6 @@
 #include "kernels/meter/partial_sum.h"
 
 namespace witcert {
-namespace {
-
-// ‖ṽ_t‖ + ‖ρ_t‖, each rounded up: ScaledNorm has relative error ≤ (d+5)u; the band
-// witnesses combine into ‖ρ‖ with ≤ (B+3)u; factor 2 covers γ/(1−γ) and the add.
-float RhoNorm(const float* w, int32_t num_bands) {
-  float s = 0.0f;
-  for (int32_t b = 0; b < num_bands; ++b) s += w[b] * w[b];
-  return std::sqrt(s) * (1.0f + 2.0f * (num_bands + 4) * meter::kUnitRoundoff);
-}
-
-}  // namespace
 
 MeteredQuery PrepareMeteredQuery(const MeteredHeadInputs& in, const float* q,
                                  const MeteredAttentionOptions& options) {
@@ -161,7 +150,10 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
     }
     bool exact = in.token_exact != nullptr && in.token_exact[begin + i] != 0;
     float rho = 0.0f;
-    if (!exact && in.v_witness != nullptr) rho = RhoNorm(in.v_witness + (begin + i) * nb, nb);
+    if (!exact && in.v_witness != nullptr) {
+      rho = in.v_rho != nullptr ? in.v_rho[begin + i]
+                                : meter::ResidualNormFromWitness(in.v_witness + (begin + i) * nb, nb);
+    }
     float vn = in.v_norm != nullptr ? in.v_norm[begin + i] : StoredValueNorm(v, d);
     // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
     meter::PartialAddTokenWeighted(partial, lg[i], w, ep[i], rho, eta[i]);

@@ -31,10 +31,14 @@ struct MeteredHeadInputs {
   // [S] optional ‖ṽ_t‖ already inflated by StoredValueNormInflation (the query heads of a GQA
   // group share their values, so the caller computes these once); null → computed here.
   const float* v_norm = nullptr;
+  // [S] optional ‖ρ_t‖ = meter::ResidualNormFromWitness of each row's value witness, shared
+  // by the GQA group like v_norm (only read for rows that are not exact); null → computed here.
+  const float* v_rho = nullptr;
 };
 
 // ‖ṽ_t‖ as the meter uses it: the fp32 scaled norm, inflated to cover its rounding.
 float StoredValueNorm(const float* v, int32_t head_dim);
+
 
 struct MeteredAttentionOptions {
   int32_t num_splits = 1;  // ≥ 1; clipped to S

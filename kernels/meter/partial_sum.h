@@ -8,7 +8,7 @@
 // combined chain = Σ chains (= the token count) keeps SumInflation's γ_chain sound and the
 // result is the same leaf the serial two-pass split produces (merges unchanged, no rescale).
 //
-// ResidualNormFromWitness: ‖ρ‖ from B band norms, rounded up (the CPU reference's RhoNorm).
+// ResidualNormFromWitness: ‖ρ‖ from B band norms, rounded up (the CPU reference uses it too).
 //
 // DitherTokenHash / DitherFromTokenHash: DitherValue (dither_hash.h) split into its
 // per-vector prefix and per-channel suffix, so a kernel hashes a token once and each
