@@ -197,23 +197,26 @@ void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t col
         });
       });
     } else {
-      __m256i sum16[NX];  // per row r: lanes 2r, 2r+1 hold partial sums (int16, exact)
+      // The block's 8 unpacked chunk vectors stay in registers; each activation row then sums
+      // its 8 products in one int16 chain (elements 4v.. in lo[v], 4(v+4).. in hi[v]).
+      __m256i lo[4], hi[4];
       Unrolled<4>([&](auto vc) {
         constexpr int v = decltype(vc)::value;
         const __m256i packed = LoadVec(blk + kQ4QsOffset + 32 * v);
-        const __m256i lo = _mm256_and_si256(packed, nibble);                        // elements 4v..
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);  // 4(v+4)..
-        Unrolled<NX>([&](auto jc) {
-          constexpr int j = decltype(jc)::value;
-          const int8_t* xq = xr[j].qs + b * kQk;
-          const __m256i part = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Broadcast4(xq + 4 * v)),
-                                                _mm256_maddubs_epi16(hi, Broadcast4(xq + 4 * (v + 4))));
-          sum16[j] = v == 0 ? part : _mm256_add_epi16(sum16[j], part);
-        });
+        lo[v] = _mm256_and_si256(packed, nibble);
+        hi[v] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
       });
       Unrolled<NX>([&](auto jc) {
         constexpr int j = decltype(jc)::value;
-        isum[j] = _mm256_madd_epi16(sum16[j], ones);
+        const int8_t* xq = xr[j].qs + b * kQk;
+        __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[0], Broadcast4(xq)),
+                                         _mm256_maddubs_epi16(hi[0], Broadcast4(xq + 16)));
+        Unrolled<3>([&](auto vc) {
+          constexpr int v = decltype(vc)::value + 1;
+          sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(lo[v], Broadcast4(xq + 4 * v)));
+          sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(hi[v], Broadcast4(xq + 4 * (v + 4))));
+        });
+        isum[j] = _mm256_madd_epi16(sum16, ones);
       });
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
