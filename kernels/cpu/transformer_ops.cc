@@ -10,6 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <limits>
 #include <vector>
 
@@ -74,19 +78,30 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) max = std::fmax(max, x[j]);
+  const float max = MaxValue(x, n);  // NaNs ignored (then they propagate through the sum)
   if (std::isinf(max) && max < 0) {  // every entry -inf: no preference, return uniform
     for (int64_t j = 0; j < n; ++j) x[j] = 1.0f / static_cast<float>(n);
     return;
   }
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    x[j] = std::exp(x[j] - max);
-    sum += x[j];
-  }
+  const double sum = ExpShiftedSum(x, n, max, 1.0f, x);
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#ifdef __AVX2__
+  if (n >= 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    for (float l : lanes) sum += l;  // fixed order: reproducible
+  }
+#endif
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
 }
 
 void EmbeddingLookup(const QuantMatrix& table, int32_t token, float* out) {

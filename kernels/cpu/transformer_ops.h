@@ -24,8 +24,12 @@ void ApplyRopeTable(float* x, int64_t num_heads, int64_t head_dim, const float* 
 // out[j] = silu(gate[j]) * up[j], j < n. out may alias gate.
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
-// In-place numerically stable softmax over x[0, n).
+// In-place numerically stable softmax over x[0, n) (vector_exp.h's exp, ≤ 2 ulp). A NaN
+// entry makes every output NaN; all entries −inf gives the uniform distribution.
 void Softmax(float* x, int64_t n);
+
+// Σ a[i]·b[i] in fp32 (8 lanes of FMAs, then the lanes in a fixed order).
+float Dot(const float* a, const float* b, int64_t n);
 
 // out [hidden] = dequantized row `token` of the embedding table.
 void EmbeddingLookup(const QuantMatrix& table, int32_t token, float* out);

@@ -107,10 +107,7 @@ void CpuBackend::FreshCausalAttention(int64_t first_row, int64_t num_tokens) {
       const int64_t g = h / group;
       const float* q = &q_[(first_row + i) * q_dim + h * d];
       for (int64_t j = 0; j <= i; ++j) {
-        const float* k = &k_[(first_row + j) * kv_dim + g * d];
-        float dot = 0.0f;
-        for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
-        scores[j] = dot * scale;
+        scores[j] = Dot(q, &k_[(first_row + j) * kv_dim + g * d], d) * scale;
       }
       Softmax(scores.data(), i + 1);
       float* out = &attn_[(first_row + i) * q_dim + h * d];

@@ -153,6 +153,21 @@ TEST(SoftmaxTest, MatchesNaiveAndIsStable) {
   for (float v : with_nan) EXPECT_TRUE(std::isnan(v));  // NaN is never hidden
 }
 
+// Dot against a double sum, for lengths with and without an 8-lane tail; fp32 rounding of
+// n products and sums stays within n·2^-23·Σ|a·b|.
+TEST(DotTest, MatchesDoubleSumWithinRounding) {
+  std::mt19937 rng(6);
+  for (int64_t n : {0, 1, 7, 8, 64, 67, 128}) {
+    std::vector<float> a = Randn(n, rng), b = Randn(n, rng, 3.0f);
+    double want = 0.0, abs_sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      want += double(a[i]) * b[i];
+      abs_sum += std::fabs(double(a[i]) * b[i]);
+    }
+    EXPECT_NEAR(Dot(a.data(), b.data(), n), want, (n + 2) * std::ldexp(1.0, -23) * abs_sum + 1e-30) << n;
+  }
+}
+
 TEST(EmbeddingLookupTest, ReturnsDequantizedRowAndNaNOutOfRange) {
   // 3 rows × 64 cols of Q8_0, built by hand: row r, element c = (r+1) * 0.5 * (c - 32).
   std::vector<BlockQ8_0> blocks(3 * 2);
