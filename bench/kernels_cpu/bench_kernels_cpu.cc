@@ -7,9 +7,10 @@
 // batch mean (see TimeIt). A plain read
 // bandwidth probe gives the ceiling. A second table compares the instruction-set variants
 // (scalar / avx2 / avxvnni / avx512vnni, forced through the test hook) side by side in
-// GFLOP/s at n = 1, 16, 64 for the default model's shapes; the first table uses the variant
-// Matmul picks (WITCERT_CPU_KERNEL overrides it). Usage: bench_kernels_cpu [threads...]
-// (default 1 2).
+// GFLOP/s at n = 1, 16, 64 for the default model's shapes, then the row-interleaved copy the
+// CPU backend actually multiplies by (packed-x8, packed_x8.h). The first table uses the
+// variant Matmul picks on plain rows (WITCERT_CPU_KERNEL overrides it).
+// Usage: bench_kernels_cpu [threads...] (default 1 2).
 #include <immintrin.h>
 
 #include <algorithm>
