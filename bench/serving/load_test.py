@@ -5,9 +5,11 @@ streams vs 1; 64 concurrent clients must complete without errors; the HTTP + JSO
 overhead per token measured against the engine alone (bench_cpu_generate) in the same run.
 
     python3 bench/serving/load_test.py [--binary build/server/witcert] [--tokens 64]
-Prints a Markdown table; `--repeats N` alternates N runs of the level list and reports medians. `--client httpx` streams with plain httpx (SSE parsed here) for hosts
-without the openai package (the GPU machine); `--serve-arg` passes flags to `witcert serve`
-(e.g. `--serve-arg=--device --serve-arg=cuda`); `--no-overhead` skips the engine-alone comparison.
+Prints a Markdown table; `--repeats N` alternates N runs of the level list and reports medians,
+plus each level's gain paired within a repeat (robust to a machine whose speed drifts).
+`--client httpx` streams with plain httpx (SSE parsed here) for hosts without the openai package
+(the GPU machine); `--serve-arg` passes flags to `witcert serve` (e.g. `--serve-arg=--device
+--serve-arg=cuda`); `--no-overhead` skips the engine-alone comparison.
 """
 import argparse
 import asyncio
@@ -191,6 +193,15 @@ def main():
               f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} |")
         if r["errors"]:
             print(f"first error: {r['first_error']}")
+    if args.repeats > 1 and len(levels) > 1:
+        # Paired gains: each repeat's level against that same repeat's first level, so a
+        # machine whose speed drifts between repeats (a shared VM) does not skew the ratio.
+        for level in levels[1:]:
+            paired = sorted(r["tok_s"] / (b["tok_s"] or float("nan"))
+                            for r, b in zip(runs[level], runs[levels[0]]))
+            print(f"paired gain {level} vs {levels[0]} streams, per repeat: "
+                  + ", ".join(f"{g:.2f}×" for g in paired)
+                  + f" (median {paired[len(paired) // 2]:.2f}×)")
     cells = gate["witcert_cert_cells_total"]
     if cells:
         print(f"\ngate over the whole run (warm-up included): {cells:.0f} cells, "
