@@ -101,12 +101,10 @@ std::string RunLabel(KvScheme scheme, int kernel) {
   return std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : "");
 }
 
-// --splits N (repeatable): forced split counts, each run side by side; 0 = ChooseNumSplits.
-std::vector<int> g_forced_splits = {0};
-
 // kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 2: pipelined).
+// splits: split counts run side by side (--splits N, repeatable); 0 = ChooseNumSplits.
 int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
-              int iters, std::vector<Row>* rows) {
+              const std::vector<int>& splits_list, int iters, std::vector<Row>* rows) {
   const std::string label = RunLabel(scheme, kernel);
   const int32_t hq = 32, hkv = 8, d = 128, bs = 16;
   for (int batch : batches) {
@@ -167,8 +165,9 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
       cudaMemcpy(dq, hq_host.data(), sizeof(float) * hq_host.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dt, tables.data(), sizeof(int32_t) * tables.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dl, lens.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice);
-      for (int forced : g_forced_splits)
-      for (bool meter : {false, true}) {
+      std::vector<std::pair<int, bool>> variants;  // (forced splits, meter): off then on per count
+      for (int forced : splits_list) variants.insert(variants.end(), {{forced, false}, {forced, true}});
+      for (const auto& [forced, meter] : variants) {
         MeteredDecodeCudaArgs a;
         a.q = dq;
         a.block_tables = dt;
@@ -239,7 +238,7 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--ctx") && i + 1 < argc) ctxs_flag.push_back(std::atoll(argv[++i]));
     if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits_flag.push_back(std::atoi(argv[++i]));
   }
-  if (!splits_flag.empty()) g_forced_splits = splits_flag;
+  if (splits_flag.empty()) splits_flag = {0};
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -256,7 +255,9 @@ int Main(int argc, char** argv) {
                                            {KvScheme::kInt8Dither, 0}, {KvScheme::kFp8Scaled, 0}};
   for (const auto& [s, kern] : runs) {
     if (only != nullptr && RunLabel(s, kern) != only) continue;
-    if (RunScheme(s, kern, batches, ctxs, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), &rows)) return 1;
+    if (RunScheme(s, kern, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), &rows)) {
+      return 1;
+    }
   }
   // Capacity: tokens per GiB (one layer, one KV head, K+V, witnesses included).
   std::printf("\n| scheme | bytes/token/KV head (K+V) | tokens per GiB per (layer, KV head) | vs fp16 |\n|---|---|---|---|\n");

@@ -3,11 +3,8 @@
 // hence the witness — stays finite.
 #include <cstring>
 
-#ifdef __F16C__
-#include <immintrin.h>
-#endif
-
 #include "engine/kv/codec.h"
+#include "engine/kv/half_array.h"
 #include "kernels/meter/float_formats.h"
 
 namespace witcert {
@@ -40,21 +37,14 @@ class Half16Codec final : public KvCodec {
     }
   }
   void Decode(const uint8_t* in, int32_t d, const CodecContext&, float* x) const override {
-    int32_t c = 0;
-#ifdef __F16C__
-    // fp16 → fp32 is exact, so the hardware conversion returns the same bits as FromBits;
-    // this runs over the whole context every decode step.
-    if constexpr (FromBits == meter::HalfToFloat) {
-      for (; c + 8 <= d; c += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * c));
-        _mm256_storeu_ps(x + c, _mm256_cvtph_ps(h));
+    if constexpr (FromBits == meter::HalfToFloat) {  // F16C where built; same bits
+      HalfArrayToFloat(in, d, x);
+    } else {
+      for (int32_t c = 0; c < d; ++c) {
+        uint16_t h;
+        std::memcpy(&h, in + 2 * c, 2);
+        x[c] = FromBits(h);
       }
-    }
-#endif
-    for (; c < d; ++c) {
-      uint16_t h;
-      std::memcpy(&h, in + 2 * c, 2);
-      x[c] = FromBits(h);
     }
   }
 

@@ -2,10 +2,7 @@
 
 #include <cmath>
 
-#ifdef __F16C__
-#include <immintrin.h>
-#endif
-
+#include "engine/kv/half_array.h"
 #include "kernels/meter/bands.h"
 #include "kernels/meter/cert_math.h"
 #include "kernels/meter/float_formats.h"
@@ -27,16 +24,8 @@ void ComputeWitness(const float* x, const float* x_hat, const BandLayout& layout
 }
 
 void DecodeWitness(const uint16_t* w, int32_t num_bands, float* out) {
-  int32_t b = 0;
-#ifdef __F16C__
-  // fp16 → fp32 is exact: the hardware conversion gives HalfToFloat's bits for every finite
-  // or infinite witness (a witness is a norm rounded up: never NaN). Runs per token per step.
-  for (; b + 8 <= num_bands; b += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + b));
-    _mm256_storeu_ps(out + b, _mm256_cvtph_ps(h));
-  }
-#endif
-  for (; b < num_bands; ++b) out[b] = meter::HalfToFloat(w[b]);
+  // A witness is a norm rounded up, never NaN: the F16C path gives HalfToFloat's bits.
+  HalfArrayToFloat(reinterpret_cast<const uint8_t*>(w), num_bands, out);
 }
 
 }  // namespace witcert

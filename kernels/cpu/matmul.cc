@@ -70,16 +70,13 @@ void PackedPass(const uint8_t* act, size_t act_stride, int64_t n, const QuantMat
   const GgmlType type = ws[0]->type;
   const size_t group_bytes = static_cast<size_t>(cols / kQk) * PackedX8BlockBytes(type);
   int64_t total_groups = 0;
-  for (int m = 0; m < count; ++m) total_groups += (ws[m]->rows + kPackRows - 1) / kPackRows;
+  for (int m = 0; m < count; ++m) total_groups += PackedX8Groups(ws[m]->rows);
   auto groups_fn = [&](int64_t g0, int64_t g1) {
     float tile_out[kPackedMaxTile * kPackRows];  // [nx, 8]
     int m = 0;
     int64_t base = 0;  // first stacked group of matrix m
     for (int64_t g = g0; g < g1; ++g) {
-      while (g >= base + (ws[m]->rows + kPackRows - 1) / kPackRows) {
-        base += (ws[m]->rows + kPackRows - 1) / kPackRows;
-        ++m;
-      }
+      while (g >= base + PackedX8Groups(ws[m]->rows)) base += PackedX8Groups(ws[m++]->rows);
       const QuantMatrix& w = *ws[m];
       const int64_t row0 = (g - base) * kPackRows;
       const int rows_here = static_cast<int>(std::min<int64_t>(kPackRows, w.rows - row0));

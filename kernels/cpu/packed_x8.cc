@@ -17,6 +17,14 @@ constexpr size_t kScaleBytes = kPackRows * sizeof(uint16_t);  // d[8] (and m[8])
 constexpr size_t kQ4QsOffset = 2 * kScaleBytes;               // Q4: after d[8], m[8]
 constexpr size_t kQ8QsOffset = kScaleBytes;                   // Q8_0: after d[8]
 
+// A 4-bit block's 32 values in element order: low nibbles are elements 0..15, high 16..31.
+void UnpackNibbles(const uint8_t* qs, uint8_t q[kQk]) {
+  for (int e = 0; e < kQk / 2; ++e) {
+    q[e] = qs[e] & 0x0F;
+    q[e + kQk / 2] = qs[e] >> 4;
+  }
+}
+
 // Block b of row `row` as 32 values in element order (Q4: 0..15 as uint8; Q8_0: the int8
 // codes' bytes), with its fp16 scale and (Q4_1) min.
 void UnpackBlock(const QuantMatrix& w, int64_t row, int64_t b, uint8_t q[kQk], uint16_t* d,
@@ -31,20 +39,14 @@ void UnpackBlock(const QuantMatrix& w, int64_t row, int64_t b, uint8_t q[kQk], u
     }
     case GgmlType::kQ4_1: {
       const BlockQ4_1& blk = reinterpret_cast<const BlockQ4_1*>(w.row(row))[b];
-      for (int e = 0; e < kQk / 2; ++e) {
-        q[e] = blk.qs[e] & 0x0F;
-        q[e + kQk / 2] = blk.qs[e] >> 4;
-      }
+      UnpackNibbles(blk.qs, q);
       *d = blk.d;
       *m = blk.m;
       return;
     }
     default: {  // Q4_0
       const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(w.row(row))[b];
-      for (int e = 0; e < kQk / 2; ++e) {
-        q[e] = blk.qs[e] & 0x0F;
-        q[e + kQk / 2] = blk.qs[e] >> 4;
-      }
+      UnpackNibbles(blk.qs, q);
       *d = blk.d;
       return;
     }
@@ -64,13 +66,12 @@ size_t PackedX8BlockBytes(GgmlType type) {
 }
 
 size_t PackedX8Bytes(GgmlType type, int64_t rows, int64_t cols) {
-  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
-  return static_cast<size_t>(groups * (cols / kQk)) * PackedX8BlockBytes(type);
+  return static_cast<size_t>(PackedX8Groups(rows) * (cols / kQk)) * PackedX8BlockBytes(type);
 }
 
 void PackX8(const QuantMatrix& w, uint8_t* out) {
   const int64_t nb = w.cols / kQk;
-  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+  const int64_t groups = PackedX8Groups(w.rows);
   const bool q8 = w.type == GgmlType::kQ8_0;
   const size_t block_bytes = PackedX8BlockBytes(w.type);
   for (int64_t g = 0; g < groups; ++g) {

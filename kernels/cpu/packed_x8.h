@@ -34,6 +34,8 @@ namespace witcert {
 
 inline constexpr int kPackRows = 8;
 
+// 8-row groups holding `rows` rows (the last one zero-padded).
+inline int64_t PackedX8Groups(int64_t rows) { return (rows + kPackRows - 1) / kPackRows; }
 // True for the formats PackX8 takes (Q4_0, Q4_1, Q8_0) with cols % 32 == 0.
 bool PackableX8(const QuantMatrix& w);
 // Bytes per packed (group, block): 160 for the 4-bit formats, 272 for Q8_0.

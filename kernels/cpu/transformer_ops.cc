@@ -71,7 +71,7 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   float e[kChunk];  // e^{−g} of the chunk
   for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
     const int64_t len = std::min(kChunk, n - j0);
-    ExpShiftedSum(gate + j0, len, 0.0f, -1.0f, e);
+    ExpShifted(gate + j0, len, 0.0f, -1.0f, e);
     for (int64_t j = 0; j < len; ++j) out[j0 + j] = gate[j0 + j] / (1.0f + e[j]) * up[j0 + j];
   }
 }

@@ -89,7 +89,7 @@ inline double Sum8(__m256 v) {
   return s;
 }
 
-template <bool kStore>
+template <bool kStore, bool kSum = true>
 double ExpShiftedSumImpl(const float* x, int64_t n, float shift, float scale, float* out) {
   const __m256 vshift = _mm256_set1_ps(shift), vscale = _mm256_set1_ps(scale);
   double total = 0.0;
@@ -102,14 +102,14 @@ double ExpShiftedSumImpl(const float* x, int64_t n, float shift, float scale, fl
       const __m256 e =
           ExpF8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vshift), vscale));
       if constexpr (kStore) _mm256_storeu_ps(out + i + j, e);
-      acc = _mm256_add_ps(acc, e);
+      if constexpr (kSum) acc = _mm256_add_ps(acc, e);
     }
-    total += Sum8(acc);
+    if constexpr (kSum) total += Sum8(acc);
   }
   for (; i < n; ++i) {
     const float e = ExpF((x[i] - shift) * scale);
     if constexpr (kStore) out[i] = e;
-    total += e;
+    if constexpr (kSum) total += e;
   }
   return total;
 }
@@ -121,6 +121,9 @@ double ExpShiftedSum(const float* x, int64_t n, float shift, float scale, float*
 }
 double ExpShiftedSumOnly(const float* x, int64_t n, float shift, float scale) {
   return ExpShiftedSumImpl<false>(x, n, shift, scale, nullptr);
+}
+void ExpShifted(const float* x, int64_t n, float shift, float scale, float* out) {
+  ExpShiftedSumImpl<true, false>(x, n, shift, scale, out);
 }
 
 float MaxValue(const float* x, int64_t n) {
@@ -146,6 +149,9 @@ double ExpShiftedSumOnly(const float* x, int64_t n, float shift, float scale) {
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) total += ExpF((x[i] - shift) * scale);
   return total;
+}
+void ExpShifted(const float* x, int64_t n, float shift, float scale, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ExpF((x[i] - shift) * scale);
 }
 float MaxValue(const float* x, int64_t n) {
   float best = -std::numeric_limits<float>::infinity();

@@ -23,6 +23,9 @@ double ExpShiftedSum(const float* x, int64_t n, float shift, float scale, float*
 // Σ e^{(x[i] − shift)·scale} without storing the terms.
 double ExpShiftedSumOnly(const float* x, int64_t n, float shift, float scale);
 
+// The terms without their sum: out[i] = e^{(x[i] − shift)·scale}. `out` may alias `x`.
+void ExpShifted(const float* x, int64_t n, float shift, float scale, float* out);
+
 // max_i x[i], NaNs ignored (−inf for n = 0 or when every element is NaN).
 float MaxValue(const float* x, int64_t n);
 

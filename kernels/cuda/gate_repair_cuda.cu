@@ -1,5 +1,7 @@
 #include "kernels/cuda/gate_repair_cuda.h"
 
+#include <string>
+
 #include "kernels/cuda/metered_decode_kernel.cuh"
 
 namespace witcert {
@@ -261,24 +263,28 @@ CudaStatus FlagUncertifiedCuda(const meter::CertBound* cert, const float* out_no
   return CudaStatus::Ok();
 }
 
-CudaStatus GatherRowsCuda(const void* src, int64_t row_bytes, const int32_t* index, int32_t n,
-                          void* dst, cudaStream_t stream) {
+namespace {
+// Gather (kScatter = false): dst[i] = src[index[i]]; scatter: dst[index[i]] = src[i].
+template <bool kScatter>
+CudaStatus MoveRows(const char* name, const void* src, int64_t row_bytes, const int32_t* index,
+                    int32_t n, void* dst, cudaStream_t stream) {
   if (n <= 0) return CudaStatus::Ok();
-  if (row_bytes % 4 != 0) return CudaStatus::Error("GatherRowsCuda: row_bytes % 4 != 0");
-  MoveRowsKernel<false><<<n, 128, 0, stream>>>(static_cast<const uint32_t*>(src), row_bytes / 4, index,
-                                               static_cast<uint32_t*>(dst));
+  if (row_bytes % 4 != 0) return CudaStatus::Error(std::string(name) + ": row_bytes % 4 != 0");
+  MoveRowsKernel<kScatter><<<n, 128, 0, stream>>>(static_cast<const uint32_t*>(src), row_bytes / 4,
+                                                  index, static_cast<uint32_t*>(dst));
   WITCERT_CUDA_CALL(cudaGetLastError());
   return CudaStatus::Ok();
+}
+}  // namespace
+
+CudaStatus GatherRowsCuda(const void* src, int64_t row_bytes, const int32_t* index, int32_t n,
+                          void* dst, cudaStream_t stream) {
+  return MoveRows<false>("GatherRowsCuda", src, row_bytes, index, n, dst, stream);
 }
 
 CudaStatus ScatterRowsCuda(const void* src, int64_t row_bytes, const int32_t* index, int32_t n,
                            void* dst, cudaStream_t stream) {
-  if (n <= 0) return CudaStatus::Ok();
-  if (row_bytes % 4 != 0) return CudaStatus::Error("ScatterRowsCuda: row_bytes % 4 != 0");
-  MoveRowsKernel<true><<<n, 128, 0, stream>>>(static_cast<const uint32_t*>(src), row_bytes / 4, index,
-                                              static_cast<uint32_t*>(dst));
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return MoveRows<true>("ScatterRowsCuda", src, row_bytes, index, n, dst, stream);
 }
 
 CudaStatus BlockRiskCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
@@ -289,18 +295,9 @@ CudaStatus BlockRiskCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
   }
   int bs_shift = 0;
   while ((1 << bs_shift) < layout.block_size) ++bs_shift;
-  using namespace cuda_kv;
-  switch (layout.scheme) {
-    case KvScheme::kFp32: return LaunchRisk<DevFp32>(layout, kv, a, bs_shift, stream);
-    case KvScheme::kFp16: return LaunchRisk<DevFp16>(layout, kv, a, bs_shift, stream);
-    case KvScheme::kBf16: return LaunchRisk<DevBf16>(layout, kv, a, bs_shift, stream);
-    case KvScheme::kFp8Raw: return LaunchRisk<DevFp8Raw>(layout, kv, a, bs_shift, stream);
-    case KvScheme::kFp8Scaled: return LaunchRisk<DevFp8Scaled>(layout, kv, a, bs_shift, stream);
-    case KvScheme::kInt8Rtn: return LaunchRisk<DevInt8Rtn>(layout, kv, a, bs_shift, stream);
-    case KvScheme::kInt8Dither: return LaunchRisk<DevInt8Dither>(layout, kv, a, bs_shift, stream);
-    case KvScheme::kInt4Rtn: return LaunchRisk<DevInt4Rtn>(layout, kv, a, bs_shift, stream);
-    default: return CudaStatus::Error("BlockRiskCuda: unknown scheme");
-  }
+  return cuda_kv::WithDevCodec(layout.scheme, "BlockRiskCuda: unknown scheme", [&](auto codec) {
+    return LaunchRisk<typename decltype(codec)::type>(layout, kv, a, bs_shift, stream);
+  });
 }
 
 }  // namespace witcert

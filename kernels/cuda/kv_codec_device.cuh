@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/kv_scheme_cuda.h"
 #include "kernels/meter/partial_sum.h"
 
@@ -149,5 +150,27 @@ struct DevInt4Rtn {
     }
   }
 };
+
+// The one scheme → device codec table for the host launchers: calls fn(DevCodecTag<C>{})
+// with the codec of `scheme` and returns its status; an unknown scheme returns an error with
+// `unknown_scheme_error`. A new codec is added here, not at each kernel family's launcher.
+template <class C>
+struct DevCodecTag {
+  using type = C;
+};
+template <class Fn>
+CudaStatus WithDevCodec(KvScheme scheme, const char* unknown_scheme_error, Fn&& fn) {
+  switch (scheme) {
+    case KvScheme::kFp32: return fn(DevCodecTag<DevFp32>{});
+    case KvScheme::kFp16: return fn(DevCodecTag<DevFp16>{});
+    case KvScheme::kBf16: return fn(DevCodecTag<DevBf16>{});
+    case KvScheme::kFp8Raw: return fn(DevCodecTag<DevFp8Raw>{});
+    case KvScheme::kFp8Scaled: return fn(DevCodecTag<DevFp8Scaled>{});
+    case KvScheme::kInt8Rtn: return fn(DevCodecTag<DevInt8Rtn>{});
+    case KvScheme::kInt8Dither: return fn(DevCodecTag<DevInt8Dither>{});
+    case KvScheme::kInt4Rtn: return fn(DevCodecTag<DevInt4Rtn>{});
+    default: return CudaStatus::Error(unknown_scheme_error);
+  }
+}
 
 }  // namespace witcert::cuda_kv

@@ -93,32 +93,16 @@ int32_t GroupBound(int32_t q_per_kv) { return q_per_kv <= 4 ? 4 : 8; }  // GMAX
 // The dispatch table: scheme → device codec.
 CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, dim3 grid,
                            size_t dyn, cudaStream_t stream) {
-  switch (scheme) {
-    case KvScheme::kFp32: return LaunchDecodeForCodec<DevFp32>(p, meter, grid, dyn, stream);
-    case KvScheme::kFp16: return LaunchDecodeForCodec<DevFp16>(p, meter, grid, dyn, stream);
-    case KvScheme::kBf16: return LaunchDecodeForCodec<DevBf16>(p, meter, grid, dyn, stream);
-    case KvScheme::kFp8Raw: return LaunchDecodeForCodec<DevFp8Raw>(p, meter, grid, dyn, stream);
-    case KvScheme::kFp8Scaled: return LaunchDecodeForCodec<DevFp8Scaled>(p, meter, grid, dyn, stream);
-    case KvScheme::kInt8Rtn: return LaunchDecodeForCodec<DevInt8Rtn>(p, meter, grid, dyn, stream);
-    case KvScheme::kInt8Dither: return LaunchDecodeForCodec<DevInt8Dither>(p, meter, grid, dyn, stream);
-    case KvScheme::kInt4Rtn: return LaunchDecodeForCodec<DevInt4Rtn>(p, meter, grid, dyn, stream);
-    default: return CudaStatus::Error("MeteredDecodeCuda: unknown scheme");
-  }
+  return WithDevCodec(scheme, "MeteredDecodeCuda: unknown scheme", [&](auto codec) {
+    return LaunchDecodeForCodec<typename decltype(codec)::type>(p, meter, grid, dyn, stream);
+  });
 }
 
 CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, const PipeSmemPlan& plan,
                                     bool meter, dim3 grid, cudaStream_t stream) {
-  switch (scheme) {
-    case KvScheme::kFp32: return LaunchPipelinedForCodec<DevFp32>(p, plan, meter, grid, stream);
-    case KvScheme::kFp16: return LaunchPipelinedForCodec<DevFp16>(p, plan, meter, grid, stream);
-    case KvScheme::kBf16: return LaunchPipelinedForCodec<DevBf16>(p, plan, meter, grid, stream);
-    case KvScheme::kFp8Raw: return LaunchPipelinedForCodec<DevFp8Raw>(p, plan, meter, grid, stream);
-    case KvScheme::kFp8Scaled: return LaunchPipelinedForCodec<DevFp8Scaled>(p, plan, meter, grid, stream);
-    case KvScheme::kInt8Rtn: return LaunchPipelinedForCodec<DevInt8Rtn>(p, plan, meter, grid, stream);
-    case KvScheme::kInt8Dither: return LaunchPipelinedForCodec<DevInt8Dither>(p, plan, meter, grid, stream);
-    case KvScheme::kInt4Rtn: return LaunchPipelinedForCodec<DevInt4Rtn>(p, plan, meter, grid, stream);
-    default: return CudaStatus::Error("MeteredDecodeCuda: unknown scheme");
-  }
+  return WithDevCodec(scheme, "MeteredDecodeCuda: unknown scheme", [&](auto codec) {
+    return LaunchPipelinedForCodec<typename decltype(codec)::type>(p, plan, meter, grid, stream);
+  });
 }
 
 }  // namespace

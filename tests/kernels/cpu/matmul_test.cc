@@ -500,8 +500,11 @@ TEST(ActivationQuantTest, MatchesScalarRuleBitForBit) {
   std::mt19937 rng(9);
   const int64_t cols = 32 * 8;
   std::vector<float> x = RandomActivations(1, cols, rng);
-  for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.5f;        // block 0: ties (amax 8 → id 15.875)
-  for (int i = 0; i < 32; ++i) x[32 + i] = 127.0f - 2.0f * i;  // block 1: exact integers, ties
+  // Block 0: max 127 makes d = id = 1, so the half-integers are exact ties (−15.5 … 14.5:
+  // round-half-even sends them both ways). Block 1: exact integers.
+  x[0] = 127.0f;
+  for (int i = 1; i < 32; ++i) x[i] = (i - 16) + 0.5f;
+  for (int i = 0; i < 32; ++i) x[32 + i] = 127.0f - 2.0f * i;
   x[64 + 3] = std::nanf("");                                   // block 2: a NaN
   x[96 + 5] = INFINITY;                                        // block 3: +inf
   x[96 + 6] = -INFINITY;

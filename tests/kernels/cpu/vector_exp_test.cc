@@ -75,6 +75,9 @@ TEST(VectorExpTest, ShiftedSumsMatchLongDouble) {
     EXPECT_EQ(got, got_only) << n;
     EXPECT_NEAR(got, static_cast<double>(want), 1e-6 * static_cast<double>(want) + 1e-30) << n;
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], ExpF((x[i] - mx) * inv_t)) << n << " " << i;
+    std::vector<float> terms(n, -1.0f);  // the store-only variant: the same terms
+    ExpShifted(x.data(), n, mx, inv_t, terms.data());
+    EXPECT_EQ(terms, out) << n;
   }
 }
 
