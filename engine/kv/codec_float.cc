@@ -31,9 +31,13 @@ class Half16Codec final : public KvCodec {
   std::string_view name() const override { return name_; }
   int32_t BytesPerVector(int32_t d) const override { return 2 * d; }
   void Encode(const float* x, int32_t d, const CodecContext&, uint8_t* out) const override {
-    for (int32_t c = 0; c < d; ++c) {
-      uint16_t h = ToBits(x[c]);
-      std::memcpy(out + 2 * c, &h, 2);
+    if constexpr (ToBits == meter::FloatToHalfSat) {  // F16C where built; same bits
+      FloatArrayToHalfSat(x, d, out);
+    } else {
+      for (int32_t c = 0; c < d; ++c) {
+        uint16_t h = ToBits(x[c]);
+        std::memcpy(out + 2 * c, &h, 2);
+      }
     }
   }
   void Decode(const uint8_t* in, int32_t d, const CodecContext&, float* x) const override {

@@ -1,5 +1,5 @@
-// fp16 arrays → fp32, with F16C where the build has it: the fp16 codec's decode and the
-// witness decode both run over the whole context every decode step.
+// fp16 arrays ↔ fp32, with F16C where the build has it: the fp16 codec's decode and the
+// witness decode both run over the whole context every decode step, its encode on every write.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,33 @@ inline void HalfArrayToFloat(const uint8_t* in, int64_t n, float* out) {
     uint16_t h;
     std::memcpy(&h, in + 2 * i, 2);
     out[i] = meter::HalfToFloat(h);
+  }
+}
+
+// out[i] = meter::FloatToHalfSat(in[i]) as fp16 bits in bytes [2i, 2i+2) of `out`, i < n.
+// F16C rounds to nearest even like FloatToHalf; eight values go through it when every one is
+// finite with |x| ≤ 65504 (where saturation cannot apply), others take the scalar rule.
+inline void FloatArrayToHalfSat(const float* in, int64_t n, uint8_t* out) {
+  int64_t i = 0;
+#ifdef __F16C__
+  const __m256 limit = _mm256_set1_ps(65504.0f), sign = _mm256_set1_ps(-0.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(in + i);
+    // |x| ≤ 65504 is false for NaN, so NaN lanes fall back too.
+    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, x), limit, _CMP_LE_OQ)) != 0xff) {
+      for (int64_t j = i; j < i + 8; ++j) {
+        const uint16_t h = meter::FloatToHalfSat(in[j]);
+        std::memcpy(out + 2 * j, &h, 2);
+      }
+      continue;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < n; ++i) {
+    const uint16_t h = meter::FloatToHalfSat(in[i]);
+    std::memcpy(out + 2 * i, &h, 2);
   }
 }
 

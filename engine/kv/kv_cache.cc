@@ -1,5 +1,7 @@
 #include "engine/kv/kv_cache.h"
 
+#include "engine/kv/half_array.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -63,7 +65,7 @@ KvCache::KvCache(const KvCacheOptions& o, const KvCodec* k_codec, const KvCodec*
   const int64_t layer_bytes = o.num_blocks * o.block_size * o.num_kv_heads * slot_bytes_;
   const int64_t param_bytes = o.num_blocks * o.num_kv_heads * group_param_bytes_;
   for (int32_t l = 0; o.host_storage && l < o.num_layers; ++l) {
-    storage_.emplace_back(new uint8_t[layer_bytes]());
+    storage_.push_back(AllocateHugeBuffer(static_cast<size_t>(layer_bytes)));
     params_.emplace_back(param_bytes > 0 ? new uint8_t[param_bytes]() : nullptr);
   }
 }
@@ -125,14 +127,22 @@ KvCache::Sequence* KvCache::Find(SeqId seq) const {
 }
 
 uint8_t* KvCache::Slot(int32_t layer, int32_t block, int32_t offset, int32_t kv_head) const {
-  const int64_t idx = (static_cast<int64_t>(block) * options_.block_size + offset) *
-                          options_.num_kv_heads + kv_head;
+  // [block, KV head, offset]: one (block, head)'s rows are contiguous, so gathering a head
+  // streams block_size · slot_bytes_ bytes per block instead of a slice of every row.
+  const int64_t idx = (static_cast<int64_t>(block) * options_.num_kv_heads + kv_head) *
+                          options_.block_size + offset;
   return storage_[layer].get() + idx * slot_bytes_;
 }
 
 uint8_t* KvCache::GroupParams(int32_t layer, int32_t block, int32_t kv_head, int side) const {
   const int64_t idx = static_cast<int64_t>(block) * options_.num_kv_heads + kv_head;
   return params_[layer].get() + idx * group_param_bytes_ + side_[side].param_offset;
+}
+
+void KvCache::PrefetchRows(int32_t layer, int32_t block, int32_t kv_head) const {
+  const uint8_t* p = Slot(layer, block, 0, kv_head);
+  const int64_t n = static_cast<int64_t>(options_.block_size) * slot_bytes_;
+  for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i);
 }
 
 bool KvCache::NeedsStaging(int32_t layer) const {
@@ -297,7 +307,7 @@ void KvCache::EncodeRows(int32_t layer, int32_t block, int32_t kv_head, int side
   const KvCodec& codec = *sl.codec;
   const int32_t d = options_.head_dim, m = sl.outlier_bytes / 4;
   const bool is_value = side == 1;
-  std::vector<float> filled;  // [n, d] outlier channels replaced (bypass only)
+  thread_local std::vector<float> filled, xhat;  // [n, d] outlier channels replaced; [d]
   const float* in = x;
   if (m > 0) {
     filled.resize(static_cast<size_t>(n) * d);
@@ -306,14 +316,14 @@ void KvCache::EncodeRows(int32_t layer, int32_t block, int32_t kv_head, int side
     }
     in = filled.data();
   }
-  const int64_t stride = static_cast<int64_t>(options_.num_kv_heads) * slot_bytes_;
+  const int64_t stride = slot_bytes_;  // consecutive offsets of one (block, head)
   uint8_t* codes0 = Slot(layer, block, offset0, kv_head) + sl.offset;
   uint8_t* params = sl.param_bytes > 0 ? GroupParams(layer, block, kv_head, side) : nullptr;
   const CodecContext ctx{options_.dither_seed, layer, kv_head, pos0, is_value};
   codec.EncodeGroup(in, n, d, ctx, codes0, stride, params);
   if (codec.is_exact()) return;
   const int32_t* channels = m > 0 ? outliers_.channels(layer, kv_head, is_value) : nullptr;
-  std::vector<float> xhat(d);  // [d]
+  xhat.resize(d);
   for (int32_t i = 0; i < n; ++i) {
     uint8_t* codes = codes0 + i * stride;
     const float* xi = x + i * d;
@@ -330,32 +340,39 @@ void KvCache::EncodeRows(int32_t layer, int32_t block, int32_t kv_head, int side
   }
 }
 
-void KvCache::DecodeRow(int32_t layer, int32_t block, int32_t offset, int32_t kv_head,
-                        int64_t pos, GatheredHead* out, int64_t row) const {
+void KvCache::DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t n,
+                         int32_t kv_head, int64_t pos0, GatheredHead* out, int64_t row0) const {
   const int32_t d = options_.head_dim, nb = options_.num_bands;
-  const uint8_t* slot = Slot(layer, block, offset, kv_head);
+  const uint8_t* slot0 = Slot(layer, block, offset0, kv_head);  // rows at stride slot_bytes_
   for (int side = 0; side < 2; ++side) {
     const SideLayout& sl = side_[side];
-    const uint8_t* codes = slot + sl.offset;
     const uint8_t* params =
         sl.param_bytes > 0 ? GroupParams(layer, block, kv_head, side) : nullptr;
-    const CodecContext ctx{options_.dither_seed, layer, kv_head, pos, side == 1};
-    float* x = side == 0 ? &out->k[row * d] : &out->v[row * d];
-    sl.codec->DecodeInGroup(codes, params, d, ctx, x);
+    CodecContext ctx{options_.dither_seed, layer, kv_head, pos0, side == 1};
+    float* x0 = side == 0 ? &out->k[row0 * d] : &out->v[row0 * d];
     const int32_t m = sl.outlier_bytes / 4;
-    if (m > 0) {
-      const int32_t* channels = outliers_.channels(layer, kv_head, side == 1);
-      for (int32_t j = 0; j < m; ++j) {
-        std::memcpy(&x[channels[j]], codes + sl.code_bytes + 4 * j, 4);
-      }
+    const int32_t* channels = m > 0 ? outliers_.channels(layer, kv_head, side == 1) : nullptr;
+    for (int32_t r = 0; r < n; ++r) {
+      const uint8_t* codes = slot0 + static_cast<int64_t>(r) * slot_bytes_ + sl.offset;
+      float* x = x0 + static_cast<int64_t>(r) * d;
+      ctx.pos = pos0 + r;
+      sl.codec->DecodeInGroup(codes, params, d, ctx, x);
+      for (int32_t j = 0; j < m; ++j) std::memcpy(&x[channels[j]], codes + sl.code_bytes + 4 * j, 4);
     }
     if (sl.witness_bytes > 0) {
-      uint16_t w[64];
-      std::memcpy(w, codes + sl.code_bytes + sl.outlier_bytes, sl.witness_bytes);
-      DecodeWitness(w, nb, side == 0 ? &out->k_witness[row * nb] : &out->v_witness[row * nb]);
+      float* w0 = side == 0 ? &out->k_witness[row0 * nb] : &out->v_witness[row0 * nb];
+      for (int32_t r = 0; r < n; ++r) {
+        const uint8_t* codes = slot0 + static_cast<int64_t>(r) * slot_bytes_ + sl.offset;
+        // fp16 witnesses at a 2-byte aligned offset inside the slot: HalfArrayToFloat reads
+        // any alignment, as DecodeWitness does.
+        HalfArrayToFloat(codes + sl.code_bytes + sl.outlier_bytes, nb, w0 + static_cast<int64_t>(r) * nb);
+      }
     }
     if (side == 0 && !out->k_dither_scale.empty()) {
-      out->k_dither_scale[row] = sl.codec->DitherScale(codes, d);
+      for (int32_t r = 0; r < n; ++r) {
+        const uint8_t* codes = slot0 + static_cast<int64_t>(r) * slot_bytes_ + sl.offset;
+        out->k_dither_scale[row0 + r] = sl.codec->DitherScale(codes, d);
+      }
     }
   }
 }
@@ -391,20 +408,19 @@ absl::Status KvCache::GatherHead(SeqId seq, int32_t layer, int32_t kv_head, int6
       }
       continue;
     }
+    if ((lb + 1) * bs < context_len) PrefetchRows(layer, s->table.physical(lb + 1), kv_head);
     std::shared_ptr<const ExactBlock> exact;
     if (s->table.IsExact(layer, lb)) {
       exact = exact_cache_.Lookup(block, layer, kv_head);
       if (exact != nullptr) exact_hits_.fetch_add(1, std::memory_order_relaxed);
     }
-    for (int64_t t = begin; t < end; ++t) {
-      if (exact != nullptr) {
-        std::memcpy(&out->k[t * d], &exact->k[(t - begin) * d], sizeof(float) * d);
-        std::memcpy(&out->v[t * d], &exact->v[(t - begin) * d], sizeof(float) * d);
-        out->token_exact[t] = 1;
-      } else {
-        DecodeRow(layer, block, static_cast<int32_t>(t - begin), kv_head, t, out, t);
-      }
+    if (exact == nullptr) {
+      DecodeRows(layer, block, 0, static_cast<int32_t>(end - begin), kv_head, begin, out, begin);
+      continue;
     }
+    std::memcpy(&out->k[begin * d], exact->k.data(), sizeof(float) * (end - begin) * d);
+    std::memcpy(&out->v[begin * d], exact->v.data(), sizeof(float) * (end - begin) * d);
+    std::fill(out->token_exact.begin() + begin, out->token_exact.begin() + end, 1);
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "engine/common/huge_buffer.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/kv/backing_store.h"
@@ -191,6 +192,9 @@ class KvCache {
   KvCache(const KvCacheOptions& options, const KvCodec* k_codec, const KvCodec* v_codec);
   Sequence* Find(SeqId seq) const;
   uint8_t* Slot(int32_t layer, int32_t block, int32_t offset, int32_t kv_head) const;
+  // Asks the CPU to start loading one (block, KV head)'s stored rows (the gather's next block:
+  // the weights stream through the caches every step, so stored rows come from DRAM).
+  void PrefetchRows(int32_t layer, int32_t block, int32_t kv_head) const;
   uint8_t* GroupParams(int32_t layer, int32_t block, int32_t kv_head, int side) const;
   bool NeedsStaging(int32_t layer) const;
   // Encodes rows x [n, d] of one side of one head into offsets [offset0, offset0 + n) of
@@ -203,8 +207,10 @@ class KvCache {
   [[nodiscard]] absl::Status WriteStaged(Sequence& s, int32_t layer, int64_t logical,
                                          int32_t block, int32_t offset, const float* k,
                                          const float* v);
-  void DecodeRow(int32_t layer, int32_t block, int32_t offset, int32_t kv_head, int64_t pos,
-                 GatheredHead* out, int64_t row) const;
+  // Decodes rows [offset0, offset0 + n) of one (block, KV head), positions pos0.., into
+  // `out` rows row0.. (codes, outliers, witnesses, Tier B scales).
+  void DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t n, int32_t kv_head,
+                  int64_t pos0, GatheredHead* out, int64_t row0) const;
 
   const KvCacheOptions options_;
   KvBlockObserver* observer_ = nullptr;
@@ -219,7 +225,7 @@ class KvCache {
   BackingStore backing_;
   ExactBlockCache exact_cache_;
   OutlierChannels outliers_;
-  std::vector<std::unique_ptr<uint8_t[]>> storage_;  // [L] × [blocks, bs, Hkv, slot]
+  std::vector<HugeBuffer> storage_;                  // [L] × [blocks, Hkv, bs, slot]
   std::vector<std::unique_ptr<uint8_t[]>> params_;   // [L] × [blocks, Hkv, group params]
   mutable absl::Mutex seq_mu_;
   absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> seqs_ ABSL_GUARDED_BY(seq_mu_);

@@ -99,6 +99,88 @@ float StoredValueNorm(const float* v, int32_t head_dim) {
   return meter::ScaledNorm(v, head_dim) * inflation;
 }
 
+#ifdef __AVX2__
+namespace {
+
+// [q·k_t for t < 4 | Σ_c |q_c k_tc| for t < 4] of 4 consecutive rows k [4, d], d % 8 == 0.
+// The 8 lanes are summed as a tree (hadd) rather than a chain: any order stays within the
+// γ_d·Σ|q_c k_c| that η covers, and Σ|q k| is off by far less than EtaFactor's 2%.
+inline __m256 DotAbs4(const float* q, const float* k, int32_t d) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, a0 = s0, a1 = s0, a2 = s0, a3 = s0;
+  for (int32_t c = 0; c < d; c += 8) {
+    const __m256 qc = _mm256_loadu_ps(q + c);
+    const __m256 p0 = _mm256_mul_ps(qc, _mm256_loadu_ps(k + c));
+    const __m256 p1 = _mm256_mul_ps(qc, _mm256_loadu_ps(k + d + c));
+    const __m256 p2 = _mm256_mul_ps(qc, _mm256_loadu_ps(k + 2 * d + c));
+    const __m256 p3 = _mm256_mul_ps(qc, _mm256_loadu_ps(k + 3 * d + c));
+    s0 = _mm256_add_ps(s0, p0);
+    s1 = _mm256_add_ps(s1, p1);
+    s2 = _mm256_add_ps(s2, p2);
+    s3 = _mm256_add_ps(s3, p3);
+    a0 = _mm256_add_ps(a0, _mm256_andnot_ps(sign, p0));
+    a1 = _mm256_add_ps(a1, _mm256_andnot_ps(sign, p1));
+    a2 = _mm256_add_ps(a2, _mm256_andnot_ps(sign, p2));
+    a3 = _mm256_add_ps(a3, _mm256_andnot_ps(sign, p3));
+  }
+  // hadd(hadd(x0, x1), hadd(x2, x3)) = [x_t lanes 0-3 for t < 4 | x_t lanes 4-7 for t < 4].
+  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s, a, 0x20), _mm256_permute2f128_ps(s, a, 0x31));
+}
+
+// Σ_b qbn_b·w_tb for 4 consecutive witness rows w [4, 8]. The terms are non-negative, so
+// the tree order keeps the relative rounding within EpsInflation's γ_B, as the chain does.
+inline __m128 BandDot4(__m256 qbn, const float* w) {
+  const __m256 p0 = _mm256_mul_ps(qbn, _mm256_loadu_ps(w));
+  const __m256 p1 = _mm256_mul_ps(qbn, _mm256_loadu_ps(w + 8));
+  const __m256 p2 = _mm256_mul_ps(qbn, _mm256_loadu_ps(w + 16));
+  const __m256 p3 = _mm256_mul_ps(qbn, _mm256_loadu_ps(w + 24));
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(p0, p1), _mm256_hadd_ps(p2, p3));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// acc [8J] += Σ_t w_t·v_t [n, stride] (channels [0, 8J) of each row), one fma per channel
+// and token in token order, accumulators in registers.
+template <int J>
+inline void AccumulateSlab(const float* w, const float* v, int64_t n, int32_t stride, float* acc) {
+  __m256 a[J];
+  for (int j = 0; j < J; ++j) a[j] = _mm256_loadu_ps(acc + 8 * j);
+  for (int64_t t = 0; t < n; ++t) {
+    const __m256 wt = _mm256_set1_ps(w[t]);
+    const float* row = v + t * stride;
+    for (int j = 0; j < J; ++j) a[j] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(row + 8 * j), a[j]);
+  }
+  for (int j = 0; j < J; ++j) _mm256_storeu_ps(acc + 8 * j, a[j]);
+}
+
+}  // namespace
+#endif
+
+// acc [d] += Σ_t w_t·v_t over rows v [n, d]: each channel is a sequential sum over tokens.
+inline void AccumulateWeighted(const float* w, const float* v, int64_t n, int32_t d, float* acc) {
+  int32_t c = 0;
+#ifdef __AVX2__
+  if (d % 8 == 0) {
+    for (; c + 64 <= d; c += 64) AccumulateSlab<8>(w, v + c, n, d, acc + c);
+    switch ((d - c) / 8) {
+      case 1: AccumulateSlab<1>(w, v + c, n, d, acc + c); break;
+      case 2: AccumulateSlab<2>(w, v + c, n, d, acc + c); break;
+      case 3: AccumulateSlab<3>(w, v + c, n, d, acc + c); break;
+      case 4: AccumulateSlab<4>(w, v + c, n, d, acc + c); break;
+      case 5: AccumulateSlab<5>(w, v + c, n, d, acc + c); break;
+      case 6: AccumulateSlab<6>(w, v + c, n, d, acc + c); break;
+      case 7: AccumulateSlab<7>(w, v + c, n, d, acc + c); break;
+      default: break;
+    }
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < n; ++t) {
+    for (int32_t k = c; k < d; ++k) acc[k] = std::fma(w[t], v[t * d + k], acc[k]);
+  }
+}
+
 void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter, int64_t begin,
                   int64_t end, meter::CertPartial* partial, float* acc, float* logit, float* eps) {
   const int32_t d = in.head_dim;
@@ -108,55 +190,84 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
   *partial = meter::CertPartial();
   if (n <= 0) return;
   // Per-thread scratch, reused: this runs per (sequence, layer, head, split) every step.
-  thread_local std::vector<float> lg, ep, eta;  // [n] each
+  thread_local std::vector<float> lg, wt, ep, eta;  // [n] each
   lg.resize(n);
+  wt.resize(n);
   ep.resize(meter ? n : 0);
   eta.resize(meter ? n : 0);
   const float* q = mq.q;
-  float m = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* k = in.k + (begin + i) * d;
-    float dot = 0.0f, absdot = 0.0f;
-    DotAndAbsDot(q, k, d, &dot, &absdot);
-    lg[i] = dot * mq.inv_sqrt_d;
-    m = meter::MaxAcc(m, lg[i]);
-    if (!meter) continue;
-    eta[i] = mq.eta_factor * absdot * mq.inv_sqrt_d;
-    bool exact = in.token_exact != nullptr && in.token_exact[begin + i] != 0;
-    float e = 0.0f;
-    if (!exact) {
-      if (in.k_witness != nullptr) {
-        e = meter::TierAEpsilon(mq.q_band_norm, in.k_witness + (begin + i) * nb, nb, mq.inv_sqrt_d,
-                                mq.eps_inflation);
-      }
-      if (mq.tier_b_coef > 0.0f) {
-        float u = mq.tier_b_coef * in.k_dither_scale[begin + i] * (1.0f + 4 * meter::kUnitRoundoff);
-        e = in.k_witness != nullptr ? std::fmin(e, u) : u;
+  const float* k0 = in.k + begin * d;
+  // Pass 1: logits ℓ̂_t (and η_t), four rows at a time where the build has AVX2.
+  int64_t i = 0;
+#ifdef __AVX2__
+  if (d % 8 == 0) {
+    const __m128 inv = _mm_set1_ps(mq.inv_sqrt_d), etaf = _mm_set1_ps(mq.eta_factor);
+    for (; i + 4 <= n; i += 4) {
+      const __m256 da = DotAbs4(q, k0 + i * d, d);
+      _mm_storeu_ps(&lg[i], _mm_mul_ps(_mm256_castps256_ps128(da), inv));
+      if (meter) {
+        _mm_storeu_ps(&eta[i], _mm_mul_ps(_mm_mul_ps(etaf, _mm256_extractf128_ps(da, 1)), inv));
       }
     }
-    ep[i] = e;
+  }
+#endif
+  for (; i < n; ++i) {
+    float dot = 0.0f, absdot = 0.0f;
+    DotAndAbsDot(q, k0 + i * d, d, &dot, &absdot);
+    lg[i] = dot * mq.inv_sqrt_d;
+    if (meter) eta[i] = mq.eta_factor * absdot * mq.inv_sqrt_d;
+  }
+  float m = -INFINITY;
+  for (int64_t t = 0; t < n; ++t) m = meter::MaxAcc(m, lg[t]);
+  if (meter) {
+    // ε̂_t: the Tier A band bound (0 for exact rows), capped by Tier B's u_t where available.
+    const float* kw = in.k_witness != nullptr ? in.k_witness + begin * nb : nullptr;
+    int64_t t = 0;
+#ifdef __AVX2__
+    if (kw != nullptr && nb == 8) {
+      const __m256 qbn = _mm256_loadu_ps(mq.q_band_norm);
+      const __m128 inv = _mm_set1_ps(mq.inv_sqrt_d), infl = _mm_set1_ps(mq.eps_inflation);
+      for (; t + 4 <= n; t += 4) {
+        _mm_storeu_ps(&ep[t], _mm_mul_ps(_mm_mul_ps(BandDot4(qbn, kw + t * 8), inv), infl));
+      }
+    }
+#endif
+    for (; t < n; ++t) {
+      ep[t] = kw != nullptr
+                  ? meter::TierAEpsilon(mq.q_band_norm, kw + t * nb, nb, mq.inv_sqrt_d, mq.eps_inflation)
+                  : 0.0f;
+    }
+    for (t = 0; t < n; ++t) {
+      if (in.token_exact != nullptr && in.token_exact[begin + t] != 0) {
+        ep[t] = 0.0f;
+      } else if (mq.tier_b_coef > 0.0f) {
+        float u = mq.tier_b_coef * in.k_dither_scale[begin + t] * (1.0f + 4 * meter::kUnitRoundoff);
+        ep[t] = kw != nullptr ? std::fmin(ep[t], u) : u;
+      }
+    }
   }
   if (!(m > -INFINITY)) m = 0.0f;  // all logits NaN: keep going, the partial is marked bad
   partial->m = m;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* v = in.v + (begin + i) * d;
-    float w = std::exp(lg[i] - m);
-    for (int32_t c = 0; c < d; ++c) acc[c] += w * v[c];
+  // Pass 2: weights, the output accumulator, the certificate sums.
+  for (int64_t t = 0; t < n; ++t) wt[t] = std::exp(lg[t] - m);
+  AccumulateWeighted(wt.data(), in.v + begin * d, n, d, acc);
+  for (int64_t t = 0; t < n; ++t) {
+    const float w = wt[t];
     if (!meter) {
       partial->z += w;
       partial->count += 1;
       partial->chain += 1;
       continue;
     }
-    bool exact = in.token_exact != nullptr && in.token_exact[begin + i] != 0;
+    const bool exact = in.token_exact != nullptr && in.token_exact[begin + t] != 0;
     float rho = 0.0f;
     if (!exact && in.v_witness != nullptr) {
-      rho = in.v_rho != nullptr ? in.v_rho[begin + i]
-                                : meter::ResidualNormFromWitness(in.v_witness + (begin + i) * nb, nb);
+      rho = in.v_rho != nullptr ? in.v_rho[begin + t]
+                                : meter::ResidualNormFromWitness(in.v_witness + (begin + t) * nb, nb);
     }
-    float vn = in.v_norm != nullptr ? in.v_norm[begin + i] : StoredValueNorm(v, d);
+    const float vn = in.v_norm != nullptr ? in.v_norm[begin + t] : StoredValueNorm(in.v + (begin + t) * d, d);
     // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
-    meter::PartialAddTokenWeighted(partial, lg[i], w, ep[i], rho, eta[i]);
+    meter::PartialAddTokenWeighted(partial, lg[t], w, ep[t], rho, eta[t]);
     partial->vmax = meter::MaxAcc(partial->vmax, vn + rho);
   }
   if (logit != nullptr) std::memcpy(logit, lg.data(), sizeof(float) * n);

@@ -119,6 +119,45 @@ TEST(Codecs, Fp16DecodeIsBitExactForEveryCode) {
   }
 }
 
+// The fp16 codec's vectorized encode (F16C where all eight lanes are finite and in range)
+// must give FloatToHalfSat's bits for every input: all halfway cases, subnormals, the
+// saturation edge, inf and NaN, in every lane position.
+TEST(Codecs, Fp16EncodeIsBitExactWithTheScalarRule) {
+  const KvCodec& codec = **FindKvCodec("fp16");
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x7c00u; ++h) {  // every finite half, its neighbours and halfway points
+    const float f = meter::HalfToFloat(static_cast<uint16_t>(h));
+    const float g = meter::HalfToFloat(static_cast<uint16_t>(h + 1));
+    for (float v : {f, std::nextafter(f, g), 0.5f * (f + g), std::nextafter(0.5f * (f + g), f)}) {
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  for (float v : {65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e30f, INFINITY, NAN, 1e-30f, 0.0f}) {
+    for (float s : {v, -v}) x.push_back(s);
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, 4);
+    x.push_back(f);
+  }
+  // Odd lengths and offsets put each special value in every lane and the scalar tail.
+  for (int shift = 0; shift < 8; ++shift) {
+    const int64_t n = static_cast<int64_t>(x.size()) - shift;
+    std::vector<uint8_t> out(2 * n);
+    CodecContext ctx{0, 0, 0, 0, false};
+    codec.Encode(x.data() + shift, static_cast<int32_t>(n), ctx, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t got;
+      std::memcpy(&got, &out[2 * i], 2);
+      ASSERT_EQ(got, meter::FloatToHalfSat(x[shift + i])) << "value " << x[shift + i] << " lane " << i % 8;
+    }
+  }
+}
+
 TEST(Codecs, Fp8RawSaturatesInsteadOfOverflowing) {
   const KvCodec& c = **FindKvCodec("fp8-e4m3-raw");
   std::vector<float> x(16, 1000.0f), y(16);

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/meter/bands.h"
+#include "kernels/meter/cert_math.h"
 #include "kernels/meter/float_formats.h"
 
 namespace witcert {
@@ -51,6 +53,36 @@ TEST(Witness, DecodeMatchesHalfToFloatForEveryPattern) {
     for (int32_t i = 0; i < len; ++i) {
       const float want = meter::HalfToFloat(all[start + i]);
       ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << "pattern " << all[start + i];
+    }
+  }
+}
+
+// ComputeWitness walks each band's dims as runs; it must give the bits of the plain loop over
+// dims that asks meter::BandOfDim for each dim's band (sums in double, in dim order).
+TEST(Witness, BandRunsMatchThePerDimBandMap) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int d : {16, 64, 80, 128, 256}) {
+    for (int nb : {1, 2, 4, 8}) {
+      if ((d / 2) % nb != 0) continue;
+      for (RopePairing p : {RopePairing::kInterleaved, RopePairing::kHalfSplit}) {
+        std::vector<float> x(d), xh(d);
+        for (int c = 0; c < d; ++c) {
+          x[c] = g(rng);
+          xh[c] = x[c] + 1e-3f * g(rng) * static_cast<float>(1 + c % 7);
+        }
+        std::vector<uint16_t> got(nb);
+        ComputeWitness(x.data(), xh.data(), BandLayout{d, nb, p}, got.data());
+        std::vector<double> sum(nb, 0.0);
+        for (int c = 0; c < d; ++c) {
+          const double r = static_cast<double>(x[c]) - static_cast<double>(xh[c]);
+          sum[meter::BandOfDim(c, d, nb, p == RopePairing::kInterleaved)] += r * r;
+        }
+        for (int b = 0; b < nb; ++b) {
+          const uint16_t want = meter::FloatToHalfUp(meter::RoundUpToFloat(std::sqrt(sum[b]) * (1.0 + 1e-12)));
+          EXPECT_EQ(got[b], want) << "d " << d << " B " << nb << " band " << b;
+        }
+      }
     }
   }
 }
