@@ -39,6 +39,9 @@ struct ForwardItem {
   SeqId seq = 0;
   absl::Span<const TokenId> tokens;  // run these, at positions start_pos, start_pos + 1, ...
   int64_t start_pos = 0;
+  // Positions [0, start_pos) are a prefix-cache hit: attend them exact, as if this item's
+  // prompt rows had been computed in one chunk from position 0 (backends that support it).
+  bool exact_prefix = false;
   bool compute_logits = true;        // logits of the last token of the item
   int64_t decode_step = 0;           // the request's decode step (certificate cells)
   double delta_loc = 0.0;            // Tier B budget per cell: δ_req / (L · Hq · T)

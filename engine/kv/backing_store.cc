@@ -95,6 +95,14 @@ bool BackingStore::Read(int32_t block, int32_t layer, int32_t kv_head, float* k,
   return true;
 }
 
+bool BackingStore::Reclaim(int32_t block) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(block);
+  if (it == entries_.end()) return false;
+  it->second->finished = false;  // its finished_ queue slot, if any, is now stale
+  return true;
+}
+
 bool BackingStore::Has(int32_t block) const {
   absl::MutexLock lock(&mu_);
   return entries_.contains(block);

@@ -37,6 +37,9 @@ class BackingStore {
   // A block was (re)allocated: any previous entry belongs to an old owner and is dropped.
   void OnAllocate(int32_t block);
   // The block's sequence finished: its entry becomes evictable (oldest finished first).
+  // A finished block is in use again (a prefix-cache hit): its entry stops being evictable.
+  // False when the entry is gone.
+  bool Reclaim(int32_t block);
   void MarkFinished(int32_t block);
   // Stores token `offset` of `block` for `layer`: k, v [num_kv_heads, head_dim].
   void Write(int32_t block, int32_t layer, int32_t offset, const float* k, const float* v);

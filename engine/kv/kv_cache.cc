@@ -163,6 +163,7 @@ absl::Status KvCache::Reserve(SeqId seq, int64_t num_tokens) {
   BlockTable& table = it->second->table;
   const int64_t need = (num_tokens + options_.block_size - 1) / options_.block_size;
   if (need <= table.num_blocks()) return absl::OkStatus();
+  if (options_.prefix_caching) EvictForAllocation(need - table.num_blocks());
   ASSIGN_OR_RETURN(std::vector<int32_t> blocks, pool_.Allocate(need - table.num_blocks()));
   for (int32_t b : blocks) {
     backing_.OnAllocate(b);
@@ -182,12 +183,85 @@ void KvCache::FreeSequence(SeqId seq) {
     s = std::move(it->second);
     seqs_.erase(it);
   }
+  absl::MutexLock lock(&seq_mu_);  // the prefix index
   for (int32_t b : s->table.blocks()) {
     if (pool_.Release(b)) {
+      OnBlockFreed(b);
+    } else if (prefix_.Contains(b) && pool_.RefCount(b) == 1) {
+      // Only the index holds it now: evictable, and so is its exact copy (AttachPrefix takes
+      // the copy back before sharing the block again).
+      prefix_.MarkIdle(b);
       backing_.MarkFinished(b);
-      exact_cache_.InvalidateBlock(b);
-      if (observer_ != nullptr) observer_->OnBlockFreed(b);
     }
+  }
+}
+
+void KvCache::OnBlockFreed(int32_t block) {
+  backing_.MarkFinished(block);
+  exact_cache_.InvalidateBlock(block);
+  if (observer_ != nullptr) observer_->OnBlockFreed(block);
+}
+
+void KvCache::EvictForAllocation(int64_t n) {
+  while (pool_.num_free() < n) {
+    const int32_t b = prefix_.EvictOne();
+    if (b < 0) return;
+    if (pool_.Release(b)) OnBlockFreed(b);
+  }
+}
+
+int64_t KvCache::num_free_blocks() const {
+  if (!options_.prefix_caching) return pool_.num_free();
+  absl::ReaderMutexLock lock(&seq_mu_);
+  return pool_.num_free() + prefix_.num_idle();
+}
+
+absl::StatusOr<int64_t> KvCache::AttachPrefix(SeqId seq, absl::Span<const int32_t> tokens) {
+  if (!options_.prefix_caching) return 0;
+  absl::MutexLock lock(&seq_mu_);
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("sequence ", seq));
+  Sequence& s = *it->second;
+  if (s.table.num_blocks() != 0) {
+    return absl::FailedPreconditionError("AttachPrefix on a sequence that already has blocks");
+  }
+  const int32_t bs = options_.block_size;
+  const int64_t candidates = tokens.empty() ? 0 : (static_cast<int64_t>(tokens.size()) - 1) / bs;
+  int32_t parent = -1;
+  int64_t attached = 0;
+  for (; attached < candidates; ++attached) {
+    const int32_t b = prefix_.Find(parent, tokens.subspan(attached * bs, bs));
+    // Its exact copy must still be there: the gate repairs from it, and the CPU backend's
+    // prompt attention reads the prefix exact (so a hit computes what a miss would).
+    if (b < 0 || (options_.host_storage && !backing_.Reclaim(b))) break;
+    pool_.Share(b);
+    prefix_.MarkBusy(b);
+    s.table.Append(b);
+    parent = b;
+  }
+  s.read_only_blocks = s.published = attached;
+  prefix_query_tokens_.fetch_add(static_cast<int64_t>(tokens.size()), std::memory_order_relaxed);
+  prefix_hit_tokens_.fetch_add(attached * bs, std::memory_order_relaxed);
+  return attached * bs;
+}
+
+void KvCache::PublishPrefix(SeqId seq, absl::Span<const int32_t> tokens, int64_t num_computed) {
+  if (!options_.prefix_caching) return;
+  const int32_t bs = options_.block_size;
+  absl::MutexLock lock(&seq_mu_);
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  Sequence& s = *it->second;
+  const int64_t full = std::min<int64_t>(
+      std::min<int64_t>(num_computed, static_cast<int64_t>(tokens.size())) / bs, s.table.num_blocks());
+  for (; s.published < full; ++s.published) {
+    const int64_t lb = s.published;
+    const int32_t b = s.table.physical(lb);
+    const int32_t parent = lb == 0 ? -1 : s.table.physical(lb - 1);
+    if (options_.host_storage && !backing_.Has(b)) return;  // no exact copy: not worth sharing
+    if (!prefix_.Insert(parent, tokens.subspan(lb * bs, bs), b)) return;  // listed elsewhere
+    pool_.Share(b);  // the index's own reference
+    s.read_only_blocks = lb + 1;
   }
 }
 
@@ -212,6 +286,10 @@ absl::Status KvCache::Write(SeqId seq, int32_t layer, int64_t pos, const float* 
   const int32_t d = options_.head_dim;
   const int64_t logical = pos / options_.block_size;
   const int32_t offset = static_cast<int32_t>(pos % options_.block_size);
+  if (logical < s->read_only_blocks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "write at position ", pos, ": its block is shared through the prefix cache"));
+  }
   const int32_t block = s->table.physical(logical);
   backing_.Write(block, layer, offset, k, v);
   if (s->staged[layer].contains(logical) || NeedsStaging(layer)) {
@@ -481,6 +559,12 @@ KvCacheStats KvCache::stats() const {
   st.exact_cache_hits = exact_hits_.load();
   st.groups_encoded = groups_encoded_.load();
   st.backing = backing_.stats();
+  st.prefix_query_tokens = prefix_query_tokens_.load();
+  st.prefix_hit_tokens = prefix_hit_tokens_.load();
+  if (options_.prefix_caching) {
+    absl::ReaderMutexLock lock(&seq_mu_);
+    st.prefix_cached_blocks = prefix_.num_blocks();
+  }
   return st;
 }
 

@@ -28,7 +28,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "engine/common/huge_buffer.h"
+#include "engine/kv/prefix_index.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/kv/backing_store.h"
@@ -60,6 +62,9 @@ struct KvCacheOptions {
   // code storage is allocated and Write / GatherHead / PromoteBlock return FailedPrecondition.
   // The CUDA backend keeps the codes on the device and uses this cache for its block tables.
   bool host_storage = true;
+  // Automatic prefix caching (PrefixIndex): full blocks of finished prefill stay listed by
+  // their tokens, and AttachPrefix lets a new sequence start from them.
+  bool prefix_caching = false;
 };
 
 using SeqId = int64_t;
@@ -97,6 +102,9 @@ struct KvCacheStats {
   int64_t exact_cache_hits = 0;   // promoted blocks read exact on a later gather
   int64_t groups_encoded = 0;     // staged blocks encoded whole (group codecs / outliers)
   BackingStoreStats backing;
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up by AttachPrefix
+  int64_t prefix_hit_tokens = 0;    // of those, found cached (attached, not recomputed)
+  int64_t prefix_cached_blocks = 0; // blocks listed in the prefix index now (busy or idle)
 };
 
 // Told of block lifetimes by KvCache (the CUDA backend keeps its gate's exact copies per
@@ -136,7 +144,18 @@ class KvCache {
   [[nodiscard]] absl::Status GatherExactHead(SeqId seq, int32_t layer, int32_t kv_head,
                                              int64_t context_len, float* k, float* v);
 
-  int64_t num_free_blocks() const { return pool_.num_free(); }
+  // Prefix caching (options().prefix_caching; otherwise both are no-ops returning 0).
+  // AttachPrefix: for a sequence with no blocks yet, appends the longest chain of listed full
+  // blocks that `tokens` starts with (never the block holding the last token, which must be
+  // computed for its logits; never a block whose exact copy is gone) and returns how many
+  // tokens they hold. Those positions are read-only for this sequence.
+  [[nodiscard]] absl::StatusOr<int64_t> AttachPrefix(SeqId seq, absl::Span<const int32_t> tokens);
+  // Lists the sequence's full blocks among its first `num_computed` tokens (every layer
+  // written), extending its chain in the index. Call after each forward pass.
+  void PublishPrefix(SeqId seq, absl::Span<const int32_t> tokens, int64_t num_computed);
+
+  // Free blocks, counting listed blocks no sequence holds (they are evicted on demand).
+  int64_t num_free_blocks() const;
   int64_t num_total_blocks() const { return pool_.num_total(); }
   // All layers, K+V, codes + scales + outliers + witnesses, per token; group parameters
   // amortized over block_size and rounded up (BytesPerBlock() is exact).
@@ -177,6 +196,10 @@ class KvCache {
     // Per layer (layers of one sequence may be written concurrently: disjoint maps).
     std::vector<absl::flat_hash_map<int64_t, StagedBlock>> staged;  // [L] logical → rows
     std::vector<std::vector<uint8_t>> group_done;  // [L][logical]: encoded whole (group codec)
+    // Logical blocks [0, read_only_blocks) are shared through the prefix index (attached or
+    // published): never written again. published ≤ num_blocks: the chain listed so far.
+    int64_t read_only_blocks = 0;
+    int64_t published = 0;
   };
   // Where one side (K or V) lives inside a slot and in the group-parameter array.
   struct SideLayout {
@@ -227,7 +250,14 @@ class KvCache {
   OutlierChannels outliers_;
   std::vector<HugeBuffer> storage_;                  // [L] × [blocks, Hkv, bs, slot]
   std::vector<std::unique_ptr<uint8_t[]>> params_;   // [L] × [blocks, Hkv, group params]
+  // Evicts idle listed blocks into the pool until `n` blocks are free (or none is left).
+  void EvictForAllocation(int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(seq_mu_);
+  // A block left the pool for good (refcount 0): drop its copies, tell the observer.
+  void OnBlockFreed(int32_t block);
+
   mutable absl::Mutex seq_mu_;
+  PrefixIndex prefix_ ABSL_GUARDED_BY(seq_mu_);
+  std::atomic<int64_t> prefix_query_tokens_{0}, prefix_hit_tokens_{0};
   absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> seqs_ ABSL_GUARDED_BY(seq_mu_);
   std::atomic<int64_t> writes_{0}, promotions_{0}, exact_hits_{0}, groups_encoded_{0};
 };

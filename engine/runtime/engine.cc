@@ -239,6 +239,7 @@ void Engine::Step() {
     item.tokens = absl::Span<const TokenId>(seq->tokens.data() + chunk.begin,
                                             chunk.end - chunk.begin);
     item.start_pos = chunk.begin;
+    item.exact_prefix = chunk.exact_prefix;
     item.compute_logits = chunk.finishes_prompt();
     item.decode_step = seq->decode_steps;
     item.delta_loc = seq->delta_loc;
@@ -302,6 +303,7 @@ void Engine::Step() {
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     Sequence* seq = plan.chunks[i].seq;
     seq->num_computed = plan.chunks[i].end;
+    kv.PublishPrefix(seq->id, seq->tokens, seq->num_computed);
     std::vector<CellRecord>& cells = result.cells[i];
     if (!cells.empty()) {
       ++seq->decode_steps;

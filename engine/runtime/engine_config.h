@@ -19,6 +19,8 @@ struct KvConfig {
   int32_t outlier_channels = 0;
   uint64_t dither_seed = 0x5eedc0de;
   int64_t backing_store_bytes = 1ll << 30;
+  // Reuse the KV blocks of prompt prefixes already computed (CPU backend; see KvCacheOptions).
+  bool prefix_caching = true;
 };
 
 struct EngineConfig {

@@ -27,6 +27,7 @@ absl::StatusOr<KvCacheOptions> MakeKvOptions(const ModelConfig& model, const KvC
   options.outlier_channels = kv.outlier_channels;
   options.dither_seed = kv.dither_seed;
   options.backing_store_bytes = kv.backing_store_bytes;
+  options.prefix_caching = kv.prefix_caching;
   options.num_blocks = 1;
   ASSIGN_OR_RETURN(const int64_t bytes_per_token, KvCache::BytesPerTokenFor(options));
   const int64_t bytes_per_block = bytes_per_token * kv.block_size;
@@ -57,7 +58,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   }
   if (config.device == "cuda" ||
       (config.device == "auto" && gpu_can_gate && CudaBackend::DeviceAvailable())) {
-    auto gpu = CudaBackend::Create(model, kv_options, CudaBackend::Options{.progress = say});
+    // Prefix caching is CPU-only for now: the GPU's prompt kernels read a cached prefix
+    // from the quantized pool, so a hit would not compute what a miss computes.
+    KvCacheOptions gpu_kv = kv_options;
+    gpu_kv.prefix_caching = false;
+    auto gpu = CudaBackend::Create(model, gpu_kv, CudaBackend::Options{.progress = say});
     if (gpu.ok()) return std::unique_ptr<Backend>(std::move(*gpu));
     // auto: a model or KV scheme the GPU path does not support yet runs on the CPU.
     if (config.device == "cuda" || gpu.status().code() != absl::StatusCode::kUnimplemented) {
@@ -132,6 +137,7 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   if (options.scheduler.max_batched_tokens <= 0) {
     options.scheduler.max_batched_tokens = backend->DefaultBatchedTokens();
   }
+  options.scheduler.prefix_caching = backend->kv_cache().options().prefix_caching;
   options.gate = config.gate;
   options.max_context = config.max_context;
   if (!config.trace_path.empty()) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/status/statusor.h"
+
 namespace witcert {
 
 void Scheduler::Preempt(std::list<std::unique_ptr<Sequence>>::iterator it, KvCache& kv) {
@@ -66,15 +68,20 @@ StepPlan Scheduler::Schedule(KvCache& kv) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front().get();
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(seq->tokens.size()), budget);
     if (!kv.AddSequence(seq->id).ok()) break;
-    if (!kv.Reserve(seq->id, n).ok()) {
+    int64_t cached = 0;
+    if (options_.prefix_caching) {
+      absl::StatusOr<int64_t> hit = kv.AttachPrefix(seq->id, seq->tokens);
+      if (hit.ok()) cached = *hit;
+    }
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(seq->tokens.size()) - cached, budget);
+    if (!kv.Reserve(seq->id, cached + n).ok()) {
       kv.FreeSequence(seq->id);
       break;  // wait for running sequences to finish
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
-    plan.chunks.push_back({seq, 0, n});
+    plan.chunks.push_back({seq, cached, cached + n, cached > 0});
     budget -= n;
     plan.num_tokens += n;
   }

@@ -63,6 +63,7 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a, const ServerC
   check(a.engine.kv.block_size != b.engine.kv.block_size, "kv.block_size");
   check(a.engine.kv.memory_bytes != b.engine.kv.memory_bytes, "kv.memory_mb");
   check(a.engine.kv.backing_store_bytes != b.engine.kv.backing_store_bytes, "kv.backing_store_mb");
+  check(a.engine.kv.prefix_caching != b.engine.kv.prefix_caching, "kv.prefix_caching");
   check(a.engine.scheduler.max_running != b.engine.scheduler.max_running, "scheduler.max_running");
   check(a.engine.scheduler.max_batched_tokens != b.engine.scheduler.max_batched_tokens,
         "scheduler.max_batched_tokens");

@@ -221,6 +221,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.Integer("num_bands", &c.engine.kv.num_bands, 1, 64);
     r.Integer("outlier_channels", &c.engine.kv.outlier_channels, 0, 1024);
     r.Unsigned("dither_seed", &c.engine.kv.dither_seed);
+    r.Bool("prefix_caching", &c.engine.kv.prefix_caching);
     int64_t backing_mb = c.engine.kv.backing_store_bytes >> 20;
     r.Integer("backing_store_mb", &backing_mb, 0, int64_t{1} << 24);
     c.engine.kv.backing_store_bytes = backing_mb << 20;

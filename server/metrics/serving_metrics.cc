@@ -66,9 +66,18 @@ void ServingMetrics::BindEngine(Engine* engine, config::CertLabels cert_labels) 
   Family& refused = registry_.Counter(
       "witcert_backing_store_refused_blocks_total",
       "Blocks never stored in the backing store for lack of space (unrepairable).");
+  Family& prefix_queries = registry_.Counter(
+      "witcert_prefix_cache_queries_total",
+      "Prompt tokens of admitted requests looked up in the prefix cache.");
+  Family& prefix_hits = registry_.Counter(
+      "witcert_prefix_cache_hits_total",
+      "Prompt tokens found in the prefix cache (their KV reused, not recomputed).");
+  Family& prefix_blocks = registry_.Gauge(
+      "witcert_prefix_cache_blocks", "KV blocks listed in the prefix cache (in use or idle).");
   registry_.AddCollector([=, &running, &waiting, &prompt, &generation, &steps, &preemptions,
                           &blocks_total, &blocks_free, &usage, &promotions, &backing_used,
-                          &backing_cap, &evictions, &refused] {
+                          &backing_cap, &evictions, &refused, &prefix_queries, &prefix_hits,
+                          &prefix_blocks] {
     const EngineStats s = engine->Stats();
     running.Get().Set(s.running);
     waiting.Get().Set(s.waiting);
@@ -87,6 +96,9 @@ void ServingMetrics::BindEngine(Engine* engine, config::CertLabels cert_labels) 
     backing_cap.Get().Set(static_cast<double>(kv.backing.capacity_bytes));
     evictions.Get().Set(static_cast<double>(kv.backing.evicted_blocks));
     refused.Get().Set(static_cast<double>(kv.backing.refused_blocks));
+    prefix_queries.Get().Set(static_cast<double>(kv.prefix_query_tokens));
+    prefix_hits.Get().Set(static_cast<double>(kv.prefix_hit_tokens));
+    prefix_blocks.Get().Set(static_cast<double>(kv.prefix_cached_blocks));
   });
   AddCertificateMetrics(registry_, *engine, cert_labels);
 }

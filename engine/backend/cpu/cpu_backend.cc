@@ -91,7 +91,7 @@ void CpuBackend::MatmulRows(const float* x, int64_t n, const QuantMatrix& w, flo
   }
 }
 
-void CpuBackend::FreshCausalAttention(int64_t first_row, int64_t num_tokens) {
+void CpuBackend::CausalAttention(int64_t first_row, int64_t num_tokens, int64_t prefix_len) {
   const int64_t d = config_.head_dim;
   const int64_t hq = config_.num_heads;
   const int64_t q_dim = config_.q_dim();
@@ -100,25 +100,43 @@ void CpuBackend::FreshCausalAttention(int64_t first_row, int64_t num_tokens) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // One work unit per (head, query token): independent rows, no shared writes.
   pool_.ParallelFor(hq * num_tokens, 8, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(num_tokens);
+    std::vector<float> scores(prefix_len + num_tokens);
     for (int64_t w = begin; w < end; ++w) {
       const int64_t h = w / num_tokens;
       const int64_t i = w % num_tokens;
       const int64_t g = h / group;
+      // Position j's K (V) row: the exact prefix, then this chunk's fresh rows.
+      auto row = [&](const std::vector<float>& prefix, const std::vector<float>& fresh,
+                     int64_t j) -> const float* {
+        return j < prefix_len ? &prefix[(g * prefix_len + j) * d]
+                              : &fresh[(first_row + j - prefix_len) * kv_dim + g * d];
+      };
       const float* q = &q_[(first_row + i) * q_dim + h * d];
-      for (int64_t j = 0; j <= i; ++j) {
-        scores[j] = Dot(q, &k_[(first_row + j) * kv_dim + g * d], d) * scale;
-      }
-      Softmax(scores.data(), i + 1);
+      const int64_t n = prefix_len + i + 1;
+      for (int64_t j = 0; j < n; ++j) scores[j] = Dot(q, row(prefix_k_, k_, j), d) * scale;
+      Softmax(scores.data(), n);
       float* out = &attn_[(first_row + i) * q_dim + h * d];
       std::fill(out, out + d, 0.0f);
-      for (int64_t j = 0; j <= i; ++j) {
-        const float* v = &v_[(first_row + j) * kv_dim + g * d];
+      for (int64_t j = 0; j < n; ++j) {
+        const float* v = row(prefix_v_, v_, j);
         const float p = scores[j];
         for (int64_t c = 0; c < d; ++c) out[c] += p * v[c];
       }
     }
   });
+}
+
+absl::Status CpuBackend::ExactPrefixAttention(const ForwardItem& item, int64_t first_row,
+                                              int32_t layer) {
+  const int64_t d = config_.head_dim, hkv = config_.num_kv_heads, s = item.start_pos;
+  prefix_k_.resize(hkv * s * d);
+  prefix_v_.resize(hkv * s * d);
+  for (int32_t g = 0; g < hkv; ++g) {
+    RETURN_IF_ERROR(kv_->GatherExactHead(item.seq, layer, g, s, &prefix_k_[g * s * d],
+                                         &prefix_v_[g * s * d]));
+  }
+  CausalAttention(first_row, static_cast<int64_t>(item.tokens.size()), s);
+  return absl::OkStatus();
 }
 
 absl::Status CpuBackend::StoredAttention(const ForwardItem& item, int64_t first_row,
@@ -212,12 +230,15 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
         RETURN_IF_ERROR(kv_->Write(item.seq, layer, pos, &k_[row * kv_dim], &v_[row * kv_dim]));
       }
     }
-    // Prompt chunks at position 0 attend over their fresh K/V (parallel inside); items that
+    // Prompt chunks at position 0 (or after an exact cached prefix) attend over their fresh
+    // K/V (parallel inside); items that
     // read stored K/V run in parallel across sequences, or across KV heads when alone.
     std::vector<size_t> stored;
     for (size_t b = 0; b < batch.size(); ++b) {
       if (batch[b].start_pos == 0) {
-        FreshCausalAttention(first_row[b], static_cast<int64_t>(batch[b].tokens.size()));
+        CausalAttention(first_row[b], static_cast<int64_t>(batch[b].tokens.size()), 0);
+      } else if (batch[b].exact_prefix) {
+        RETURN_IF_ERROR(ExactPrefixAttention(batch[b], first_row[b], layer));
       } else {
         stored.push_back(b);
       }
