@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/status.h"
 #include "engine/gate/metered_decode.h"
@@ -203,6 +204,9 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
     }
   }
   result->cells.assign(batch.size(), {});
+  absl::flat_hash_set<SeqId> seqs;
+  for (const ForwardItem& item : batch) seqs.insert(item.seq);
+  const bool distinct_seqs = seqs.size() == batch.size();
   rope_cs_.resize(total * config_.head_dim);  // each row's RoPE table, shared by all layers
   for (size_t b = 0; b < batch.size(); ++b) {
     for (size_t i = 0; i < batch[b].tokens.size(); ++i) {
@@ -219,7 +223,9 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
     AddBias(k_.data(), total, lw.bk);
     AddBias(v_.data(), total, lw.bv);
 
-    for (size_t b = 0; b < batch.size(); ++b) {
+    // RoPE and the KV write, per item; items of different sequences run concurrently
+    // (KvCache::Write is safe across sequences).
+    auto rope_and_write = [&](size_t b) -> absl::Status {
       const ForwardItem& item = batch[b];
       for (size_t i = 0; i < item.tokens.size(); ++i) {
         const int64_t row = first_row[b] + i;
@@ -229,6 +235,16 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
         ApplyRopeTable(&k_[row * kv_dim], config_.num_kv_heads, config_.head_dim, cs, interleaved);
         RETURN_IF_ERROR(kv_->Write(item.seq, layer, pos, &k_[row * kv_dim], &v_[row * kv_dim]));
       }
+      return absl::OkStatus();
+    };
+    if (batch.size() == 1 || !distinct_seqs) {
+      for (size_t b = 0; b < batch.size(); ++b) RETURN_IF_ERROR(rope_and_write(b));
+    } else {
+      std::vector<absl::Status> statuses(batch.size());
+      pool_.ParallelFor(static_cast<int64_t>(batch.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) statuses[b] = rope_and_write(static_cast<size_t>(b));
+      });
+      for (const absl::Status& st : statuses) RETURN_IF_ERROR(st);
     }
     // Prompt chunks at position 0 (or after an exact cached prefix) attend over their fresh
     // K/V (parallel inside); items that
