@@ -3,7 +3,8 @@
 // MeteredDecodeAttention call spread over the thread pool as CpuBackend does for a batch.
 // Reports ns per (token, query head) with the meter off and in observe mode, side by side.
 //
-//   bench_attention_cpu [SEQS=16] [CONTEXT=128] [THREADS=2] [SCHEME=fp16] [REPS=200]
+//   bench_attention_cpu [SEQS=16] [CONTEXT=128] [THREADS=2] [SCHEME=fp16] [REPS=200] [GATE=both]
+// GATE: off, observe or both (one mode alone is for profiling).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +21,8 @@ namespace {
 
 constexpr int kLayers = 30, kHq = 9, kHkv = 3, kD = 64;
 
-int Run(int seqs, int ctx, int threads, const std::string& scheme, int reps) {
+int Run(int seqs, int ctx, int threads, const std::string& scheme, int reps,
+        const std::string& gate) {
   witcert::KvCacheOptions o;
   o.num_layers = kLayers;
   o.num_kv_heads = kHkv;
@@ -53,6 +55,7 @@ int Run(int seqs, int ctx, int threads, const std::string& scheme, int reps) {
   std::printf("| gate | seqs | context | ns per (token, query head) | µs per (sequence, layer) |\n");
   std::printf("|---|---|---|---|---|\n");
   for (witcert::GateMode mode : {witcert::GateMode::kOff, witcert::GateMode::kObserve}) {
+    if (gate != "both" && gate != witcert::GateModeName(mode)) continue;
     witcert::GatePolicy policy;
     policy.mode = mode;
     std::vector<witcert::CellRecord> cells(static_cast<size_t>(seqs) * kHq);
@@ -90,9 +93,12 @@ int main(int argc, char** argv) {
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
   const std::string scheme = argc > 4 ? argv[4] : "fp16";
   const int reps = argc > 5 ? std::atoi(argv[5]) : 200;
-  if (seqs < 1 || ctx < 1 || threads < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: %s [SEQS] [CONTEXT] [THREADS] [SCHEME] [REPS]\n", argv[0]);
+  const std::string gate = argc > 6 ? argv[6] : "both";
+  if (seqs < 1 || ctx < 1 || threads < 1 || reps < 1 ||
+      (gate != "both" && gate != "off" && gate != "observe")) {
+    std::fprintf(stderr, "usage: %s [SEQS] [CONTEXT] [THREADS] [SCHEME] [REPS] [off|observe|both]\n",
+                 argv[0]);
     return 2;
   }
-  return Run(seqs, ctx, threads, scheme, reps);
+  return Run(seqs, ctx, threads, scheme, reps, gate);
 }
