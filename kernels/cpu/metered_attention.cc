@@ -79,10 +79,12 @@ float StoredValueNorm(const float* v, int32_t head_dim) {
     for (int32_t c = 0; c < head_dim; c += 8) {
       amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + c)), amax8);
     }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, amax8);
-    float amax = 0.0f;
-    for (float l : lanes) amax = meter::MaxAcc(amax, l);
+    // The lanes hold no NaN (max_ps keeps its second operand for a NaN first one), so the
+    // max tree is exact; the sum tree is one more re-association inside γ_{d/8+3}.
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
     if (amax == 0.0f || !(amax <= 3.0e38f)) return meter::ScaledNorm(v, head_dim) * inflation;
     const __m256 inv = _mm256_set1_ps(1.0f / amax);
     __m256 sum8 = _mm256_setzero_ps();
@@ -90,10 +92,10 @@ float StoredValueNorm(const float* v, int32_t head_dim) {
       const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(v + c), inv);
       sum8 = _mm256_add_ps(sum8, _mm256_mul_ps(y, y));
     }
-    _mm256_store_ps(lanes, sum8);
-    float sum = 0.0f;
-    for (float l : lanes) sum += l;
-    return amax * std::sqrt(sum) * inflation;
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum8), _mm256_extractf128_ps(sum8, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    return amax * std::sqrt(_mm_cvtss_f32(s4)) * inflation;
   }
 #endif
   return meter::ScaledNorm(v, head_dim) * inflation;
@@ -181,6 +183,99 @@ inline void AccumulateWeighted(const float* w, const float* v, int64_t n, int32_
   }
 }
 
+// Σ_t w_t: eight lanes, then across them, then the tail (the same order wherever it is
+// used, so the output never depends on whether the meter ran).
+float SumWeights(const float* w, int64_t n) {
+  int64_t t = 0;
+  float z = 0.0f;
+#ifdef __AVX2__
+  if (n >= 8) {
+    __m256 z8 = _mm256_setzero_ps();
+    for (; t + 8 <= n; t += 8) z8 = _mm256_add_ps(z8, _mm256_loadu_ps(w + t));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, z8);
+    for (float l : lanes) z += l;
+  }
+#endif
+  for (; t < n; ++t) z += w[t];
+  return z;
+}
+
+// The certificate sums of one split except z (SumWeights), eight tokens per step (AVX2):
+// the same terms as PartialAddTokenWeighted token by token (A−1's term with libm's expm1f,
+// in a scalar loop), summed in eight lanes and then across them. That is a re-association of sums of
+// non-negative terms: every lane chain plus the combine is at most `count` additions long,
+// so chain = count keeps SumInflation's γ_chain an upper bound. The maxima are exact in any
+// order. Returns false (nothing touched) where it does not apply: no AVX2, fewer than 8
+// tokens, per-row norms not supplied by the caller, or a non-finite logit in the split.
+bool MeterSumsVector(const MeteredHeadInputs& in, int64_t begin, int64_t n, const float* lg,
+                     const float* wt, const float* ep, const float* eta, meter::CertPartial* p) {
+#ifdef __AVX2__
+  if (n < 8 || in.v_norm == nullptr || (in.v_witness != nullptr && in.v_rho == nullptr)) return false;
+  for (int64_t t = 0; t < n; ++t) {
+    if (!(std::fabs(lg[t]) <= 3.0e38f)) return false;  // the scalar path marks the partial bad
+  }
+  thread_local std::vector<float> bt;  // [n] A−1 terms
+  bt.resize(n);
+  for (int64_t t = 0; t < n; ++t) {
+    bt[t] = ep[t] > 0.0f ? meter::WeightedEpsTerm(lg[t], p->m, wt[t], ep[t]) : 0.0f;
+  }
+  const bool has_rho = in.v_witness != nullptr;
+  const float* rho_row = has_rho ? in.v_rho + begin : nullptr;
+  const uint8_t* exact_row = in.token_exact != nullptr ? in.token_exact + begin : nullptr;
+  const float* vn_row = in.v_norm + begin;
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 b8 = zero, c8 = zero, emax8 = zero, etamax8 = zero, vmax8 = zero, nan8 = zero;
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 w = _mm256_loadu_ps(wt + t);
+    __m256 rho = has_rho ? _mm256_loadu_ps(rho_row + t) : zero;
+    if (exact_row != nullptr) {  // exact rows carry no residual
+      const __m128i e8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(exact_row + t));
+      const __m256i e32 = _mm256_cvtepu8_epi32(e8);
+      const __m256 is_exact = _mm256_castsi256_ps(_mm256_cmpgt_epi32(e32, _mm256_setzero_si256()));
+      rho = _mm256_andnot_ps(is_exact, rho);
+    }
+    const __m256 e = _mm256_loadu_ps(ep + t);
+    b8 = _mm256_add_ps(b8, _mm256_loadu_ps(bt.data() + t));
+    c8 = _mm256_add_ps(c8, _mm256_mul_ps(w, rho));
+    emax8 = _mm256_max_ps(e, emax8);  // NaN lanes of e keep emax8 (MaxAcc)
+    nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
+    etamax8 = _mm256_max_ps(_mm256_loadu_ps(eta + t), etamax8);
+    vmax8 = _mm256_max_ps(_mm256_add_ps(_mm256_loadu_ps(vn_row + t), rho), vmax8);
+  }
+  alignas(32) float lb[8], lc[8], le[8], leta[8], lv[8];
+  _mm256_store_ps(lb, b8);
+  _mm256_store_ps(lc, c8);
+  _mm256_store_ps(le, emax8);
+  _mm256_store_ps(leta, etamax8);
+  _mm256_store_ps(lv, vmax8);
+  for (int j = 0; j < 8; ++j) {
+    p->b += lb[j];
+    p->c += lc[j];
+    p->eps_max = meter::MaxAcc(p->eps_max, le[j]);
+    p->eta_max = meter::MaxAcc(p->eta_max, leta[j]);
+    p->vmax = meter::MaxAcc(p->vmax, lv[j]);
+  }
+  if (_mm256_movemask_ps(nan8) != 0) p->eps_max = INFINITY;
+  for (; t < n; ++t) {  // the tail, token by token
+    const bool exact = exact_row != nullptr && exact_row[t] != 0;
+    const float rho = has_rho && !exact ? rho_row[t] : 0.0f;
+    p->b += bt[t];
+    if (rho > 0.0f) p->c += wt[t] * rho;
+    p->eps_max = meter::MaxAcc(p->eps_max, ep[t]);
+    if (!(ep[t] == ep[t])) p->eps_max = INFINITY;
+    p->eta_max = meter::MaxAcc(p->eta_max, eta[t]);
+    p->vmax = meter::MaxAcc(p->vmax, vn_row[t] + rho);
+  }
+  p->count += n;
+  p->chain += n;
+  return true;
+#else
+  return false;
+#endif
+}
+
 void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter, int64_t begin,
                   int64_t end, meter::CertPartial* partial, float* acc, float* logit, float* eps) {
   const int32_t d = in.head_dim;
@@ -251,25 +346,27 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
   // Pass 2: weights, the output accumulator, the certificate sums.
   for (int64_t t = 0; t < n; ++t) wt[t] = std::exp(lg[t] - m);
   AccumulateWeighted(wt.data(), in.v + begin * d, n, d, acc);
-  for (int64_t t = 0; t < n; ++t) {
-    const float w = wt[t];
-    if (!meter) {
-      partial->z += w;
-      partial->count += 1;
-      partial->chain += 1;
-      continue;
+  // z is one sum of the weights whatever the meter does below (it replaces the z of the scalar
+  // PartialAddTokenWeighted loop), so metering never changes the served output.
+  const float z = SumWeights(wt.data(), n);
+  if (!meter) {
+    partial->count += n;
+    partial->chain += n;
+  } else if (!MeterSumsVector(in, begin, n, lg.data(), wt.data(), ep.data(), eta.data(), partial)) {
+    for (int64_t t = 0; t < n; ++t) {
+      const bool exact = in.token_exact != nullptr && in.token_exact[begin + t] != 0;
+      float rho = 0.0f;
+      if (!exact && in.v_witness != nullptr) {
+        rho = in.v_rho != nullptr ? in.v_rho[begin + t]
+                                  : meter::ResidualNormFromWitness(in.v_witness + (begin + t) * nb, nb);
+      }
+      const float vn = in.v_norm != nullptr ? in.v_norm[begin + t] : StoredValueNorm(in.v + (begin + t) * d, d);
+      // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
+      meter::PartialAddTokenWeighted(partial, lg[t], wt[t], ep[t], rho, eta[t]);
+      partial->vmax = meter::MaxAcc(partial->vmax, vn + rho);
     }
-    const bool exact = in.token_exact != nullptr && in.token_exact[begin + t] != 0;
-    float rho = 0.0f;
-    if (!exact && in.v_witness != nullptr) {
-      rho = in.v_rho != nullptr ? in.v_rho[begin + t]
-                                : meter::ResidualNormFromWitness(in.v_witness + (begin + t) * nb, nb);
-    }
-    const float vn = in.v_norm != nullptr ? in.v_norm[begin + t] : StoredValueNorm(in.v + (begin + t) * d, d);
-    // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
-    meter::PartialAddTokenWeighted(partial, lg[t], w, ep[t], rho, eta[t]);
-    partial->vmax = meter::MaxAcc(partial->vmax, vn + rho);
   }
+  partial->z = z;
   if (logit != nullptr) std::memcpy(logit, lg.data(), sizeof(float) * n);
   if (eps != nullptr && meter) std::memcpy(eps, ep.data(), sizeof(float) * n);
 }

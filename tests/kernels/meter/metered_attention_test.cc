@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/meter/bands.h"
+#include "kernels/meter/partial_sum.h"
 #include "tests/kernels/meter/long_double_reference.h"
 
 namespace witcert {
@@ -85,17 +86,39 @@ Case MakeCase(std::mt19937& rng, int64_t s, float key_scale, float resid_scale, 
   return c;
 }
 
+// Both ways the sums are formed: token by token (no per-row norms given: the scalar path)
+// and eight tokens per step (norms given, as MeteredDecodeAttention does). Both must be
+// sound, serve the same output and agree on the bound to a few ulps.
 void ExpectSound(const Case& c, int splits) {
   MeteredAttentionOptions opt;
   opt.num_splits = splits;
-  std::vector<float> out(c.d);
-  MeteredAttentionResult res;
-  MeteredAttention(c.Inputs(), c.q.data(), opt, out.data(), &res);
   auto truth = testing::TrueAttentionError(c.q.data(), c.k.data(), c.v.data(), c.ks.data(),
                                            c.vs.data(), c.s, c.d);
-  ASSERT_LE(truth.tv, static_cast<long double>(res.bound.tv))
-      << "S=" << c.s << " splits=" << splits << " A-1=" << res.bound.a_minus_1;
-  ASSERT_LE(truth.out_err, static_cast<long double>(res.bound.v_bound)) << "S=" << c.s;
+  std::vector<float> v_norm(c.s), v_rho(c.s);
+  for (int64_t t = 0; t < c.s; ++t) {
+    v_norm[t] = StoredValueNorm(&c.vs[t * c.d], c.d);
+    v_rho[t] = meter::ResidualNormFromWitness(&c.vw[t * c.nb], c.nb);
+  }
+  std::vector<float> out[2];
+  MeteredAttentionResult res[2];
+  for (int with_norms = 0; with_norms < 2; ++with_norms) {
+    MeteredHeadInputs in = c.Inputs();
+    if (with_norms) {
+      in.v_norm = v_norm.data();
+      in.v_rho = v_rho.data();
+    }
+    out[with_norms].resize(c.d);
+    MeteredAttention(in, c.q.data(), opt, out[with_norms].data(), &res[with_norms]);
+    const MeteredAttentionResult& r = res[with_norms];
+    ASSERT_LE(truth.tv, static_cast<long double>(r.bound.tv))
+        << "S=" << c.s << " splits=" << splits << " A-1=" << r.bound.a_minus_1
+        << " norms given " << with_norms;
+    ASSERT_LE(truth.out_err, static_cast<long double>(r.bound.v_bound))
+        << "S=" << c.s << " norms given " << with_norms;
+  }
+  EXPECT_EQ(out[0], out[1]);  // the meter's summation order never reaches the output
+  EXPECT_NEAR(res[1].bound.tv, res[0].bound.tv, 1e-5f * res[0].bound.tv) << "S=" << c.s;
+  EXPECT_NEAR(res[1].bound.v_bound, res[0].bound.v_bound, 1e-5f * res[0].bound.v_bound);
 }
 
 TEST(MeteredAttention, SoundOnAlignedResidualsAcrossScales) {
