@@ -183,6 +183,8 @@ inline void AccumulateWeighted(const float* w, const float* v, int64_t n, int32_
   }
 }
 
+namespace {
+
 // Σ_t w_t: eight lanes, then across them, then the tail (the same order wherever it is
 // used, so the output never depends on whether the meter ran).
 float SumWeights(const float* w, int64_t n) {
@@ -201,9 +203,46 @@ float SumWeights(const float* w, int64_t n) {
   return z;
 }
 
+#ifdef __AVX2__
+// Expm1UpperTight on eight lanes: the scalar function's fma sequence, so the same bits.
+inline __m256 Expm1UpperTight8(__m256 e) {
+  __m256 h = _mm256_fmadd_ps(e, _mm256_set1_ps(3.2713e-4f), _mm256_set1_ps(1.3888900e-3f));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(8.3333340e-3f));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(0.041666672f));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(0.16666667f));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(0.5f));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(1.0f));
+  return _mm256_mul_ps(_mm256_mul_ps(e, h), _mm256_set1_ps(1.0f + 10.0f * meter::kUnitRoundoff));
+}
+#endif
+
+// out[t] = the A−1 term of token t (0 where ε̂_t ≤ 0): WeightedEpsTermTight's value, eight
+// tokens at a time where every lane takes its polynomial branch (or has no term).
+void AMinusOneTerms(const float* lg, const float* wt, const float* ep, float m, int64_t n, float* out) {
+  int64_t t = 0;
+#ifdef __AVX2__
+  const __m256 zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);
+  const __m256 wmin = _mm256_set1_ps(7.888609052210118e-31f);  // 2^-100
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = _mm256_loadu_ps(ep + t), w = _mm256_loadu_ps(wt + t);
+    const __m256 none = _mm256_cmp_ps(e, zero, _CMP_LE_OQ);  // no term (ε̂ ≤ 0)
+    const __m256 poly = _mm256_and_ps(_mm256_cmp_ps(e, half, _CMP_LE_OQ),
+                                      _mm256_cmp_ps(w, wmin, _CMP_GE_OQ));
+    if (_mm256_movemask_ps(_mm256_or_ps(none, poly)) != 0xff) {  // NaN, large ε̂ or tiny w
+      for (int64_t j = t; j < t + 8; ++j) {
+        out[j] = ep[j] > 0.0f ? meter::WeightedEpsTermTight(lg[j], m, wt[j], ep[j]) : 0.0f;
+      }
+      continue;
+    }
+    _mm256_storeu_ps(out + t, _mm256_andnot_ps(none, _mm256_mul_ps(w, Expm1UpperTight8(e))));
+  }
+#endif
+  for (; t < n; ++t) out[t] = ep[t] > 0.0f ? meter::WeightedEpsTermTight(lg[t], m, wt[t], ep[t]) : 0.0f;
+}
+
 // The certificate sums of one split except z (SumWeights), eight tokens per step (AVX2):
-// the same terms as PartialAddTokenWeighted token by token (A−1's term with libm's expm1f,
-// in a scalar loop), summed in eight lanes and then across them. That is a re-association of sums of
+// the same terms as PartialAddTokenWeighted<kTight> token by token (AMinusOneTerms), summed
+// in eight lanes and then across them. That is a re-association of sums of
 // non-negative terms: every lane chain plus the combine is at most `count` additions long,
 // so chain = count keeps SumInflation's γ_chain an upper bound. The maxima are exact in any
 // order. Returns false (nothing touched) where it does not apply: no AVX2, fewer than 8
@@ -217,9 +256,7 @@ bool MeterSumsVector(const MeteredHeadInputs& in, int64_t begin, int64_t n, cons
   }
   thread_local std::vector<float> bt;  // [n] A−1 terms
   bt.resize(n);
-  for (int64_t t = 0; t < n; ++t) {
-    bt[t] = ep[t] > 0.0f ? meter::WeightedEpsTerm(lg[t], p->m, wt[t], ep[t]) : 0.0f;
-  }
+  AMinusOneTerms(lg, wt, ep, p->m, n, bt.data());
   const bool has_rho = in.v_witness != nullptr;
   const float* rho_row = has_rho ? in.v_rho + begin : nullptr;
   const uint8_t* exact_row = in.token_exact != nullptr ? in.token_exact + begin : nullptr;
@@ -275,6 +312,8 @@ bool MeterSumsVector(const MeteredHeadInputs& in, int64_t begin, int64_t n, cons
   return false;
 #endif
 }
+
+}  // namespace
 
 void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter, int64_t begin,
                   int64_t end, meter::CertPartial* partial, float* acc, float* logit, float* eps) {
@@ -362,7 +401,7 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
       }
       const float vn = in.v_norm != nullptr ? in.v_norm[begin + t] : StoredValueNorm(in.v + (begin + t) * d, d);
       // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
-      meter::PartialAddTokenWeighted(partial, lg[t], wt[t], ep[t], rho, eta[t]);
+      meter::PartialAddTokenWeighted</*kTight=*/true>(partial, lg[t], wt[t], ep[t], rho, eta[t]);
       partial->vmax = meter::MaxAcc(partial->vmax, vn + rho);
     }
   }

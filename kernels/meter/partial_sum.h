@@ -58,6 +58,25 @@ WITCERT_HD inline float Expm1UpperSmall(float eps) {
   return (eps * h) * (1.0f + 8.0f * kUnitRoundoff);
 }
 
+// The CPU reference's upper bound on expm1(ε) for 0 ≤ ε ≤ 1/2: Expm1UpperSmall's argument
+// carried to ε⁶, so it overshoots by ≤ ε⁶·e^½/5040 + 18u relative (≤ 4·10⁻⁶ at ε = ½,
+// tested against long double) instead of 0.04%, in six fmas (expm1f costs ~45 instructions
+// a call; this one runs eight lanes at a time). Taylor: expm1(ε) = Σ_{k≤6} ε^k/k! +
+// ε⁷e^ξ/5040, ξ ≤ ½, so P(ε) = ε(1 + ε(½ + ε(1/6 + ε(1/24 + ε(1/120 + ε(1/720 + ε·c7))))))
+// with c7 ≥ e^½/5040 and every coefficient rounded up is ≥ expm1(ε). All terms are ≥ 0, so
+// the seven roundings are relative (≤ u each) and the final ×(1 + 10u) (exact in float,
+// itself rounded once more) restores ≥ P: (1−u)^8·(1+10u) > 1. A subnormal ε·h can fall
+// short by < 2^-149, inside cert_math.h's per-term absolute slack.
+WITCERT_HD inline float Expm1UpperTight(float eps) {
+  float h = fmaf(eps, 3.2713e-4f, 1.3888900e-3f);  // e^½/5040 and 1/720, rounded up
+  h = fmaf(eps, h, 8.3333340e-3f);                 // 1/120 rounded up
+  h = fmaf(eps, h, 0.041666672f);                  // 1/24 rounded up
+  h = fmaf(eps, h, 0.16666667f);                   // 1/6 rounded up
+  h = fmaf(eps, h, 0.5f);
+  h = fmaf(eps, h, 1.0f);
+  return (eps * h) * (1.0f + 10.0f * kUnitRoundoff);
+}
+
 // PartialAddToken (cert_math.h) for a caller that already holds w = expf(logit − p->m), the
 // very value PartialAddToken would compute (the pipelined kernel computes it once for the
 // output weights and the certificate). max(‖ṽ‖+‖ρ‖) is left to the caller (p->vmax).
@@ -84,11 +103,27 @@ WITCERT_HD inline float WeightedEpsTerm(float logit, float m, float w, float eps
   return expf((logit - m) + LogExpm1(eps_hat));
 }
 
+// WeightedEpsTerm with Expm1UpperTight for ε̂ ≤ ½ (the CPU reference's form): the factor is
+// ≥ expm1(ε̂), so the term errs below the truth only by w's and the product's rounding, which
+// κ's budget covers as it does for the expm1f form.
+WITCERT_HD inline float WeightedEpsTermTight(float logit, float m, float w, float eps_hat) {
+  if (eps_hat > kEpsCap || !(eps_hat == eps_hat)) return INFINITY;
+  if (w >= 7.888609052210118e-31f) {  // 2^-100
+    return w * (eps_hat <= 0.5f ? Expm1UpperTight(eps_hat) : expm1f(eps_hat));
+  }
+  return expf((logit - m) + LogExpm1(eps_hat));
+}
+
+// kTight: the A−1 term is WeightedEpsTermTight (the CPU reference) instead of WeightedEpsTerm.
+template <bool kTight = false>
 WITCERT_HD inline void PartialAddTokenWeighted(CertPartial* p, float logit, float w,
                                                float eps_hat, float rho_norm, float eta) {
   if (!(fabsf(logit) <= 3.0e38f)) { p->bad = true; return; }
   p->z += w;
-  if (eps_hat > 0.0f) p->b += WeightedEpsTerm(logit, p->m, w, eps_hat);
+  if (eps_hat > 0.0f) {
+    p->b += kTight ? WeightedEpsTermTight(logit, p->m, w, eps_hat)
+                   : WeightedEpsTerm(logit, p->m, w, eps_hat);
+  }
   if (rho_norm > 0.0f) p->c += w * rho_norm;
   p->eps_max = MaxAcc(p->eps_max, eps_hat);
   if (!(eps_hat == eps_hat)) p->eps_max = INFINITY;
