@@ -97,6 +97,27 @@ def test_seed_reproducible(client, model):
     assert a == b
 
 
+def test_prefix_cache_hit_serves_the_same_tokens(client, model, server):
+    """A prompt that starts with an earlier request's prompt reuses its cached KV blocks and
+    still gets exactly the tokens and logprobs a cold cache gives."""
+    system = {"role": "system", "content": "You are a careful assistant who answers in full "
+                                            "sentences and never skips a step of reasoning."}
+    kw = dict(model=model, max_tokens=10, temperature=0, logprobs=True)
+    hits0 = server.metric("witcert_prefix_cache_hits_total")
+    first = client.chat.completions.create(
+        messages=[system, {"role": "user", "content": "What is a lighthouse for?"}], **kw)
+    hits1 = server.metric("witcert_prefix_cache_hits_total")
+    again = client.chat.completions.create(
+        messages=[system, {"role": "user", "content": "What is a lighthouse for?"}], **kw)
+    hits2 = server.metric("witcert_prefix_cache_hits_total")
+    assert hits2 - hits1 >= 16  # at least one 16-token block attached
+    assert again.choices[0].message.content == first.choices[0].message.content
+    lp = lambda r: [(t.token, t.logprob) for t in r.choices[0].logprobs.content]
+    assert lp(again) == lp(first)
+    assert hits0 is not None and hits1 >= hits0
+    assert server.metric("witcert_prefix_cache_queries_total") >= hits2
+
+
 def test_max_completion_tokens_and_sampling_params(client, model):
     r = client.chat.completions.create(model=model, messages=MSG, max_completion_tokens=3,
                                        temperature=0.5, top_p=0.9, seed=7,
