@@ -85,6 +85,15 @@ void WriteRows(KvCache& kv, SeqId seq, int64_t begin, int64_t end) {
   }
 }
 
+// Sequence `seq` computes `prompt` (every layer written) and publishes its full blocks.
+void ComputeAndPublish(KvCache& kv, SeqId seq, const std::vector<int32_t>& prompt) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  ASSERT_TRUE(kv.AddSequence(seq).ok());
+  ASSERT_TRUE(kv.Reserve(seq, n).ok());
+  WriteRows(kv, seq, 0, n);
+  kv.PublishPrefix(seq, prompt, n);
+}
+
 TEST(PrefixCache, AttachSharesPublishedBlocksReadOnly) {
   auto kv = std::move(KvCache::Create(Options(16))).value();
   const std::vector<int32_t> prompt = Tokens(100, 10);  // blocks [0,4) [4,8), then 2 tokens
@@ -159,10 +168,7 @@ TEST(PrefixCache, BlocksWithoutAnExactCopyAreNotShared) {
   o.backing_store_bytes = 0;  // no exact copies at all
   auto kv = std::move(KvCache::Create(o)).value();
   const std::vector<int32_t> prompt = Tokens(0, 9);
-  ASSERT_TRUE(kv->AddSequence(1).ok());
-  ASSERT_TRUE(kv->Reserve(1, 9).ok());
-  WriteRows(*kv, 1, 0, 9);
-  kv->PublishPrefix(1, prompt, 9);
+  ComputeAndPublish(*kv, 1, prompt);
   EXPECT_EQ(kv->stats().prefix_cached_blocks, 0);
   ASSERT_TRUE(kv->AddSequence(2).ok());
   EXPECT_EQ(*kv->AttachPrefix(2, prompt), 0);
@@ -173,14 +179,11 @@ TEST(PrefixCache, OffMeansNoSharing) {
   o.prefix_caching = false;
   auto kv = std::move(KvCache::Create(o)).value();
   const std::vector<int32_t> prompt = Tokens(0, 9);
-  ASSERT_TRUE(kv->AddSequence(1).ok());
-  ASSERT_TRUE(kv->Reserve(1, 9).ok());
-  WriteRows(*kv, 1, 0, 9);
-  kv->PublishPrefix(1, prompt, 9);
+  ComputeAndPublish(*kv, 1, prompt);
   ASSERT_TRUE(kv->AddSequence(2).ok());
   EXPECT_EQ(*kv->AttachPrefix(2, prompt), 0);
   kv->FreeSequence(1);
-  EXPECT_EQ(kv->num_free_blocks(), 8 - 0);
+  EXPECT_EQ(kv->num_free_blocks(), 8);
 }
 
 }  // namespace

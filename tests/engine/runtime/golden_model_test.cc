@@ -28,6 +28,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/default_model_test.h"
 #include "tests/testing/model_path.h"
 
 namespace witcert {
@@ -54,34 +55,16 @@ nlohmann::json LoadFixture(const std::string& name) {
   return j;
 }
 
-class GoldenModelTest : public ::testing::Test {
+class GoldenModelTest : public testing::DefaultModelTest {
  protected:
-  void SetUp() override {
-    WITCERT_REQUIRE_MODEL_OR_SKIP();
-    auto model = Model::LoadGguf(testing::DefaultModelPath());
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    auto tok = Tokenizer::FromGguf(*model_->gguf());
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = std::move(*tok);
-  }
-
   std::unique_ptr<CpuBackend> MakeBackend(const std::string& scheme, bool exact = false) {
     KvConfig kv;
     kv.k_scheme = kv.v_scheme = scheme;
     kv.memory_bytes = 64ll << 20;
-    auto options = MakeKvOptions(model_->config(), kv);
-    EXPECT_TRUE(options.ok()) << options.status();
-    auto backend = CpuBackend::Create(*model_, *options, {.exact_matmul = exact});
-    EXPECT_TRUE(backend.ok()) << backend.status();
-    return std::move(*backend);
+    return MakeCpuBackend(kv, {.exact_matmul = exact});
   }
-
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
 };
 
-// Runs each logits-fixture prompt and returns the last position's logits.
 std::vector<std::vector<float>> PromptLogits(CpuBackend& backend, const nlohmann::json& fixture) {
   std::vector<std::vector<float>> all;
   SeqId seq = 1;

@@ -9,35 +9,20 @@
 #include "engine/runtime/loaded_engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
-#include "tests/testing/model_path.h"
+#include "tests/testing/default_model_test.h"
 
 namespace witcert {
 namespace {
 
-class PrefixCacheModelTest : public ::testing::Test {
+class PrefixCacheModelTest : public testing::DefaultModelTest {
  protected:
-  void SetUp() override {
-    WITCERT_REQUIRE_MODEL_OR_SKIP();
-    auto model = Model::LoadGguf(testing::DefaultModelPath());
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    auto tok = Tokenizer::FromGguf(*model_->gguf());
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = std::move(*tok);
-  }
   std::unique_ptr<CpuBackend> MakeBackend(const std::string& scheme, bool prefix_caching) {
     KvConfig kv;
     kv.k_scheme = kv.v_scheme = scheme;
     kv.memory_bytes = 32ll << 20;
     kv.prefix_caching = prefix_caching;
-    auto options = MakeKvOptions(model_->config(), kv);
-    EXPECT_TRUE(options.ok()) << options.status();
-    auto backend = CpuBackend::Create(*model_, *options, {.num_threads = 2});
-    EXPECT_TRUE(backend.ok()) << backend.status();
-    return std::move(*backend);
+    return MakeCpuBackend(kv, {.num_threads = 2});
   }
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
 };
 
 int32_t Argmax(const float* x, int32_t n) {
