@@ -62,7 +62,8 @@ matmul_internal::PackedDotFn PackedDotFor(const QuantMatrix* const* ws, int coun
 }
 
 // y_k for the packed matrices: work units are 8-row groups, stacked over the matrices like
-// the plain path's rows; each group is dotted with the activations in tiles of 4 rows.
+// the plain path's rows; each group is dotted with the activations in tiles of up to
+// kPackedMaxTile rows.
 void PackedPass(const uint8_t* act, size_t act_stride, int64_t n, const QuantMatrix* const* ws,
                 float* const* ys, int count, matmul_internal::PackedDotFn dot, ThreadPool* pool) {
   using matmul_internal::kPackedMaxTile;

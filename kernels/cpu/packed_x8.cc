@@ -246,7 +246,7 @@ void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t col
 template <Fmt F>
 void DotGroupAnyWidth(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
                       float* out) {
-  static_assert(kPackedMaxTile == 4);
+  static_assert(kPackedMaxTile == 8);
   switch (nx) {
     case 1:
       return DotGroup<F, 1>(group, x, stride, cols, out);
@@ -254,8 +254,16 @@ void DotGroupAnyWidth(const uint8_t* group, const uint8_t* x, size_t stride, int
       return DotGroup<F, 2>(group, x, stride, cols, out);
     case 3:
       return DotGroup<F, 3>(group, x, stride, cols, out);
-    default:
+    case 4:
       return DotGroup<F, 4>(group, x, stride, cols, out);
+    case 5:
+      return DotGroup<F, 5>(group, x, stride, cols, out);
+    case 6:
+      return DotGroup<F, 6>(group, x, stride, cols, out);
+    case 7:
+      return DotGroup<F, 7>(group, x, stride, cols, out);
+    default:
+      return DotGroup<F, 8>(group, x, stride, cols, out);
   }
 }
 
