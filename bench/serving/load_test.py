@@ -76,6 +76,15 @@ async def one_stream_httpx(client, base_url, tokens, idx):
 CLIENT = "openai"
 
 
+def DescribeError(e):
+    """The exception and its causes (the openai client wraps the transport error)."""
+    parts = []
+    while e is not None and len(parts) < 4:
+        parts.append(repr(e))
+        e = e.__cause__ or e.__context__
+    return " <- ".join(parts)
+
+
 async def run_level(base_url, concurrency, tokens):
     limits = httpx.Limits(max_connections=256)
     t0 = time.perf_counter()
@@ -99,7 +108,7 @@ async def run_level(base_url, concurrency, tokens):
             "chunks": chunks, "tok_s": chunks / wall,
             "ttft_p50": statistics.median(ttft) if ttft else float("nan"),
             "itl_p50": statistics.median(itl) if itl else float("nan"),
-            "first_error": repr(errors[0]) if errors else ""}
+            "first_error": DescribeError(errors[0]) if errors else ""}
 
 
 GATE_COUNTERS = ("witcert_cert_cells_total", "witcert_cert_cells_certified_total",
