@@ -103,5 +103,58 @@ TEST_F(PrefixCacheModelTest, AHitComputesWhatAMissComputes) {
   }
 }
 
+// The engine with a pool too small for its requests: every prompt shares a long system
+// prompt, the scheduler preempts and recomputes, and prefix hits (preempted sequences
+// re-attaching their own published blocks included) must neither fail a request nor leak a
+// block.
+TEST_F(PrefixCacheModelTest, SharedPrefixesUnderPreemptionFinishAndFreeEveryBlock) {
+  EngineConfig config;
+  config.model_path = testing::DefaultModelPath();
+  config.threads = 2;
+  config.device = "cpu";
+  config.kv.memory_bytes = 5ll << 20;  // ~12 blocks of 16 tokens for this model (fp16 KV)
+  config.kv.prefix_caching = true;
+  auto loaded = LoadEngine(config, nullptr);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Engine& engine = *(*loaded)->engine;
+  const std::string system =
+      "<|im_start|>system\nYou are a patient assistant. You answer every question in full "
+      "sentences, you explain each step, and you never skip the reasoning.<|im_end|>\n";
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    Request request;
+    request.id = "r" + std::to_string(i);
+    request.prompt = tokenizer_->Encode(
+        system + "<|im_start|>user\nQuestion number " + std::to_string(i) +
+            ": why is the sea salty?<|im_end|>\n<|im_start|>assistant\n",
+        /*parse_special=*/true);
+    request.sampling.temperature = 0.0f;
+    request.stop.max_tokens = 40;
+    request.stop.ignore_eos = true;
+    auto stream = engine.Submit(request);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    streams.push_back(*stream);
+  }
+  for (auto& stream : streams) {
+    int tokens = 0;
+    while (true) {
+      RequestEvent e = *stream->Next();
+      if (e.kind == RequestEvent::Kind::kToken) ++tokens;
+      if (e.kind == RequestEvent::Kind::kFinish) {
+        EXPECT_TRUE(e.status.ok()) << e.status;
+        EXPECT_EQ(e.finish_reason, FinishReason::kLength);
+        break;
+      }
+    }
+    EXPECT_EQ(tokens, 40);
+  }
+  const EngineStats stats = engine.Stats();
+  const KvCacheStats kv = engine.backend().KvStats();
+  EXPECT_GT(stats.preemptions, 0) << "the pool was meant to be too small";
+  EXPECT_GT(kv.prefix_hit_tokens, 0);
+  EXPECT_EQ(engine.backend().kv_cache().num_free_blocks(),
+            engine.backend().kv_cache().num_total_blocks());
+}
+
 }  // namespace
 }  // namespace witcert
