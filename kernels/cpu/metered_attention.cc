@@ -9,6 +9,7 @@
 #endif
 #include <vector>
 
+#include "kernels/cpu/transformer_ops.h"
 #include "kernels/meter/partial_sum.h"
 
 namespace witcert {
@@ -142,46 +143,8 @@ inline __m128 BandDot4(__m256 qbn, const float* w) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// acc [8J] += Σ_t w_t·v_t [n, stride] (channels [0, 8J) of each row), one fma per channel
-// and token in token order, accumulators in registers.
-template <int J>
-inline void AccumulateSlab(const float* w, const float* v, int64_t n, int32_t stride, float* acc) {
-  __m256 a[J];
-  for (int j = 0; j < J; ++j) a[j] = _mm256_loadu_ps(acc + 8 * j);
-  for (int64_t t = 0; t < n; ++t) {
-    const __m256 wt = _mm256_set1_ps(w[t]);
-    const float* row = v + t * stride;
-    for (int j = 0; j < J; ++j) a[j] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(row + 8 * j), a[j]);
-  }
-  for (int j = 0; j < J; ++j) _mm256_storeu_ps(acc + 8 * j, a[j]);
-}
-
 }  // namespace
 #endif
-
-// acc [d] += Σ_t w_t·v_t over rows v [n, d]: each channel is a sequential sum over tokens.
-inline void AccumulateWeighted(const float* w, const float* v, int64_t n, int32_t d, float* acc) {
-  int32_t c = 0;
-#ifdef __AVX2__
-  if (d % 8 == 0) {
-    for (; c + 64 <= d; c += 64) AccumulateSlab<8>(w, v + c, n, d, acc + c);
-    switch ((d - c) / 8) {
-      case 1: AccumulateSlab<1>(w, v + c, n, d, acc + c); break;
-      case 2: AccumulateSlab<2>(w, v + c, n, d, acc + c); break;
-      case 3: AccumulateSlab<3>(w, v + c, n, d, acc + c); break;
-      case 4: AccumulateSlab<4>(w, v + c, n, d, acc + c); break;
-      case 5: AccumulateSlab<5>(w, v + c, n, d, acc + c); break;
-      case 6: AccumulateSlab<6>(w, v + c, n, d, acc + c); break;
-      case 7: AccumulateSlab<7>(w, v + c, n, d, acc + c); break;
-      default: break;
-    }
-    return;
-  }
-#endif
-  for (int64_t t = 0; t < n; ++t) {
-    for (int32_t k = c; k < d; ++k) acc[k] = std::fma(w[t], v[t * d + k], acc[k]);
-  }
-}
 
 namespace {
 
@@ -384,7 +347,7 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
   partial->m = m;
   // Pass 2: weights, the output accumulator, the certificate sums.
   for (int64_t t = 0; t < n; ++t) wt[t] = std::exp(lg[t] - m);
-  AccumulateWeighted(wt.data(), in.v + begin * d, n, d, acc);
+  AccumulateRows(wt.data(), in.v + begin * d, d, n, d, acc);
   // z is one sum of the weights whatever the meter does below (it replaces the z of the scalar
   // PartialAddTokenWeighted loop), so metering never changes the served output.
   const float z = SumWeights(wt.data(), n);

@@ -104,6 +104,85 @@ float Dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+#ifdef __AVX2__
+namespace {
+
+// acc [8J] += Σ_j w_j·row_j[0, 8J), accumulators in registers.
+template <int J>
+inline void AccumulateSlab(const float* w, const float* rows, int64_t stride, int64_t n, float* acc) {
+  __m256 a[J];
+  for (int j = 0; j < J; ++j) a[j] = _mm256_loadu_ps(acc + 8 * j);
+  for (int64_t t = 0; t < n; ++t) {
+    const __m256 wt = _mm256_set1_ps(w[t]);
+    const float* row = rows + t * stride;
+    for (int j = 0; j < J; ++j) a[j] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(row + 8 * j), a[j]);
+  }
+  for (int j = 0; j < J; ++j) _mm256_storeu_ps(acc + 8 * j, a[j]);
+}
+
+}  // namespace
+#endif
+
+void DotRows(const float* q, const float* rows, int64_t stride, int64_t n, int64_t d, float scale,
+             float* out) {
+  int64_t j = 0;
+#ifdef __AVX2__
+  if (d % 8 == 0) {
+    for (; j + 4 <= n; j += 4) {
+      const float* k = rows + j * stride;
+      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      for (int64_t c = 0; c < d; c += 8) {
+        const __m256 qc = _mm256_loadu_ps(q + c);
+        s0 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + c), s0);
+        s1 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + stride + c), s1);
+        s2 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 2 * stride + c), s2);
+        s3 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 3 * stride + c), s3);
+      }
+      // hadd(hadd(s0, s1), hadd(s2, s3)) = [row sums of lanes 0-3 | of lanes 4-7].
+      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+      const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      _mm_storeu_ps(out + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+    }
+    // The tail rows take the same fma chains and the same lane tree, so a row's score does
+    // not depend on where a run of rows starts (a cached prefix splits the keys into two).
+    for (; j < n; ++j) {
+      const float* k = rows + j * stride;
+      __m256 s0 = _mm256_setzero_ps();
+      for (int64_t c = 0; c < d; c += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), s0);
+      alignas(32) float l[8];
+      _mm256_store_ps(l, s0);
+      out[j] = (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) * scale;
+    }
+    return;
+  }
+#endif
+  for (; j < n; ++j) out[j] = Dot(q, rows + j * stride, d) * scale;
+}
+
+void AccumulateRows(const float* w, const float* rows, int64_t stride, int64_t n, int64_t d,
+                    float* acc) {
+  int64_t c = 0;
+#ifdef __AVX2__
+  if (d % 8 == 0) {
+    for (; c + 64 <= d; c += 64) AccumulateSlab<8>(w, rows + c, stride, n, acc + c);
+    switch ((d - c) / 8) {
+      case 1: AccumulateSlab<1>(w, rows + c, stride, n, acc + c); break;
+      case 2: AccumulateSlab<2>(w, rows + c, stride, n, acc + c); break;
+      case 3: AccumulateSlab<3>(w, rows + c, stride, n, acc + c); break;
+      case 4: AccumulateSlab<4>(w, rows + c, stride, n, acc + c); break;
+      case 5: AccumulateSlab<5>(w, rows + c, stride, n, acc + c); break;
+      case 6: AccumulateSlab<6>(w, rows + c, stride, n, acc + c); break;
+      case 7: AccumulateSlab<7>(w, rows + c, stride, n, acc + c); break;
+      default: break;
+    }
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = c; k < d; ++k) acc[k] = std::fma(w[t], rows[t * stride + k], acc[k]);
+  }
+}
+
 void EmbeddingLookup(const QuantMatrix& table, int32_t token, float* out) {
   if (token < 0 || token >= table.rows) {  // precondition violated: make it visible
     for (int64_t j = 0; j < table.cols; ++j) out[j] = std::numeric_limits<float>::quiet_NaN();

@@ -31,6 +31,18 @@ void Softmax(float* x, int64_t n);
 // Σ a[i]·b[i] in fp32 (8 lanes of FMAs, then the lanes in a fixed order).
 float Dot(const float* a, const float* b, int64_t n);
 
+// out[j] = Dot(q, rows + j·stride, d)·scale for j < n: four rows at a time where the build has
+// AVX2 and d % 8 == 0 (each row's eight lanes are then summed as a tree instead of a chain,
+// the same tree for every row, so a row's value does not depend on how rows are grouped).
+void DotRows(const float* q, const float* rows, int64_t stride, int64_t n, int64_t d, float scale,
+             float* out);
+
+// acc [d] += Σ_j w[j]·row_j for rows row_j = rows + j·stride, j < n: one fma per element, in
+// row order (so the result does not depend on how a caller splits the rows into runs), the
+// accumulators in registers.
+void AccumulateRows(const float* w, const float* rows, int64_t stride, int64_t n, int64_t d,
+                    float* acc);
+
 // out [hidden] = dequantized row `token` of the embedding table.
 void EmbeddingLookup(const QuantMatrix& table, int32_t token, float* out);
 

@@ -106,23 +106,20 @@ void CpuBackend::CausalAttention(int64_t first_row, int64_t num_tokens, int64_t 
       const int64_t h = w / num_tokens;
       const int64_t i = w % num_tokens;
       const int64_t g = h / group;
-      // Position j's K (V) row: the exact prefix, then this chunk's fresh rows.
-      auto row = [&](const std::vector<float>& prefix, const std::vector<float>& fresh,
-                     int64_t j) -> const float* {
-        return j < prefix_len ? &prefix[(g * prefix_len + j) * d]
-                              : &fresh[(first_row + j - prefix_len) * kv_dim + g * d];
-      };
+      // Positions [0, prefix_len) from the exact prefix, then this chunk's fresh rows.
+      const float* pk = prefix_len > 0 ? &prefix_k_[g * prefix_len * d] : nullptr;
+      const float* pv = prefix_len > 0 ? &prefix_v_[g * prefix_len * d] : nullptr;
+      const float* fk = &k_[first_row * kv_dim + g * d];
+      const float* fv = &v_[first_row * kv_dim + g * d];
       const float* q = &q_[(first_row + i) * q_dim + h * d];
       const int64_t n = prefix_len + i + 1;
-      for (int64_t j = 0; j < n; ++j) scores[j] = Dot(q, row(prefix_k_, k_, j), d) * scale;
+      if (prefix_len > 0) DotRows(q, pk, d, prefix_len, d, scale, scores.data());
+      DotRows(q, fk, kv_dim, i + 1, d, scale, scores.data() + prefix_len);
       Softmax(scores.data(), n);
       float* out = &attn_[(first_row + i) * q_dim + h * d];
       std::fill(out, out + d, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* v = row(prefix_v_, v_, j);
-        const float p = scores[j];
-        for (int64_t c = 0; c < d; ++c) out[c] += p * v[c];
-      }
+      if (prefix_len > 0) AccumulateRows(scores.data(), pv, d, prefix_len, d, out);
+      AccumulateRows(scores.data() + prefix_len, fv, kv_dim, i + 1, d, out);
     }
   });
 }

@@ -168,6 +168,61 @@ TEST(DotTest, MatchesDoubleSumWithinRounding) {
   }
 }
 
+// Scores of strided rows: within rounding of the double dot, and the same bits whether the
+// rows come in one run or split anywhere into two (the prompt attention splits its keys at a
+// cached prefix and must give a hit the bits of a miss).
+TEST(DotRowsTest, MatchesDoubleAndDoesNotDependOnHowRowsAreSplit) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t d : {8, 64, 128, 36}) {
+    const int64_t n = 23, stride = d + 16;
+    std::vector<float> q(d), rows(n * stride);
+    for (float& x : q) x = g(rng);
+    for (float& x : rows) x = g(rng);
+    std::vector<float> whole(n), split(n);
+    DotRows(q.data(), rows.data(), stride, n, d, 0.125f, whole.data());
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0.0, mag = 0.0;
+      for (int64_t c = 0; c < d; ++c) {
+        ref += static_cast<double>(q[c]) * rows[j * stride + c];
+        mag += std::fabs(static_cast<double>(q[c]) * rows[j * stride + c]);
+      }
+      EXPECT_NEAR(whole[j], 0.125 * ref, 0.125 * mag * (d + 2) * 6e-8) << d << " " << j;
+    }
+    for (int64_t cut : {1, 3, 5, 16, 22}) {
+      DotRows(q.data(), rows.data(), stride, cut, d, 0.125f, split.data());
+      DotRows(q.data(), rows.data() + cut * stride, stride, n - cut, d, 0.125f, split.data() + cut);
+      EXPECT_EQ(split, whole) << "d " << d << " cut " << cut;
+    }
+  }
+}
+
+// Weighted row sums: one fma per element in row order, so splitting the rows into runs gives
+// the same bits, and the sum is within rounding of the double one.
+TEST(AccumulateRowsTest, SplitRunsGiveTheSameBits) {
+  std::mt19937 rng(22);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t d : {8, 64, 80, 128, 12}) {
+    const int64_t n = 37, stride = d + 8;
+    std::vector<float> w(n), rows(n * stride);
+    for (float& x : w) x = std::fabs(g(rng));
+    for (float& x : rows) x = g(rng);
+    std::vector<float> whole(d, 0.0f), split(d, 0.0f);
+    AccumulateRows(w.data(), rows.data(), stride, n, d, whole.data());
+    AccumulateRows(w.data(), rows.data(), stride, 16, d, split.data());
+    AccumulateRows(w.data() + 16, rows.data() + 16 * stride, stride, n - 16, d, split.data());
+    EXPECT_EQ(split, whole) << d;
+    for (int64_t c = 0; c < d; ++c) {
+      double ref = 0.0, mag = 0.0;
+      for (int64_t t = 0; t < n; ++t) {
+        ref += static_cast<double>(w[t]) * rows[t * stride + c];
+        mag += std::fabs(static_cast<double>(w[t]) * rows[t * stride + c]);
+      }
+      EXPECT_NEAR(whole[c], ref, mag * (n + 2) * 6e-8) << d << " " << c;
+    }
+  }
+}
+
 TEST(EmbeddingLookupTest, ReturnsDequantizedRowAndNaNOutOfRange) {
   // 3 rows × 64 cols of Q8_0, built by hand: row r, element c = (r+1) * 0.5 * (c - 32).
   std::vector<BlockQ8_0> blocks(3 * 2);
