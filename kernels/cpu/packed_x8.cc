@@ -2,6 +2,8 @@
 // packed_x8.h).
 #include "kernels/cpu/packed_x8.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -243,28 +245,18 @@ void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t col
   });
 }
 
+// DotGroup for nx activation rows, 1 ≤ nx ≤ kPackedMaxTile (a table of the tile widths).
+template <Fmt F, int... W>
+constexpr auto DotGroupWidths(std::integer_sequence<int, W...>) {
+  return std::array<void (*)(const uint8_t*, const uint8_t*, size_t, int64_t, float*), sizeof...(W)>{
+      &DotGroup<F, W + 1>...};
+}
+
 template <Fmt F>
 void DotGroupAnyWidth(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
                       float* out) {
-  static_assert(kPackedMaxTile == 8);
-  switch (nx) {
-    case 1:
-      return DotGroup<F, 1>(group, x, stride, cols, out);
-    case 2:
-      return DotGroup<F, 2>(group, x, stride, cols, out);
-    case 3:
-      return DotGroup<F, 3>(group, x, stride, cols, out);
-    case 4:
-      return DotGroup<F, 4>(group, x, stride, cols, out);
-    case 5:
-      return DotGroup<F, 5>(group, x, stride, cols, out);
-    case 6:
-      return DotGroup<F, 6>(group, x, stride, cols, out);
-    case 7:
-      return DotGroup<F, 7>(group, x, stride, cols, out);
-    default:
-      return DotGroup<F, 8>(group, x, stride, cols, out);
-  }
+  static constexpr auto kByWidth = DotGroupWidths<F>(std::make_integer_sequence<int, kPackedMaxTile>{});
+  kByWidth[std::clamp(nx, 1, kPackedMaxTile) - 1](group, x, stride, cols, out);
 }
 
 void DotPackedX8Impl(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
