@@ -151,7 +151,8 @@ class KvCache {
   // tokens they hold. Those positions are read-only for this sequence.
   [[nodiscard]] absl::StatusOr<int64_t> AttachPrefix(SeqId seq, absl::Span<const int32_t> tokens);
   // Lists the sequence's full blocks among its first `num_computed` tokens (every layer
-  // written), extending its chain in the index. Call after each forward pass.
+  // written), extending its chain in the index. Call after each forward pass, never while a
+  // Write to the same sequence may run (it moves the sequence's read-only boundary).
   void PublishPrefix(SeqId seq, absl::Span<const int32_t> tokens, int64_t num_computed);
 
   // Free blocks, counting listed blocks no sequence holds (they are evicted on demand).
