@@ -52,7 +52,8 @@ int Run(int seqs, int ctx, int threads, const std::string& scheme, int reps,
   std::vector<float> q(static_cast<size_t>(seqs) * kHq * kD), out(q.size());
   for (float& x : q) x = 0.5f * nd(rng);
   witcert::ThreadPool pool(threads);
-  std::printf("| gate | seqs | context | ns per (token, query head) | µs per (sequence, layer) |\n");
+  std::printf(
+      "| gate | seqs | context | ns per (token, query head) | µs per (sequence, layer) |\n");
   std::printf("|---|---|---|---|---|\n");
   for (witcert::GateMode mode : {witcert::GateMode::kOff, witcert::GateMode::kObserve}) {
     if (gate != "both" && gate != witcert::GateModeName(mode)) continue;
@@ -96,7 +97,8 @@ int main(int argc, char** argv) {
   const std::string gate = argc > 6 ? argv[6] : "both";
   if (seqs < 1 || ctx < 1 || threads < 1 || reps < 1 ||
       (gate != "both" && gate != "off" && gate != "observe")) {
-    std::fprintf(stderr, "usage: %s [SEQS] [CONTEXT] [THREADS] [SCHEME] [REPS] [off|observe|both]\n",
+    std::fprintf(stderr,
+                 "usage: %s [SEQS] [CONTEXT] [THREADS] [SCHEME] [REPS] [off|observe|both]\n",
                  argv[0]);
     return 2;
   }

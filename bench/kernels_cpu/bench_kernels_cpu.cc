@@ -2,15 +2,14 @@
 //
 // Prints, per shape: GB/s of weight bytes streamed for n = 1 (decode GEMV) and GFLOP/s for
 // n = 64 (prefill GEMM), for 1 and 2 threads, in the layout CpuBackend uses (packed x8 for
-// Q4_0 / Q4_1 / Q8_0; the packed copy has the same byte count as the plain rows). "hot" re-multiplies one matrix (it stays in
-// cache); "cold" rotates through copies totalling >= 512 MiB so weights come from DRAM,
-// which is the decode situation for a model that does not fit in cache. Times are the best
-// batch mean (see TimeIt). A plain read
-// bandwidth probe gives the ceiling. A second table compares the instruction-set variants
-// (scalar / avx2 / avxvnni / avx512vnni, forced through the test hook) side by side in
-// GFLOP/s at n = 1, 16, 64 for the default model's shapes, then the row-interleaved copy the
-// CPU backend actually multiplies by (packed-x8, packed_x8.h). The first table uses the
-// variant Matmul picks on plain rows (WITCERT_CPU_KERNEL overrides it).
+// Q4_0 / Q4_1 / Q8_0; the packed copy has the same byte count as the plain rows). "hot"
+// re-multiplies one matrix (it stays in cache); "cold" rotates through copies totalling >= 512 MiB
+// so weights come from DRAM, which is the decode situation for a model that does not fit in cache.
+// Times are the best batch mean (see TimeIt). A plain read bandwidth probe gives the ceiling. A
+// second table compares the instruction-set variants (scalar / avx2 / avxvnni / avx512vnni, forced
+// through the test hook) side by side in GFLOP/s at n = 1, 16, 64 for the default model's shapes,
+// then the row-interleaved copy the CPU backend actually multiplies by (packed-x8, packed_x8.h).
+// The first table uses the variant Matmul picks on plain rows (WITCERT_CPU_KERNEL overrides it).
 // Usage: bench_kernels_cpu [threads...] (default 1 2).
 #include <immintrin.h>
 

@@ -7,8 +7,8 @@
 #include "engine/cert/audit.h"
 #include "engine/common/status.h"
 #include "kernels/cpu/metered_attention.h"
-#include "kernels/meter/partial_sum.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/meter/partial_sum.h"
 
 namespace witcert {
 namespace {

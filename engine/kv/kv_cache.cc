@@ -1,7 +1,5 @@
 #include "engine/kv/kv_cache.h"
 
-#include "engine/kv/half_array.h"
-
 #include <algorithm>
 #include <cstring>
 
@@ -129,8 +127,9 @@ KvCache::Sequence* KvCache::Find(SeqId seq) const {
 uint8_t* KvCache::Slot(int32_t layer, int32_t block, int32_t offset, int32_t kv_head) const {
   // [block, KV head, offset]: one (block, head)'s rows are contiguous, so gathering a head
   // streams block_size · slot_bytes_ bytes per block instead of a slice of every row.
-  const int64_t idx = (static_cast<int64_t>(block) * options_.num_kv_heads + kv_head) *
-                          options_.block_size + offset;
+  const int64_t idx =
+      (static_cast<int64_t>(block) * options_.num_kv_heads + kv_head) * options_.block_size +
+      offset;
   return storage_[layer].get() + idx * slot_bytes_;
 }
 
@@ -175,15 +174,11 @@ absl::Status KvCache::Reserve(SeqId seq, int64_t num_tokens) {
 }
 
 void KvCache::FreeSequence(SeqId seq) {
-  std::unique_ptr<Sequence> s;
-  {
-    absl::MutexLock lock(&seq_mu_);
-    auto it = seqs_.find(seq);
-    if (it == seqs_.end()) return;
-    s = std::move(it->second);
-    seqs_.erase(it);
-  }
-  absl::MutexLock lock(&seq_mu_);  // the prefix index
+  absl::MutexLock lock(&seq_mu_);  // the sequence map and the prefix index
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  const std::unique_ptr<Sequence> s = std::move(it->second);
+  seqs_.erase(it);
   for (int32_t b : s->table.blocks()) {
     if (pool_.Release(b)) {
       OnBlockFreed(b);
@@ -239,7 +234,7 @@ absl::StatusOr<int64_t> KvCache::AttachPrefix(SeqId seq, absl::Span<const int32_
     s.table.Append(b);
     parent = b;
   }
-  s.read_only_blocks = s.published = attached;
+  s.shared_blocks = attached;
   prefix_query_tokens_.fetch_add(static_cast<int64_t>(tokens.size()), std::memory_order_relaxed);
   prefix_hit_tokens_.fetch_add(attached * bs, std::memory_order_relaxed);
   return attached * bs;
@@ -252,16 +247,16 @@ void KvCache::PublishPrefix(SeqId seq, absl::Span<const int32_t> tokens, int64_t
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   Sequence& s = *it->second;
-  const int64_t full = std::min<int64_t>(
-      std::min<int64_t>(num_computed, static_cast<int64_t>(tokens.size())) / bs, s.table.num_blocks());
-  for (; s.published < full; ++s.published) {
-    const int64_t lb = s.published;
+  const int64_t full =
+      std::min<int64_t>(std::min<int64_t>(num_computed, static_cast<int64_t>(tokens.size())) / bs,
+                        s.table.num_blocks());
+  for (; s.shared_blocks < full; ++s.shared_blocks) {
+    const int64_t lb = s.shared_blocks;
     const int32_t b = s.table.physical(lb);
     const int32_t parent = lb == 0 ? -1 : s.table.physical(lb - 1);
     if (options_.host_storage && !backing_.Has(b)) return;  // no exact copy: not worth sharing
     if (!prefix_.Insert(parent, tokens.subspan(lb * bs, bs), b)) return;  // listed elsewhere
     pool_.Share(b);  // the index's own reference
-    s.read_only_blocks = lb + 1;
   }
 }
 
@@ -286,9 +281,9 @@ absl::Status KvCache::Write(SeqId seq, int32_t layer, int64_t pos, const float* 
   const int32_t d = options_.head_dim;
   const int64_t logical = pos / options_.block_size;
   const int32_t offset = static_cast<int32_t>(pos % options_.block_size);
-  if (logical < s->read_only_blocks) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "write at position ", pos, ": its block is shared through the prefix cache"));
+  if (logical < s->shared_blocks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("write at position ", pos, ": its block is shared through the prefix cache"));
   }
   const int32_t block = s->table.physical(logical);
   backing_.Write(block, layer, offset, k, v);
@@ -418,8 +413,8 @@ void KvCache::EncodeRows(int32_t layer, int32_t block, int32_t kv_head, int side
   }
 }
 
-void KvCache::DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t n,
-                         int32_t kv_head, int64_t pos0, GatheredHead* out, int64_t row0) const {
+void KvCache::DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t n, int32_t kv_head,
+                         int64_t pos0, GatheredHead* out, int64_t row0) const {
   const int32_t d = options_.head_dim, nb = options_.num_bands;
   const uint8_t* slot0 = Slot(layer, block, offset0, kv_head);  // rows at stride slot_bytes_
   for (int side = 0; side < 2; ++side) {
@@ -427,30 +422,24 @@ void KvCache::DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t 
     const uint8_t* params =
         sl.param_bytes > 0 ? GroupParams(layer, block, kv_head, side) : nullptr;
     CodecContext ctx{options_.dither_seed, layer, kv_head, pos0, side == 1};
-    float* x0 = side == 0 ? &out->k[row0 * d] : &out->v[row0 * d];
     const int32_t m = sl.outlier_bytes / 4;
     const int32_t* channels = m > 0 ? outliers_.channels(layer, kv_head, side == 1) : nullptr;
-    for (int32_t r = 0; r < n; ++r) {
-      const uint8_t* codes = slot0 + static_cast<int64_t>(r) * slot_bytes_ + sl.offset;
-      float* x = x0 + static_cast<int64_t>(r) * d;
+    float* x = (side == 0 ? out->k.data() : out->v.data()) + row0 * d;  // [n, d]
+    float* w = nullptr;  // [n, B] witness bands, where this side has them
+    if (sl.witness_bytes > 0) w = (side == 0 ? out->k_witness : out->v_witness).data() + row0 * nb;
+    float* dither_scale =
+        side == 0 && !out->k_dither_scale.empty() ? &out->k_dither_scale[row0] : nullptr;
+    const uint8_t* codes = slot0 + sl.offset;
+    for (int32_t r = 0; r < n; ++r, codes += slot_bytes_, x += d) {
       ctx.pos = pos0 + r;
       sl.codec->DecodeInGroup(codes, params, d, ctx, x);
-      for (int32_t j = 0; j < m; ++j) std::memcpy(&x[channels[j]], codes + sl.code_bytes + 4 * j, 4);
-    }
-    if (sl.witness_bytes > 0) {
-      float* w0 = side == 0 ? &out->k_witness[row0 * nb] : &out->v_witness[row0 * nb];
-      for (int32_t r = 0; r < n; ++r) {
-        const uint8_t* codes = slot0 + static_cast<int64_t>(r) * slot_bytes_ + sl.offset;
-        // fp16 witnesses at a 2-byte aligned offset inside the slot: HalfArrayToFloat reads
-        // any alignment, as DecodeWitness does.
-        HalfArrayToFloat(codes + sl.code_bytes + sl.outlier_bytes, nb, w0 + static_cast<int64_t>(r) * nb);
+      for (int32_t j = 0; j < m; ++j)
+        std::memcpy(&x[channels[j]], codes + sl.code_bytes + 4 * j, 4);
+      if (w != nullptr) {  // fp16 bands after the codes and outliers (2-byte aligned)
+        DecodeWitness(reinterpret_cast<const uint16_t*>(codes + sl.code_bytes + sl.outlier_bytes),
+                      nb, w + static_cast<int64_t>(r) * nb);
       }
-    }
-    if (side == 0 && !out->k_dither_scale.empty()) {
-      for (int32_t r = 0; r < n; ++r) {
-        const uint8_t* codes = slot0 + static_cast<int64_t>(r) * slot_bytes_ + sl.offset;
-        out->k_dither_scale[row0 + r] = sl.codec->DitherScale(codes, d);
-      }
+      if (dither_scale != nullptr) dither_scale[r] = sl.codec->DitherScale(codes, d);
     }
   }
 }

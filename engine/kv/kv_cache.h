@@ -28,17 +28,17 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/types/span.h"
-#include "engine/common/huge_buffer.h"
-#include "engine/kv/prefix_index.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "engine/common/huge_buffer.h"
 #include "engine/kv/backing_store.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_table.h"
 #include "engine/kv/codec.h"
 #include "engine/kv/exact_block_cache.h"
 #include "engine/kv/outlier_channels.h"
+#include "engine/kv/prefix_index.h"
 #include "engine/kv/witness.h"
 #include "engine/model/model_config.h"
 
@@ -102,14 +102,14 @@ struct KvCacheStats {
   int64_t exact_cache_hits = 0;   // promoted blocks read exact on a later gather
   int64_t groups_encoded = 0;     // staged blocks encoded whole (group codecs / outliers)
   BackingStoreStats backing;
-  int64_t prefix_query_tokens = 0;  // prompt tokens looked up by AttachPrefix
-  int64_t prefix_hit_tokens = 0;    // of those, found cached (attached, not recomputed)
-  int64_t prefix_cached_blocks = 0; // blocks listed in the prefix index now (busy or idle)
+  int64_t prefix_query_tokens = 0;   // prompt tokens looked up by AttachPrefix
+  int64_t prefix_hit_tokens = 0;     // of those, found cached (attached, not recomputed)
+  int64_t prefix_cached_blocks = 0;  // blocks listed in the prefix index now (busy or idle)
 };
 
 // Told of block lifetimes by KvCache (the CUDA backend keeps its gate's exact copies per
 // physical block). Called from AddSequence / Reserve / FreeSequence, on the caller's thread,
-// with the sequence map's lock held for allocations; must not call back into the cache.
+// with the sequence map's lock held; must not call back into the cache.
 class KvBlockObserver {
  public:
   virtual ~KvBlockObserver() = default;
@@ -197,10 +197,9 @@ class KvCache {
     // Per layer (layers of one sequence may be written concurrently: disjoint maps).
     std::vector<absl::flat_hash_map<int64_t, StagedBlock>> staged;  // [L] logical → rows
     std::vector<std::vector<uint8_t>> group_done;  // [L][logical]: encoded whole (group codec)
-    // Logical blocks [0, read_only_blocks) are shared through the prefix index (attached or
-    // published): never written again. published ≤ num_blocks: the chain listed so far.
-    int64_t read_only_blocks = 0;
-    int64_t published = 0;
+    // Logical blocks [0, shared_blocks) are listed in the prefix index (attached at admission
+    // or published since): the sequence's chain there, read-only from then on.
+    int64_t shared_blocks = 0;
   };
   // Where one side (K or V) lives inside a slot and in the group-parameter array.
   struct SideLayout {

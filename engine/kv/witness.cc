@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include "engine/kv/half_array.h"
-#include "kernels/meter/bands.h"
 #include "kernels/meter/cert_math.h"
 #include "kernels/meter/float_formats.h"
 
@@ -19,7 +17,8 @@ void ComputeWitness(const float* x, const float* x_hat, const BandLayout& layout
     double sum = 0.0;
     auto add_run = [&](int32_t c0, int32_t n) {
       for (int32_t c = c0; c < c0 + n; ++c) {
-        const double r = static_cast<double>(x[c]) - static_cast<double>(x_hat[c]);  // exact in double
+        const double r =
+            static_cast<double>(x[c]) - static_cast<double>(x_hat[c]);  // exact in double
         sum += r * r;
       }
     };
@@ -33,11 +32,6 @@ void ComputeWitness(const float* x, const float* x_hat, const BandLayout& layout
     const double norm = std::sqrt(sum) * (1.0 + 1e-12);
     w[b] = meter::FloatToHalfUp(meter::RoundUpToFloat(norm));
   }
-}
-
-void DecodeWitness(const uint16_t* w, int32_t num_bands, float* out) {
-  // A witness is a norm rounded up, never NaN: the F16C path gives HalfToFloat's bits.
-  HalfArrayToFloat(reinterpret_cast<const uint8_t*>(w), num_bands, out);
 }
 
 }  // namespace witcert

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "engine/kv/half_array.h"
 #include "engine/model/model_config.h"
 
 namespace witcert {
@@ -19,7 +20,10 @@ struct BandLayout {
 // x, x_hat [d] → w [B] fp16 bits: residual band norms, computed in double, rounded up.
 void ComputeWitness(const float* x, const float* x_hat, const BandLayout& layout, uint16_t* w);
 
-// w [B] fp16 bits → out [B] floats (exact widening).
-void DecodeWitness(const uint16_t* w, int32_t num_bands, float* out);
+// w [B] fp16 bits → out [B] floats (exact widening; inline: the gather runs it per row).
+// A witness is a norm rounded up, never NaN: the F16C path gives HalfToFloat's bits.
+inline void DecodeWitness(const uint16_t* w, int32_t num_bands, float* out) {
+  HalfArrayToFloat(reinterpret_cast<const uint8_t*>(w), num_bands, out);
+}
 
 }  // namespace witcert

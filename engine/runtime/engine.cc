@@ -239,7 +239,7 @@ void Engine::Step() {
     item.tokens = absl::Span<const TokenId>(seq->tokens.data() + chunk.begin,
                                             chunk.end - chunk.begin);
     item.start_pos = chunk.begin;
-    item.exact_prefix = chunk.exact_prefix;
+    item.exact_prefix = chunk.exact_prefix();
     item.compute_logits = chunk.finishes_prompt();
     item.decode_step = seq->decode_steps;
     item.delta_loc = seq->delta_loc;

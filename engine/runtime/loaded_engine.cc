@@ -137,7 +137,6 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   if (options.scheduler.max_batched_tokens <= 0) {
     options.scheduler.max_batched_tokens = backend->DefaultBatchedTokens();
   }
-  options.scheduler.prefix_caching = backend->kv_cache().options().prefix_caching;
   options.gate = config.gate;
   options.max_context = config.max_context;
   if (!config.trace_path.empty()) {

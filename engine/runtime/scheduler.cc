@@ -69,11 +69,9 @@ StepPlan Scheduler::Schedule(KvCache& kv) {
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front().get();
     if (!kv.AddSequence(seq->id).ok()) break;
-    int64_t cached = 0;
-    if (options_.prefix_caching) {
-      absl::StatusOr<int64_t> hit = kv.AttachPrefix(seq->id, seq->tokens);
-      if (hit.ok()) cached = *hit;
-    }
+    // Admitted prompts start after their longest cached prefix (0 with prefix caching off).
+    const absl::StatusOr<int64_t> hit = kv.AttachPrefix(seq->id, seq->tokens);
+    const int64_t cached = hit.ok() ? *hit : 0;
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(seq->tokens.size()) - cached, budget);
     if (!kv.Reserve(seq->id, cached + n).ok()) {
       kv.FreeSequence(seq->id);
@@ -81,7 +79,7 @@ StepPlan Scheduler::Schedule(KvCache& kv) {
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
-    plan.chunks.push_back({seq, cached, cached + n, cached > 0});
+    plan.chunks.push_back({seq, cached, cached + n});
     budget -= n;
     plan.num_tokens += n;
   }

@@ -21,17 +21,16 @@ namespace witcert {
 struct SchedulerOptions {
   int32_t max_running = 64;          // sequences in the running set
   int32_t max_batched_tokens = 512;  // tokens per forward pass (decode + prefill chunks), ≥ 1
-  // Admitted prompts start after their longest cached prefix (KvCache::AttachPrefix).
-  bool prefix_caching = false;
 };
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int64_t begin = 0;  // token index of the first token to run
   int64_t end = 0;    // one past the last
-  // A prompt's first chunk after a prefix-cache hit: tokens [0, begin) were attached, not
-  // computed, and the chunk attends them exact (ForwardItem::exact_prefix).
-  bool exact_prefix = false;
+  // A prompt's first chunk after a prefix-cache hit (KvCache::AttachPrefix at admission):
+  // tokens [0, begin) were attached, not computed, and the chunk attends them exact
+  // (ForwardItem::exact_prefix).
+  bool exact_prefix() const { return begin > seq->num_computed; }
   bool finishes_prompt() const {
     return end == static_cast<int64_t>(seq->tokens.size());
   }

@@ -9,6 +9,7 @@
 #endif
 #include <vector>
 
+#include "kernels/cpu/matmul_simd.h"
 #include "kernels/cpu/transformer_ops.h"
 #include "kernels/meter/partial_sum.h"
 
@@ -82,10 +83,7 @@ float StoredValueNorm(const float* v, int32_t head_dim) {
     }
     // The lanes hold no NaN (max_ps keeps its second operand for a NaN first one), so the
     // max tree is exact; the sum tree is one more re-association inside γ_{d/8+3}.
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
+    const float amax = matmul_internal::HMax(amax8);
     if (amax == 0.0f || !(amax <= 3.0e38f)) return meter::ScaledNorm(v, head_dim) * inflation;
     const __m256 inv = _mm256_set1_ps(1.0f / amax);
     __m256 sum8 = _mm256_setzero_ps();
@@ -93,10 +91,7 @@ float StoredValueNorm(const float* v, int32_t head_dim) {
       const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(v + c), inv);
       sum8 = _mm256_add_ps(sum8, _mm256_mul_ps(y, y));
     }
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum8), _mm256_extractf128_ps(sum8, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    return amax * std::sqrt(_mm_cvtss_f32(s4)) * inflation;
+    return amax * std::sqrt(matmul_internal::HSum(sum8)) * inflation;
   }
 #endif
   return meter::ScaledNorm(v, head_dim) * inflation;
@@ -126,10 +121,8 @@ inline __m256 DotAbs4(const float* q, const float* k, int32_t d) {
     a2 = _mm256_add_ps(a2, _mm256_andnot_ps(sign, p2));
     a3 = _mm256_add_ps(a3, _mm256_andnot_ps(sign, p3));
   }
-  // hadd(hadd(x0, x1), hadd(x2, x3)) = [x_t lanes 0-3 for t < 4 | x_t lanes 4-7 for t < 4].
-  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
-  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  return _mm256_add_ps(_mm256_permute2f128_ps(s, a, 0x20), _mm256_permute2f128_ps(s, a, 0x31));
+  return _mm256_set_m128(matmul_internal::LaneSums4(a0, a1, a2, a3),
+                         matmul_internal::LaneSums4(s0, s1, s2, s3));
 }
 
 // Σ_b qbn_b·w_tb for 4 consecutive witness rows w [4, 8]. The terms are non-negative, so
@@ -139,8 +132,7 @@ inline __m128 BandDot4(__m256 qbn, const float* w) {
   const __m256 p1 = _mm256_mul_ps(qbn, _mm256_loadu_ps(w + 8));
   const __m256 p2 = _mm256_mul_ps(qbn, _mm256_loadu_ps(w + 16));
   const __m256 p3 = _mm256_mul_ps(qbn, _mm256_loadu_ps(w + 24));
-  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(p0, p1), _mm256_hadd_ps(p2, p3));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  return matmul_internal::LaneSums4(p0, p1, p2, p3);
 }
 
 }  // namespace
@@ -167,44 +159,51 @@ float SumWeights(const float* w, int64_t n) {
 }
 
 #ifdef __AVX2__
-// Expm1UpperTight on eight lanes: the scalar function's fma sequence, so the same bits.
+// Expm1UpperTight on eight lanes: the scalar function's constants and fma sequence, so the
+// same bits.
 inline __m256 Expm1UpperTight8(__m256 e) {
-  __m256 h = _mm256_fmadd_ps(e, _mm256_set1_ps(3.2713e-4f), _mm256_set1_ps(1.3888900e-3f));
-  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(8.3333340e-3f));
-  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(0.041666672f));
-  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(0.16666667f));
+  __m256 h = _mm256_fmadd_ps(e, _mm256_set1_ps(meter::kTightC7), _mm256_set1_ps(meter::kTightC6));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(meter::kTightC5));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(meter::kTightC4));
+  h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(meter::kTightC3));
   h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(0.5f));
   h = _mm256_fmadd_ps(e, h, _mm256_set1_ps(1.0f));
-  return _mm256_mul_ps(_mm256_mul_ps(e, h), _mm256_set1_ps(1.0f + 10.0f * meter::kUnitRoundoff));
+  return _mm256_mul_ps(_mm256_mul_ps(e, h), _mm256_set1_ps(meter::kTightFinal));
 }
 #endif
 
-// out[t] = the A−1 term of token t (0 where ε̂_t ≤ 0): WeightedEpsTermTight's value, eight
-// tokens at a time where every lane takes its polynomial branch (or has no term).
-void AMinusOneTerms(const float* lg, const float* wt, const float* ep, float m, int64_t n, float* out) {
+// The CPU reference's A−1 term: WeightedEpsTerm with Expm1UpperTight.
+constexpr meter::Expm1Form kReferenceExpm1 = meter::Expm1Form::kUpperTight;
+
+inline float AMinusOneTerm(float logit, float w, float eps, float m) {
+  return eps > 0.0f ? meter::WeightedEpsTerm<kReferenceExpm1>(logit, m, w, eps) : 0.0f;
+}
+
+// out[t] = AMinusOneTerm of token t, eight tokens at a time where every lane takes the
+// polynomial branch (or has no term).
+void AMinusOneTerms(const float* lg, const float* wt, const float* ep, float m, int64_t n,
+                    float* out) {
   int64_t t = 0;
 #ifdef __AVX2__
   const __m256 zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);
-  const __m256 wmin = _mm256_set1_ps(7.888609052210118e-31f);  // 2^-100
+  const __m256 wmin = _mm256_set1_ps(meter::kMinDirectWeight);
   for (; t + 8 <= n; t += 8) {
     const __m256 e = _mm256_loadu_ps(ep + t), w = _mm256_loadu_ps(wt + t);
     const __m256 none = _mm256_cmp_ps(e, zero, _CMP_LE_OQ);  // no term (ε̂ ≤ 0)
-    const __m256 poly = _mm256_and_ps(_mm256_cmp_ps(e, half, _CMP_LE_OQ),
-                                      _mm256_cmp_ps(w, wmin, _CMP_GE_OQ));
+    const __m256 poly =
+        _mm256_and_ps(_mm256_cmp_ps(e, half, _CMP_LE_OQ), _mm256_cmp_ps(w, wmin, _CMP_GE_OQ));
     if (_mm256_movemask_ps(_mm256_or_ps(none, poly)) != 0xff) {  // NaN, large ε̂ or tiny w
-      for (int64_t j = t; j < t + 8; ++j) {
-        out[j] = ep[j] > 0.0f ? meter::WeightedEpsTermTight(lg[j], m, wt[j], ep[j]) : 0.0f;
-      }
+      for (int64_t j = t; j < t + 8; ++j) out[j] = AMinusOneTerm(lg[j], wt[j], ep[j], m);
       continue;
     }
     _mm256_storeu_ps(out + t, _mm256_andnot_ps(none, _mm256_mul_ps(w, Expm1UpperTight8(e))));
   }
 #endif
-  for (; t < n; ++t) out[t] = ep[t] > 0.0f ? meter::WeightedEpsTermTight(lg[t], m, wt[t], ep[t]) : 0.0f;
+  for (; t < n; ++t) out[t] = AMinusOneTerm(lg[t], wt[t], ep[t], m);
 }
 
 // The certificate sums of one split except z (SumWeights), eight tokens per step (AVX2):
-// the same terms as PartialAddTokenWeighted<kTight> token by token (AMinusOneTerms), summed
+// the same terms as PartialAddTokenWeighted<kReferenceExpm1> token by token, summed
 // in eight lanes and then across them. That is a re-association of sums of
 // non-negative terms: every lane chain plus the combine is at most `count` additions long,
 // so chain = count keeps SumInflation's γ_chain an upper bound. The maxima are exact in any
@@ -213,7 +212,8 @@ void AMinusOneTerms(const float* lg, const float* wt, const float* ep, float m, 
 bool MeterSumsVector(const MeteredHeadInputs& in, int64_t begin, int64_t n, const float* lg,
                      const float* wt, const float* ep, const float* eta, meter::CertPartial* p) {
 #ifdef __AVX2__
-  if (n < 8 || in.v_norm == nullptr || (in.v_witness != nullptr && in.v_rho == nullptr)) return false;
+  if (n < 8 || in.v_norm == nullptr || (in.v_witness != nullptr && in.v_rho == nullptr))
+    return false;
   for (int64_t t = 0; t < n; ++t) {
     if (!(std::fabs(lg[t]) <= 3.0e38f)) return false;  // the scalar path marks the partial bad
   }
@@ -330,9 +330,9 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
     }
 #endif
     for (; t < n; ++t) {
-      ep[t] = kw != nullptr
-                  ? meter::TierAEpsilon(mq.q_band_norm, kw + t * nb, nb, mq.inv_sqrt_d, mq.eps_inflation)
-                  : 0.0f;
+      ep[t] = kw != nullptr ? meter::TierAEpsilon(mq.q_band_norm, kw + t * nb, nb, mq.inv_sqrt_d,
+                                                  mq.eps_inflation)
+                            : 0.0f;
     }
     for (t = 0; t < n; ++t) {
       if (in.token_exact != nullptr && in.token_exact[begin + t] != 0) {
@@ -359,12 +359,14 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
       const bool exact = in.token_exact != nullptr && in.token_exact[begin + t] != 0;
       float rho = 0.0f;
       if (!exact && in.v_witness != nullptr) {
-        rho = in.v_rho != nullptr ? in.v_rho[begin + t]
-                                  : meter::ResidualNormFromWitness(in.v_witness + (begin + t) * nb, nb);
+        rho = in.v_rho != nullptr
+                  ? in.v_rho[begin + t]
+                  : meter::ResidualNormFromWitness(in.v_witness + (begin + t) * nb, nb);
       }
-      const float vn = in.v_norm != nullptr ? in.v_norm[begin + t] : StoredValueNorm(in.v + (begin + t) * d, d);
+      const float vn =
+          in.v_norm != nullptr ? in.v_norm[begin + t] : StoredValueNorm(in.v + (begin + t) * d, d);
       // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
-      meter::PartialAddTokenWeighted</*kTight=*/true>(partial, lg[t], wt[t], ep[t], rho, eta[t]);
+      meter::PartialAddTokenWeighted<kReferenceExpm1>(partial, lg[t], wt[t], ep[t], rho, eta[t]);
       partial->vmax = meter::MaxAcc(partial->vmax, vn + rho);
     }
   }

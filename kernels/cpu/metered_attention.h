@@ -39,7 +39,6 @@ struct MeteredHeadInputs {
 // ‖ṽ_t‖ as the meter uses it: the fp32 scaled norm, inflated to cover its rounding.
 float StoredValueNorm(const float* v, int32_t head_dim);
 
-
 struct MeteredAttentionOptions {
   int32_t num_splits = 1;  // ≥ 1; clipped to S
   bool meter = true;       // false: plain attention, no certificate

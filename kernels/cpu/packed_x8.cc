@@ -217,7 +217,8 @@ void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t col
         Unrolled<3>([&](auto vc) {
           constexpr int v = decltype(vc)::value + 1;
           sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(lo[v], Broadcast4(xq + 4 * v)));
-          sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(hi[v], Broadcast4(xq + 4 * (v + 4))));
+          sum16 =
+              _mm256_add_epi16(sum16, _mm256_maddubs_epi16(hi[v], Broadcast4(xq + 4 * (v + 4))));
         });
         isum[j] = _mm256_madd_epi16(sum16, ones);
       });
@@ -248,14 +249,15 @@ void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t col
 // DotGroup for nx activation rows, 1 ≤ nx ≤ kPackedMaxTile (a table of the tile widths).
 template <Fmt F, int... W>
 constexpr auto DotGroupWidths(std::integer_sequence<int, W...>) {
-  return std::array<void (*)(const uint8_t*, const uint8_t*, size_t, int64_t, float*), sizeof...(W)>{
-      &DotGroup<F, W + 1>...};
+  return std::array<void (*)(const uint8_t*, const uint8_t*, size_t, int64_t, float*),
+                    sizeof...(W)>{&DotGroup<F, W + 1>...};
 }
 
 template <Fmt F>
 void DotGroupAnyWidth(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
                       float* out) {
-  static constexpr auto kByWidth = DotGroupWidths<F>(std::make_integer_sequence<int, kPackedMaxTile>{});
+  static constexpr auto kByWidth =
+      DotGroupWidths<F>(std::make_integer_sequence<int, kPackedMaxTile>{});
   kByWidth[std::clamp(nx, 1, kPackedMaxTile) - 1](group, x, stride, cols, out);
 }
 

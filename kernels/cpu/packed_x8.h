@@ -52,8 +52,8 @@ namespace matmul_internal {
 using PackedDotFn = void (*)(const uint8_t* group, const uint8_t* x, size_t stride, int nx,
                              int64_t cols, GgmlType type, float* out);
 // Activation rows per tile: at 8 a Q4 block's unpacked chunks serve eight rows (the
-// accumulators no longer all fit in registers, but the unpack was a sixth of the ALU work at 4;
-// bench_kernels_cpu n = 16: +5–15% on the large Q4_1 shapes, RESULTS.md).
+// accumulators no longer all fit in registers, but by op count the unpack was about a sixth of
+// the ALU work at 4; bench_kernels_cpu at n = 16 in RESULTS.md).
 inline constexpr int kPackedMaxTile = 8;
 
 void DotPackedX8Scalar(const uint8_t* group, const uint8_t* x, size_t stride, int nx,

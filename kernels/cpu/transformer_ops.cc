@@ -9,15 +9,14 @@
 #include "kernels/cpu/transformer_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_simd.h"
 #include "kernels/cpu/vector_exp.h"
 
 namespace witcert {
@@ -94,7 +93,8 @@ float Dot(const float* a, const float* b, int64_t n) {
 #ifdef __AVX2__
   if (n >= 8) {
     __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    for (; i + 8 <= n; i += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, acc);
     for (float l : lanes) sum += l;  // fixed order: reproducible
@@ -109,7 +109,8 @@ namespace {
 
 // acc [8J] += Σ_j w_j·row_j[0, 8J), accumulators in registers.
 template <int J>
-inline void AccumulateSlab(const float* w, const float* rows, int64_t stride, int64_t n, float* acc) {
+inline void AccumulateSlab(const float* w, const float* rows, int64_t stride, int64_t n,
+                           float* acc) {
   __m256 a[J];
   for (int j = 0; j < J; ++j) a[j] = _mm256_loadu_ps(acc + 8 * j);
   for (int64_t t = 0; t < n; ++t) {
@@ -119,6 +120,14 @@ inline void AccumulateSlab(const float* w, const float* rows, int64_t stride, in
   }
   for (int j = 0; j < J; ++j) _mm256_storeu_ps(acc + 8 * j, a[j]);
 }
+
+// AccumulateSlab<J> for J = 1..8, indexed by J − 1.
+template <int... J>
+constexpr auto AccumulateSlabs(std::integer_sequence<int, J...>) {
+  return std::array<void (*)(const float*, const float*, int64_t, int64_t, float*), sizeof...(J)>{
+      &AccumulateSlab<J + 1>...};
+}
+constexpr auto kAccumulateSlabs = AccumulateSlabs(std::make_integer_sequence<int, 8>{});
 
 }  // namespace
 #endif
@@ -138,20 +147,18 @@ void DotRows(const float* q, const float* rows, int64_t stride, int64_t n, int64
         s2 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 2 * stride + c), s2);
         s3 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 3 * stride + c), s3);
       }
-      // hadd(hadd(s0, s1), hadd(s2, s3)) = [row sums of lanes 0-3 | of lanes 4-7].
-      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
-      const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-      _mm_storeu_ps(out + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+      _mm_storeu_ps(out + j,
+                    _mm_mul_ps(matmul_internal::LaneSums4(s0, s1, s2, s3), _mm_set1_ps(scale)));
     }
     // The tail rows take the same fma chains and the same lane tree, so a row's score does
     // not depend on where a run of rows starts (a cached prefix splits the keys into two).
+    const __m256 zero = _mm256_setzero_ps();
     for (; j < n; ++j) {
       const float* k = rows + j * stride;
-      __m256 s0 = _mm256_setzero_ps();
-      for (int64_t c = 0; c < d; c += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), s0);
-      alignas(32) float l[8];
-      _mm256_store_ps(l, s0);
-      out[j] = (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) * scale;
+      __m256 s0 = zero;
+      for (int64_t c = 0; c < d; c += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), s0);
+      out[j] = _mm_cvtss_f32(matmul_internal::LaneSums4(s0, zero, zero, zero)) * scale;
     }
     return;
   }
@@ -164,16 +171,9 @@ void AccumulateRows(const float* w, const float* rows, int64_t stride, int64_t n
   int64_t c = 0;
 #ifdef __AVX2__
   if (d % 8 == 0) {
-    for (; c + 64 <= d; c += 64) AccumulateSlab<8>(w, rows + c, stride, n, acc + c);
-    switch ((d - c) / 8) {
-      case 1: AccumulateSlab<1>(w, rows + c, stride, n, acc + c); break;
-      case 2: AccumulateSlab<2>(w, rows + c, stride, n, acc + c); break;
-      case 3: AccumulateSlab<3>(w, rows + c, stride, n, acc + c); break;
-      case 4: AccumulateSlab<4>(w, rows + c, stride, n, acc + c); break;
-      case 5: AccumulateSlab<5>(w, rows + c, stride, n, acc + c); break;
-      case 6: AccumulateSlab<6>(w, rows + c, stride, n, acc + c); break;
-      case 7: AccumulateSlab<7>(w, rows + c, stride, n, acc + c); break;
-      default: break;
+    // Slabs of up to 64 channels (eight accumulator registers).
+    for (; c < d; c += 64) {
+      kAccumulateSlabs[std::min<int64_t>(64, d - c) / 8 - 1](w, rows + c, stride, n, acc + c);
     }
     return;
   }

@@ -136,7 +136,7 @@ struct MmaHeadSums {
   __device__ __forceinline__ void Add(float logit, float w, float m, float eps_hat, float rho) {
     if (!(fabsf(logit) <= 3.0e38f)) { bad = true; return; }
     z += w;
-    if (eps_hat > 0.0f) b += meter::WeightedEpsTerm</*kUpperPoly=*/true>(logit, m, w, eps_hat);
+    if (eps_hat > 0.0f) b += meter::WeightedEpsTerm<meter::Expm1Form::kUpperSmall>(logit, m, w, eps_hat);
     if (rho > 0.0f) c += w * rho;
     eps_max = meter::MaxAcc(eps_max, eps_hat);
     if (!(eps_hat == eps_hat)) eps_max = INFINITY;

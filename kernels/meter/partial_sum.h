@@ -67,14 +67,22 @@ WITCERT_HD inline float Expm1UpperSmall(float eps) {
 // the seven roundings are relative (≤ u each) and the final ×(1 + 10u) (exact in float,
 // itself rounded once more) restores ≥ P: (1−u)^8·(1+10u) > 1. A subnormal ε·h can fall
 // short by < 2^-149, inside cert_math.h's per-term absolute slack.
+// Its coefficients (Horner order, highest first), named so an eight-lane copy of the
+// polynomial uses the very same values.
+constexpr float kTightC7 = 3.2713e-4f;     // e^½/5040 rounded up
+constexpr float kTightC6 = 1.3888900e-3f;  // 1/720 rounded up
+constexpr float kTightC5 = 8.3333340e-3f;  // 1/120 rounded up
+constexpr float kTightC4 = 0.041666672f;   // 1/24 rounded up
+constexpr float kTightC3 = 0.16666667f;    // 1/6 rounded up
+constexpr float kTightFinal = 1.0f + 10.0f * kUnitRoundoff;
 WITCERT_HD inline float Expm1UpperTight(float eps) {
-  float h = fmaf(eps, 3.2713e-4f, 1.3888900e-3f);  // e^½/5040 and 1/720, rounded up
-  h = fmaf(eps, h, 8.3333340e-3f);                 // 1/120 rounded up
-  h = fmaf(eps, h, 0.041666672f);                  // 1/24 rounded up
-  h = fmaf(eps, h, 0.16666667f);                   // 1/6 rounded up
+  float h = fmaf(eps, kTightC7, kTightC6);
+  h = fmaf(eps, h, kTightC5);
+  h = fmaf(eps, h, kTightC4);
+  h = fmaf(eps, h, kTightC3);
   h = fmaf(eps, h, 0.5f);
   h = fmaf(eps, h, 1.0f);
-  return (eps * h) * (1.0f + 10.0f * kUnitRoundoff);
+  return (eps * h) * kTightFinal;
 }
 
 // PartialAddToken (cert_math.h) for a caller that already holds w = expf(logit − p->m), the
@@ -92,38 +100,30 @@ WITCERT_HD inline float Expm1UpperTight(float eps) {
 // is used.
 //
 // WeightedEpsTerm is that term alone (INFINITY when ε̂ > kEpsCap or NaN: the A form is then
-// vacuous); kUpperPoly takes Expm1UpperSmall for ε̂ ≤ ½ (≥ expm1, so the term only errs
-// upwards and needs none of κ), as the tensor-core kernel does.
-template <bool kUpperPoly = false>
+// vacuous). For ε̂ ≤ ½ the factor expm1(ε̂) may come from a polynomial upper bound instead of
+// expm1f: kUpperSmall (Expm1UpperSmall, the tensor-core kernels) or kUpperTight
+// (Expm1UpperTight, the CPU reference). Both are ≥ expm1, so the term then errs below the
+// truth only by w's and the product's rounding, which κ's budget covers.
+enum class Expm1Form { kLibm, kUpperSmall, kUpperTight };
+constexpr float kMinDirectWeight = 7.888609052210118e-31f;  // 2^-100: below, the log form
+
+template <Expm1Form kForm = Expm1Form::kLibm>
 WITCERT_HD inline float WeightedEpsTerm(float logit, float m, float w, float eps_hat) {
   if (eps_hat > kEpsCap || !(eps_hat == eps_hat)) return INFINITY;
-  if (w >= 7.888609052210118e-31f) {  // 2^-100
-    return w * ((kUpperPoly && eps_hat <= 0.5f) ? Expm1UpperSmall(eps_hat) : expm1f(eps_hat));
+  if (w >= kMinDirectWeight) {
+    if (kForm == Expm1Form::kUpperSmall && eps_hat <= 0.5f) return w * Expm1UpperSmall(eps_hat);
+    if (kForm == Expm1Form::kUpperTight && eps_hat <= 0.5f) return w * Expm1UpperTight(eps_hat);
+    return w * expm1f(eps_hat);
   }
   return expf((logit - m) + LogExpm1(eps_hat));
 }
 
-// WeightedEpsTerm with Expm1UpperTight for ε̂ ≤ ½ (the CPU reference's form): the factor is
-// ≥ expm1(ε̂), so the term errs below the truth only by w's and the product's rounding, which
-// κ's budget covers as it does for the expm1f form.
-WITCERT_HD inline float WeightedEpsTermTight(float logit, float m, float w, float eps_hat) {
-  if (eps_hat > kEpsCap || !(eps_hat == eps_hat)) return INFINITY;
-  if (w >= 7.888609052210118e-31f) {  // 2^-100
-    return w * (eps_hat <= 0.5f ? Expm1UpperTight(eps_hat) : expm1f(eps_hat));
-  }
-  return expf((logit - m) + LogExpm1(eps_hat));
-}
-
-// kTight: the A−1 term is WeightedEpsTermTight (the CPU reference) instead of WeightedEpsTerm.
-template <bool kTight = false>
-WITCERT_HD inline void PartialAddTokenWeighted(CertPartial* p, float logit, float w,
-                                               float eps_hat, float rho_norm, float eta) {
+template <Expm1Form kForm = Expm1Form::kLibm>
+WITCERT_HD inline void PartialAddTokenWeighted(CertPartial* p, float logit, float w, float eps_hat,
+                                               float rho_norm, float eta) {
   if (!(fabsf(logit) <= 3.0e38f)) { p->bad = true; return; }
   p->z += w;
-  if (eps_hat > 0.0f) {
-    p->b += kTight ? WeightedEpsTermTight(logit, p->m, w, eps_hat)
-                   : WeightedEpsTerm(logit, p->m, w, eps_hat);
-  }
+  if (eps_hat > 0.0f) p->b += WeightedEpsTerm<kForm>(logit, p->m, w, eps_hat);
   if (rho_norm > 0.0f) p->c += w * rho_norm;
   p->eps_max = MaxAcc(p->eps_max, eps_hat);
   if (!(eps_hat == eps_hat)) p->eps_max = INFINITY;

@@ -66,14 +66,14 @@ void ServingMetrics::BindEngine(Engine* engine, config::CertLabels cert_labels) 
   Family& refused = registry_.Counter(
       "witcert_backing_store_refused_blocks_total",
       "Blocks never stored in the backing store for lack of space (unrepairable).");
-  Family& prefix_queries = registry_.Counter(
-      "witcert_prefix_cache_queries_total",
-      "Prompt tokens of admitted requests looked up in the prefix cache.");
+  Family& prefix_queries =
+      registry_.Counter("witcert_prefix_cache_queries_total",
+                        "Prompt tokens of admitted requests looked up in the prefix cache.");
   Family& prefix_hits = registry_.Counter(
       "witcert_prefix_cache_hits_total",
       "Prompt tokens found in the prefix cache (their KV reused, not recomputed).");
-  Family& prefix_blocks = registry_.Gauge(
-      "witcert_prefix_cache_blocks", "KV blocks listed in the prefix cache (in use or idle).");
+  Family& prefix_blocks = registry_.Gauge("witcert_prefix_cache_blocks",
+                                          "KV blocks listed in the prefix cache (in use or idle).");
   registry_.AddCollector([=, &running, &waiting, &prompt, &generation, &steps, &preemptions,
                           &blocks_total, &blocks_free, &usage, &promotions, &backing_used,
                           &backing_cap, &evictions, &refused, &prefix_queries, &prefix_hits,

@@ -130,8 +130,8 @@ absl::Status CpuBackend::ExactPrefixAttention(const ForwardItem& item, int64_t f
   prefix_k_.resize(hkv * s * d);
   prefix_v_.resize(hkv * s * d);
   for (int32_t g = 0; g < hkv; ++g) {
-    RETURN_IF_ERROR(kv_->GatherExactHead(item.seq, layer, g, s, &prefix_k_[g * s * d],
-                                         &prefix_v_[g * s * d]));
+    RETURN_IF_ERROR(
+        kv_->GatherExactHead(item.seq, layer, g, s, &prefix_k_[g * s * d], &prefix_v_[g * s * d]));
   }
   CausalAttention(first_row, static_cast<int64_t>(item.tokens.size()), s);
   return absl::OkStatus();
@@ -244,8 +244,8 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
       for (const absl::Status& st : statuses) RETURN_IF_ERROR(st);
     }
     // Prompt chunks at position 0 (or after an exact cached prefix) attend over their fresh
-    // K/V (parallel inside); items that
-    // read stored K/V run in parallel across sequences, or across KV heads when alone.
+    // K/V (parallel inside); items that read stored K/V run in parallel across sequences, or
+    // across KV heads when alone.
     std::vector<size_t> stored;
     for (size_t b = 0; b < batch.size(); ++b) {
       if (batch[b].start_pos == 0) {

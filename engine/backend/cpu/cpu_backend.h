@@ -46,12 +46,11 @@ class CpuBackend : public Backend {
   void MatmulRowsMany(const float* x, int64_t n, std::initializer_list<const QuantMatrix*> ws,
                       std::initializer_list<float*> ys);
 
-  // Prompt attention is exact (fresh fp32 K/V, or a cached prefix's exact copies): there is
-  // no compressed K/V involved, so no certificate cell to record.
   // Causal attention of rows [first_row, first_row + num_tokens) over `prefix_len` earlier
   // positions held exact in prefix_k_ / prefix_v_ [Hkv, prefix_len, d] (0: a prompt from
   // position 0) and over themselves. A row computes exactly what it would in one chunk from
-  // position 0: the same scores in the same order.
+  // position 0: the same scores in the same order. No compressed K/V is involved (fresh fp32
+  // rows or a cached prefix's exact copies), so there is no certificate cell to record.
   void CausalAttention(int64_t first_row, int64_t num_tokens, int64_t prefix_len);
   // A prefix-cache hit's prompt rows: the cached positions' exact K/V from the backing store
   // into prefix_k_ / prefix_v_, then CausalAttention.
@@ -83,7 +82,6 @@ class CpuBackend : public Backend {
   std::vector<float> proj_;    // [N, hidden]
   std::vector<float> gate_;    // [N, ffn]
   std::vector<float> up_;      // [N, ffn]
-  std::vector<float> scores_;  // [threads, max context] attention scratch
   std::vector<float> prefix_k_, prefix_v_;  // [Hkv, prefix, d] exact cached K/V
   std::vector<float> rope_cs_; // [N, head_dim] RoPE (cos, sin) per row's position
 };

@@ -153,7 +153,8 @@ TEST(Codecs, Fp16EncodeIsBitExactWithTheScalarRule) {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t got;
       std::memcpy(&got, &out[2 * i], 2);
-      ASSERT_EQ(got, meter::FloatToHalfSat(x[shift + i])) << "value " << x[shift + i] << " lane " << i % 8;
+      ASSERT_EQ(got, meter::FloatToHalfSat(x[shift + i]))
+          << "value " << x[shift + i] << " lane " << i % 8;
     }
   }
 }

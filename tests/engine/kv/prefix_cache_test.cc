@@ -26,10 +26,10 @@ TEST(PrefixIndex, KeysAreParentAndTokens) {
   EXPECT_TRUE(index.Insert(7, b, 9));
   EXPECT_EQ(index.Find(-1, a), 7);
   EXPECT_EQ(index.Find(7, b), 9);
-  EXPECT_EQ(index.Find(-1, b), -1);      // same tokens under another parent: a miss
+  EXPECT_EQ(index.Find(-1, b), -1);  // same tokens under another parent: a miss
   std::vector<int32_t> a2 = a;
   a2[3] = 99;
-  EXPECT_EQ(index.Find(-1, a2), -1);     // one token differs: a miss
+  EXPECT_EQ(index.Find(-1, a2), -1);  // one token differs: a miss
   EXPECT_EQ(index.num_blocks(), 2);
 }
 
@@ -51,7 +51,7 @@ TEST(PrefixIndex, EvictsIdleLeavesLeastRecentlyUsedFirst) {
   index.MarkIdle(4);
   // 1 went idle before 5 and 4: it is the least recently used leaf.
   EXPECT_EQ(index.EvictOne(), 1);
-  index.MarkBusy(5);                // taken again: 4 is idle but not a leaf
+  index.MarkBusy(5);  // taken again: 4 is idle but not a leaf
   EXPECT_EQ(index.EvictOne(), -1);
   index.MarkIdle(5);
   EXPECT_EQ(index.EvictOne(), 5);

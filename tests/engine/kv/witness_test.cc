@@ -79,7 +79,8 @@ TEST(Witness, BandRunsMatchThePerDimBandMap) {
           sum[meter::BandOfDim(c, d, nb, p == RopePairing::kInterleaved)] += r * r;
         }
         for (int b = 0; b < nb; ++b) {
-          const uint16_t want = meter::FloatToHalfUp(meter::RoundUpToFloat(std::sqrt(sum[b]) * (1.0 + 1e-12)));
+          const uint16_t want =
+              meter::FloatToHalfUp(meter::RoundUpToFloat(std::sqrt(sum[b]) * (1.0 + 1e-12)));
           EXPECT_EQ(got[b], want) << "d " << d << " B " << nb << " band " << b;
         }
       }

@@ -33,8 +33,9 @@ int32_t Argmax(const float* x, int32_t n) {
 
 // Runs `prompt` for `seq` from `start` (attached before) and then `steps` greedy decodes;
 // returns every logits row it produced.
-std::vector<std::vector<float>> PromptThenDecode(CpuBackend& backend, SeqId seq, const std::vector<TokenId>& prompt,
-                                                 int64_t start, int steps, const GatePolicy* policy) {
+std::vector<std::vector<float>> PromptThenDecode(CpuBackend& backend, SeqId seq,
+                                                 const std::vector<TokenId>& prompt, int64_t start,
+                                                 int steps, const GatePolicy* policy) {
   KvCache& kv = backend.kv_cache();
   const int32_t vocab = backend.config().vocab_size;
   std::vector<std::vector<float>> rows;
@@ -124,10 +125,10 @@ TEST_F(PrefixCacheModelTest, SharedPrefixesUnderPreemptionFinishAndFreeEveryBloc
   for (int i = 0; i < 6; ++i) {
     Request request;
     request.id = "r" + std::to_string(i);
-    request.prompt = tokenizer_->Encode(
-        system + "<|im_start|>user\nQuestion number " + std::to_string(i) +
-            ": why is the sea salty?<|im_end|>\n<|im_start|>assistant\n",
-        /*parse_special=*/true);
+    request.prompt =
+        tokenizer_->Encode(system + "<|im_start|>user\nQuestion number " + std::to_string(i) +
+                               ": why is the sea salty?<|im_end|>\n<|im_start|>assistant\n",
+                           /*parse_special=*/true);
     request.sampling.temperature = 0.0f;
     request.stop.max_tokens = 40;
     request.stop.ignore_eos = true;

@@ -164,7 +164,8 @@ TEST(DotTest, MatchesDoubleSumWithinRounding) {
       want += double(a[i]) * b[i];
       abs_sum += std::fabs(double(a[i]) * b[i]);
     }
-    EXPECT_NEAR(Dot(a.data(), b.data(), n), want, (n + 2) * std::ldexp(1.0, -23) * abs_sum + 1e-30) << n;
+    EXPECT_NEAR(Dot(a.data(), b.data(), n), want, (n + 2) * std::ldexp(1.0, -23) * abs_sum + 1e-30)
+        << n;
   }
 }
 

@@ -111,8 +111,8 @@ void ExpectSound(const Case& c, int splits) {
     MeteredAttention(in, c.q.data(), opt, out[with_norms].data(), &res[with_norms]);
     const MeteredAttentionResult& r = res[with_norms];
     ASSERT_LE(truth.tv, static_cast<long double>(r.bound.tv))
-        << "S=" << c.s << " splits=" << splits << " A-1=" << r.bound.a_minus_1
-        << " norms given " << with_norms;
+        << "S=" << c.s << " splits=" << splits << " A-1=" << r.bound.a_minus_1 << " norms given "
+        << with_norms;
     ASSERT_LE(truth.out_err, static_cast<long double>(r.bound.v_bound))
         << "S=" << c.s << " norms given " << with_norms;
   }
