@@ -28,9 +28,12 @@ struct HttpConfig {
   int32_t read_timeout_s = 30;       // a client that sends its body slower than this is cut
   int32_t write_timeout_s = 30;
   // An idle keep-alive connection (also one whose request failed) is closed after this long.
-  // Each connection pins a worker thread, so this stays short (uvicorn's default is 5 s too);
-  // a client pool that reuses a connection in the instant it closes sees that request fail.
-  int32_t keep_alive_timeout_s = 5;
+  // It must outlast the idle expiry of the clients' pools (httpx, so the openai client: 5 s;
+  // aiohttp: 15 s): a pool that reuses a connection in the instant the server closes it sends
+  // a request into a closing socket, and that request fails ("Server disconnected without
+  // sending a response"). With the server at 5 s too, loaded 64-stream runs hit that race.
+  // Each idle connection pins a worker thread until the client or this timeout closes it.
+  int32_t keep_alive_timeout_s = 75;
   int32_t keep_alive_max_requests = 1000;  // requests per connection before it is closed
   std::string api_key;               // "" → no auth (env WITCERT_API_KEY overrides)
   std::string model_name;            // id in /v1/models; "" → the model file's stem

@@ -20,6 +20,24 @@ void SendJson(const json& body, httplib::Response& res, int status = 200) {
   res.set_content(DumpJson(body), "application/json");
 }
 
+// Sends `error` and then ends the connection, for a request whose framing is lost (a body
+// cut short by the read timeout, or a malformed head): waiting out the keep-alive for a next
+// request would read it from the middle of this one. httplib 0.11 has no call for that, but
+// it ends any connection whose content provider returns false, so this provider writes the
+// whole body first and then returns false.
+void SendErrorAndClose(const ApiError& error, httplib::Response& res) {
+  res.status = error.http_status;
+  res.set_header("Connection", "close");
+  std::string body = error.Body();
+  const size_t size = body.size();
+  res.set_content_provider(
+      size, "application/json",
+      [body = std::move(body)](size_t offset, size_t length, httplib::DataSink& sink) {
+        sink.write(body.data() + offset, length);
+        return false;
+      });
+}
+
 bool NeedsAuth(const std::string& path) {
   return absl::StartsWith(path, "/v1/") || path == "/tokenize" || path == "/detokenize" ||
          absl::StartsWith(path, "/admin/");
@@ -98,7 +116,11 @@ void HttpServer::RegisterRoutes() {
         e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
         e.message = absl::StrFormat("HTTP %d", res.status);
     }
-    SendError(e, res);
+    if (res.status == 404 || res.status == 405) {
+      SendError(e, res);  // a well-formed request: the connection stays usable
+    } else {
+      SendErrorAndClose(e, res);
+    }
     return httplib::Server::HandlerResponse::Handled;
   }));
 
