@@ -53,7 +53,7 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   __shared__ float s_m, s_inv_z;
   const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
   const int64_t S = context_lens[seq];
-  const int32_t P = static_cast<int32_t>(S < num_splits ? S : num_splits);
+  const int32_t P = static_cast<int32_t>(SplitsUsed(S, num_splits));
   const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
   const int64_t base = cell * num_splits;
   if (tid < 32) {
@@ -119,16 +119,19 @@ int64_t MaxSplitTokens(int32_t q_per_kv) {
   return cuda_kv::GroupBound(q_per_kv) <= 4 ? 2048 : 1536;
 }
 
-// Why these numbers: the kernel is memory-bound and an SM keeps 2 CTAs (256 threads each)
-// resident, so ≥ 4 CTAs per SM gives two full waves with the tail hidden; a split under 256
-// tokens spends more on its prologue, reductions and merge than on reading KV, so splitting
-// finer only pays when the batch cannot fill the SMs; and a split's logits must fit the
-// shared-memory region (MaxSplitTokens).
+// Why these numbers (bench/RESULTS.md, split sweep of 2026-12-01 17:45 UTC on the H200): a
+// CTA's cost is largely fixed — prologue, pipeline fill, epilogue and one more partial to
+// merge — and an SM keeps 2 CTAs (256 threads each) resident. So the best count is the most
+// splits whose CTAs all fit the first wave at 2 per SM: batch 1 × 32k, GQA 32/8, int8: 32
+// splits 49.7 µs with the meter, 16 splits 57.2, 66 (the old ≥ 4-per-SM rule) 65.9. A split
+// under 256 tokens spends more on that fixed part than on reading KV; a split's logits must
+// fit the shared-memory region (MaxSplitTokens), which alone sets the count once the batch
+// fills the GPU.
 int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
                         int64_t max_context, int32_t num_sms) {
   if (max_context <= 1) return 1;
   const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(batch) * num_kv_heads);
-  const int64_t fill = (4 * static_cast<int64_t>(std::max(num_sms, 1)) + base - 1) / base;
+  const int64_t fill = std::max<int64_t>(1, 2 * static_cast<int64_t>(std::max(num_sms, 1)) / base);
   const int64_t by_len = (max_context + 255) / 256;
   const int64_t max_split = MaxSplitTokens(q_per_kv);
   const int64_t need = (max_context + max_split - 1) / max_split;
@@ -154,7 +157,7 @@ CudaStatus ResolveNumSplits(const PagedKvLayout& layout, const MeteredDecodeCuda
   const int64_t ctx = std::max<int64_t>(1, args.max_context);
   if (args.num_splits > 0) {
     *num_splits = static_cast<int32_t>(std::min<int64_t>(args.num_splits, ctx));
-    const int64_t longest = (ctx + *num_splits - 1) / *num_splits;
+    const int64_t longest = SplitTokens(ctx, *num_splits);
     if (longest > MaxSplitTokens(g)) {
       return CudaStatus::Error("MeteredDecodeCuda: " + std::to_string(*num_splits) +
                                " splits leave " + std::to_string(longest) +
@@ -206,7 +209,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   p.q_per_kv = g;
   p.max_blocks = args.max_blocks_per_seq;
   p.num_splits = splits;
-  p.lcap = static_cast<int32_t>(((ctx + splits - 1) / splits + 127) / 128 * 128);
+  p.lcap = static_cast<int32_t>(SplitTokens(ctx, splits));  // ≥ every sequence's split
   p.layer = args.layer;
   p.code_bytes = layout.code_bytes();
   p.nscale = layout.scales_per_vector();

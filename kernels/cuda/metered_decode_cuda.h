@@ -72,9 +72,24 @@ bool TensorCoreDecodeSupports(const PagedKvLayout& layout, int32_t q_per_kv);
 // query heads per KV head, 1536 for up to 8.
 int64_t MaxSplitTokens(int32_t q_per_kv);
 
-// Heuristic (documented in the .cu): enough CTAs to fill the SMs several times over
-// (≥ 4 per SM), no split shorter than 256 tokens unless that is needed to fill the GPU, and
-// never longer than MaxSplitTokens. Always ≥ 1 and ≤ max_context.
+// Tokens per split of a `context`-token sequence cut into at most `num_splits` splits: ⌈S/P⌉
+// rounded up to whole 128-token stages (the tensor-core kernel's stage, two of the pipelined
+// kernel's), so no split ends in a partial stage. Split i covers [i·L, min(S, (i+1)·L)), and
+// SplitsUsed(S, P) = ⌈S / L⌉ ≤ P of them are non-empty (the merge combines those).
+inline constexpr int64_t kSplitAlignTokens = 128;
+__host__ __device__ inline int64_t SplitTokens(int64_t context, int64_t num_splits) {
+  const int64_t even = (context + num_splits - 1) / num_splits;
+  return (even + kSplitAlignTokens - 1) / kSplitAlignTokens * kSplitAlignTokens;
+}
+__host__ __device__ inline int64_t SplitsUsed(int64_t context, int64_t num_splits) {
+  if (context <= 0) return 0;
+  const int64_t len = SplitTokens(context, num_splits);
+  return (context + len - 1) / len;
+}
+
+// Heuristic (documented in the .cu): the most splits that keep every CTA in the first wave
+// (≤ 2 per SM), none shorter than 256 tokens, more only where a split would exceed
+// MaxSplitTokens. Always ≥ 1 and ≤ max_context.
 int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
                         int64_t max_context, int32_t num_sms);
 

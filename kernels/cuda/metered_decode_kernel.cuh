@@ -94,8 +94,8 @@ __device__ __forceinline__ meter::CertPartial ShflXorPartial(const meter::CertPa
 
 __device__ __forceinline__ float Bf16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
-// This CTA's token range [begin, end) of sequence `seq`'s split `split` (splits = min(S, P),
-// evenly sized). run = false: nothing left to do — the split is empty, or longer than the
+// This CTA's token range [begin, end) of sequence `seq`'s split `split` (SplitTokens: whole
+// 128-token stages; the last used split takes the rest). run = false: nothing left to do — the split is empty, or longer than the
 // shared-memory logits (max_context understated by the caller), in which case its partials
 // were written vacuous (bad) with NaN accumulators: never an out-of-bounds access.
 struct SplitRange {
@@ -106,10 +106,10 @@ template <int D>
 __device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq, int split, int kvh, int tid) {
   SplitRange r;
   r.context = p.context_lens[seq];
-  const int64_t P = r.context < p.num_splits ? r.context : p.num_splits;
-  if (split >= P) return r;
-  r.begin = r.context * split / P;
-  r.end = r.context * (split + 1) / P;
+  if (split >= SplitsUsed(r.context, p.num_splits)) return r;
+  const int64_t len = SplitTokens(r.context, p.num_splits);
+  r.begin = len * split;
+  r.end = r.begin + len < r.context ? r.begin + len : r.context;
   if (r.end - r.begin > p.lcap) {
     const int32_t G = p.q_per_kv;
     if (tid < G) {

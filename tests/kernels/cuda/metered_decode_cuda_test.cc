@@ -688,15 +688,32 @@ TEST(MeteredDecodeCuda, SplitHeuristic) {
         const int32_t p = ChooseNumSplits(batch, 8, g, ctx, 132);
         EXPECT_GE(p, 1);
         EXPECT_LE(p, ctx);
-        EXPECT_LE((ctx + p - 1) / p, MaxSplitTokens(g)) << batch << " " << g << " " << ctx;
-        if (ctx >= 256LL * 66) {
-          EXPECT_GE(static_cast<int64_t>(p) * batch * 8, 4 * 132);
+        const int64_t len = SplitTokens(ctx, p), used = SplitsUsed(ctx, p);
+        EXPECT_LE(len, MaxSplitTokens(g)) << batch << " " << g << " " << ctx;
+        EXPECT_EQ(len % kSplitAlignTokens, 0);
+        EXPECT_TRUE(used >= 1 && used <= p && (used - 1) * len < ctx && used * len >= ctx);
+        const int64_t ctas = static_cast<int64_t>(p) * batch * 8;
+        const int64_t need = (ctx + MaxSplitTokens(g) - 1) / MaxSplitTokens(g);
+        // One wave at 2 CTAs per SM unless the length cap needs more splits; long contexts
+        // give every SM at least one CTA while the batch alone does not.
+        if (p > need) {
+          EXPECT_LE(ctas, 2 * 132) << batch << " " << g << " " << ctx;
+        }
+        if (ctx >= 256LL * 264 && batch * 8 <= 132) {
+          EXPECT_GE(ctas, 132) << batch << " " << g << " " << ctx;
         }
       }
     }
   }
   // 64·8 CTAs already fill the GPU: only the length cap splits (8192 / MaxSplitTokens(4) = 4).
   EXPECT_EQ(ChooseNumSplits(64, 8, 4, 8192, 132), 4);
+  // Stage-aligned ranges: 66 requested splits of 32k are 64 of 512 tokens; 6 of 1000 tokens
+  // are 4 of 256 (the last 232); 32 of 100 tokens are one.
+  EXPECT_EQ(SplitTokens(32768, 66), 512);
+  EXPECT_EQ(SplitsUsed(32768, 66), 64);
+  EXPECT_EQ(SplitTokens(1000, 6), 256);
+  EXPECT_EQ(SplitsUsed(1000, 6), 4);
+  EXPECT_EQ(SplitsUsed(100, 32), 1);
 }
 
 }  // namespace
