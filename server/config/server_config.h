@@ -32,7 +32,8 @@ struct HttpConfig {
   // aiohttp: 15 s): a pool that reuses a connection in the instant the server closes it sends
   // a request into a closing socket, and that request fails ("Server disconnected without
   // sending a response"). With the server at 5 s too, loaded 64-stream runs hit that race.
-  // Each idle connection pins a worker thread until the client or this timeout closes it.
+  // Each idle connection pins a worker thread until the client or this timeout closes it
+  // (shutdown ends idle connections at once: HttpServer::Stop).
   int32_t keep_alive_timeout_s = 75;
   int32_t keep_alive_max_requests = 1000;  // requests per connection before it is closed
   std::string api_key;               // "" → no auth (env WITCERT_API_KEY overrides)

@@ -1,5 +1,11 @@
 #include "server/http/http_server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <cstdlib>
 
 #include "absl/strings/match.h"
@@ -36,6 +42,38 @@ void SendErrorAndClose(const ApiError& error, httplib::Response& res) {
         sink.write(body.data() + offset, length);
         return false;
       });
+}
+
+// Shuts the read side of every accepted connection on `port`. httplib's stop() only closes
+// the listening socket: a worker waiting on an idle keep-alive connection would hold the
+// shutdown for up to http.keep_alive_timeout_s (75 s measured with one idle client). With its
+// read side shut, that wait sees end of stream and the worker exits, while a worker still
+// writing a response (a stream in flight) finishes it first. httplib 0.11 does not expose its
+// sockets, so they are found among this process's descriptors by their local port (and a
+// peer: the listening socket has none). Runs once, at shutdown.
+void EndConnectionReads(int port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (const dirent* entry = readdir(dir)) {
+    const int fd = std::atoi(entry->d_name);
+    if (fd <= 2 || fd == dirfd(dir)) continue;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+      continue;
+    }
+    int local_port = -1;
+    if (local.ss_family == AF_INET) {
+      local_port = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+    } else if (local.ss_family == AF_INET6) {
+      local_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
+    }
+    if (local_port == port) ::shutdown(fd, SHUT_RD);
+  }
+  closedir(dir);
 }
 
 bool NeedsAuth(const std::string& path) {
@@ -290,6 +328,7 @@ absl::Status HttpServer::Start() {
 
 void HttpServer::Stop() {
   if (server_.is_running()) server_.stop();
+  EndConnectionReads(http_.port);
   if (listener_.joinable()) listener_.join();
 }
 

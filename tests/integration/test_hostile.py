@@ -2,6 +2,7 @@
 import http.client
 import json
 import re
+import signal
 import socket
 import threading
 import time
@@ -139,6 +140,20 @@ def test_idle_keep_alive_outlasts_client_pool_expiry(server):
         assert response.status == 200 and json.loads(response.read())["status"] == "ok"
     finally:
         conn.close()
+
+
+def test_shutdown_does_not_wait_out_idle_keep_alive(make_server):
+    # An idle keep-alive connection parks a worker for up to keep_alive_timeout_s (75 s);
+    # SIGTERM must still end the server promptly, and cleanly (not by the fixture's kill).
+    srv = make_server()
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    conn.request("GET", "/health")
+    assert conn.getresponse().read()
+    t0 = time.time()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=30) == 0
+    assert time.time() - t0 < 5
+    conn.close()
 
 
 def wait_pool_full(server, timeout=15):
