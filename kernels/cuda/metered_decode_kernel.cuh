@@ -95,9 +95,10 @@ __device__ __forceinline__ meter::CertPartial ShflXorPartial(const meter::CertPa
 __device__ __forceinline__ float Bf16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
 // This CTA's token range [begin, end) of sequence `seq`'s split `split` (SplitTokens: whole
-// 128-token stages; the last used split takes the rest). run = false: nothing left to do — the split is empty, or longer than the
-// shared-memory logits (max_context understated by the caller), in which case its partials
-// were written vacuous (bad) with NaN accumulators: never an out-of-bounds access.
+// 128-token stages; the last used split takes the rest). run = false: nothing left to do —
+// the split is empty (at or past SplitsUsed), or longer than the shared-memory logits
+// (max_context understated by the caller), in which case its partials were written vacuous
+// (bad) with NaN accumulators: never an out-of-bounds access.
 struct SplitRange {
   int64_t context = 0, begin = 0, end = 0;
   bool run = false;
