@@ -42,7 +42,13 @@ namespace {
 
 constexpr int32_t kMaxSplits = 1024;
 
-// One CTA per (query head, sequence), head_dim threads.
+// One CTA per (query head, sequence): head_dim threads combine the outputs, and one more warp
+// merges the certificate beside them. The outputs need only the merged max M, the split
+// weights e^{m_i − M} and the denominator, which warp 0 computes from m, z and count alone;
+// the full MergePartials tree and FinalizeCert (the longest chain, ncu: half of all stalls
+// were the other warps waiting for it at a barrier) stay off the outputs' path.
+constexpr int kMergeCached = 4;  // partials per lane of warp 0 kept in registers (P ≤ 128)
+
 template <bool METER>
 __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts,  // [B, Hq, P]
                                   const float* __restrict__ part_acc,            // [B, Hq, P, D]
@@ -50,29 +56,55 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
                                   int32_t num_q_heads, int32_t head_dim, float* __restrict__ out,
                                   meter::CertBound* __restrict__ cert) {
   __shared__ float f[kMaxSplits];  // [P] e^{m_i − M}
-  __shared__ float s_m, s_inv_z;
+  __shared__ float s_inv_z;
   const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
-  const int64_t S = context_lens[seq];
-  const int32_t P = static_cast<int32_t>(SplitsUsed(S, num_splits));
+  const int32_t P = static_cast<int32_t>(SplitsUsed(context_lens[seq], num_splits));
   const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
   const int64_t base = cell * num_splits;
-  if (tid < 32) {
+  const int out_threads = static_cast<int>(blockDim.x) - 32;  // head_dim
+  if (tid >= out_threads) {  // the certificate warp
+    if (!METER || cert == nullptr) return;
+    const int lane = tid - out_threads;
     meter::CertPartial merged;
-    for (int i = tid; i < P; i += 32) merged = meter::MergePartials(merged, parts[base + i]);
+    for (int i = lane; i < P; i += 32) merged = meter::MergePartials(merged, parts[base + i]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) merged = meter::MergePartials(merged, cuda_kv::ShflXorPartial(merged, o));
-    if (tid == 0) {
-      s_m = merged.m;
-      if (METER && cert != nullptr) cert[cell] = meter::FinalizeCert(merged, P);
-    }
+    if (lane == 0) cert[cell] = meter::FinalizeCert(merged, P);
+    return;
   }
-  __syncthreads();
-  // Split weights and the denominator in warp 0 (lanes over splits, then a shuffle sum): no
-  // serial pass over P global loads.
   if (tid < 32) {
+    // One load of each partial's m, z and count (the first kMergeCached per lane stay in
+    // registers). M as MergePartials finds it: the max m over the non-empty partials
+    // (fmaxf is exact, so the order does not matter).
+    float mi[kMergeCached], zi[kMergeCached];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kMergeCached; ++k) {
+      const int i = tid + 32 * k;
+      mi[k] = zi[k] = 0.0f;
+      if (i < P) {
+        mi[k] = parts[base + i].m;
+        zi[k] = parts[base + i].z;
+        if (parts[base + i].count > 0) m = fmaxf(m, mi[k]);
+      }
+    }
+    for (int i = tid + 32 * kMergeCached; i < P; i += 32) {
+      if (parts[base + i].count > 0) m = fmaxf(m, parts[base + i].m);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     float z = 0.0f;
-    for (int i = tid; i < P; i += 32) {
-      const float fi = expf(parts[base + i].m - s_m);
+#pragma unroll
+    for (int k = 0; k < kMergeCached; ++k) {
+      const int i = tid + 32 * k;
+      if (i < P) {
+        const float fi = expf(mi[k] - m);
+        f[i] = fi;
+        z += zi[k] * fi;
+      }
+    }
+    for (int i = tid + 32 * kMergeCached; i < P; i += 32) {
+      const float fi = expf(parts[base + i].m - m);
       f[i] = fi;
       z += parts[base + i].z * fi;
     }
@@ -80,9 +112,11 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
     for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
     if (tid == 0) s_inv_z = 1.0f / z;
   }
-  __syncthreads();
-  for (int c = tid; c < head_dim; c += blockDim.x) {
+  // The output threads only (the certificate warp never waits here).
+  asm volatile("bar.sync 1, %0;" ::"r"(out_threads) : "memory");
+  for (int c = tid; c < head_dim; c += out_threads) {
     float o = 0.0f;
+#pragma unroll 8
     for (int i = 0; i < P; ++i) o += part_acc[(base + i) * head_dim + c] * f[i];
     out[cell * head_dim + c] = o * s_inv_z;
   }
@@ -258,10 +292,10 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const dim3 mgrid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
   const size_t msmem = 0;
   if (args.meter) {
-    MergeSplitsKernel<true><<<mgrid, layout.head_dim, msmem, stream>>>(
+    MergeSplitsKernel<true><<<mgrid, layout.head_dim + 32, msmem, stream>>>(
         p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, args.cert);
   } else {
-    MergeSplitsKernel<false><<<mgrid, layout.head_dim, msmem, stream>>>(
+    MergeSplitsKernel<false><<<mgrid, layout.head_dim + 32, msmem, stream>>>(
         p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, nullptr);
   }
   WITCERT_CUDA_CALL(cudaGetLastError());
