@@ -42,8 +42,8 @@ namespace {
 
 constexpr int32_t kMaxSplits = 1024;
 
-// One CTA per (query head, sequence): head_dim threads combine the outputs, and one more warp
-// merges the certificate beside them. The outputs need only the merged max M, the split
+// One CTA per (query head, sequence), head_dim + 32 threads: thread c < head_dim combines
+// output channel c, and the last warp merges the certificate beside them. The outputs need only the merged max M, the split
 // weights e^{m_i − M} and the denominator, which warp 0 computes from m, z and count alone;
 // the full MergePartials tree and FinalizeCert (the longest chain, ncu: half of all stalls
 // were the other warps waiting for it at a barrier) stay off the outputs' path.
@@ -61,10 +61,9 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   const int32_t P = static_cast<int32_t>(SplitsUsed(context_lens[seq], num_splits));
   const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
   const int64_t base = cell * num_splits;
-  const int out_threads = static_cast<int>(blockDim.x) - 32;  // head_dim
-  if (tid >= out_threads) {  // the certificate warp
+  if (tid >= head_dim) {  // the certificate warp
     if (!METER || cert == nullptr) return;
-    const int lane = tid - out_threads;
+    const int lane = tid - head_dim;
     meter::CertPartial merged;
     for (int i = lane; i < P; i += 32) merged = meter::MergePartials(merged, parts[base + i]);
 #pragma unroll
@@ -113,13 +112,11 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
     if (tid == 0) s_inv_z = 1.0f / z;
   }
   // The output threads only (the certificate warp never waits here).
-  asm volatile("bar.sync 1, %0;" ::"r"(out_threads) : "memory");
-  for (int c = tid; c < head_dim; c += out_threads) {
-    float o = 0.0f;
+  asm volatile("bar.sync 1, %0;" ::"r"(head_dim) : "memory");
+  float o = 0.0f;
 #pragma unroll 8
-    for (int i = 0; i < P; ++i) o += part_acc[(base + i) * head_dim + c] * f[i];
-    out[cell * head_dim + c] = o * s_inv_z;
-  }
+  for (int i = 0; i < P; ++i) o += part_acc[(base + i) * head_dim + tid] * f[i];
+  out[cell * head_dim + tid] = o * s_inv_z;
 }
 
 int32_t GroupBound(int32_t q_per_kv) { return q_per_kv <= 4 ? 4 : 8; }  // GMAX

@@ -48,6 +48,7 @@ namespace witcert::cuda_kv {
 constexpr int kMmaThreads = 256, kMmaWarps = 8, kMmaStageTokens = 128, kMmaRing = 3;
 constexpr int kMmaD = 128, kMmaG = 4;
 constexpr int kMmaCodeBytes = kMmaStageTokens * kMmaD;  // int8 codes of one stage
+static_assert(kSplitAlignTokens % kMmaStageTokens == 0, "splits start on a stage");
 
 // Byte offsets inside one stage (the host plan and the kernel agree on them).
 struct MmaStageLayout {

@@ -17,6 +17,7 @@
 namespace witcert::cuda_kv {
 
 constexpr int kStageTokens = 64;
+static_assert(kSplitAlignTokens % kStageTokens == 0, "splits start on a stage");
 constexpr int kStageGroups = kStageTokens / 8;  // 8-token groups: one block each (block_size ≥ 8)
 
 // Ring depth: about 48 KB of codes per CTA in the ring (two CTAs per SM keep ≥ 32 KB per SM
