@@ -2,8 +2,9 @@
 // next to the device-to-device copy bandwidth measured in the same run.
 //
 // Shapes (issue 5): GQA 32 query / 8 KV heads, d = 128, block 16, batch ∈ {1,16,64},
-// context ∈ {8k,32k,128k}. Bytes = what the kernel must read: K and V codes + scales, plus
-// both witnesses when the meter is on (queries, outputs and block tables are < 0.1%).
+// context ∈ {8k,32k,128k}. Bytes = what the kernel must read: K and V codes + scales (kivi2:
+// + its key groups), plus both witnesses when the meter is on (queries, outputs and block
+// tables are < 0.1%).
 // Timing: cudaEvents around each decode call (decode + merge kernels), 5 warm-ups, median of
 // `iters` calls. Shapes whose KV is smaller than 4× the 60 MB L2 rotate over several layers
 // so every call reads from HBM. KV is written by the real write path from hashed random
@@ -52,6 +53,10 @@ __global__ void Iota(int64_t* x, int64_t n, int64_t start, int64_t mod) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] = mod > 0 ? (start + i) % mod : start + i;
   }
+}
+
+__global__ void IotaBlocks(int32_t* x, int32_t n, int32_t start) {
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = start + i;
 }
 
 struct Row {
@@ -125,6 +130,8 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
       const int64_t total = batch * ctx, chunk = std::min<int64_t>(total, 131072);
       float *k = nullptr, *v = nullptr;
       int64_t *slots = nullptr, *pos = nullptr;
+      int32_t* group_blocks = nullptr;  // kivi2: the chunk's blocks, keys encoded whole
+      BENCH_CHECK(cudaMalloc(&group_blocks, sizeof(int32_t) * (chunk / bs + 1)));
       BENCH_CHECK(cudaMalloc(&k, sizeof(float) * chunk * hkv * d));
       BENCH_CHECK(cudaMalloc(&v, sizeof(float) * chunk * hkv * d));
       BENCH_CHECK(cudaMalloc(&slots, sizeof(int64_t) * chunk));
@@ -138,10 +145,15 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
           Iota<<<256, 256>>>(pos, n, s0, ctx);     // position within its sequence
           KvWriteArgs a{k, v, slots, pos, n, l, 42};
           BENCH_CHECK(WriteKvCuda(L, pool.layer(l), a, nullptr));
+          if (L.group_keys()) {  // chunks are whole blocks (ctx and the chunk are multiples of bs)
+            const int32_t groups = static_cast<int32_t>(n / bs);
+            IotaBlocks<<<64, 256>>>(group_blocks, groups, static_cast<int32_t>(s0 / bs));
+            BENCH_CHECK(EncodeKeyGroupsCuda(L, pool.layer(l), KeyGroupArgs{k, group_blocks, groups}, nullptr));
+          }
         }
       }
       BENCH_CHECK(cudaDeviceSynchronize());
-      cudaFree(k); cudaFree(v); cudaFree(slots); cudaFree(pos);
+      cudaFree(k); cudaFree(v); cudaFree(slots); cudaFree(pos); cudaFree(group_blocks);
       // Block tables: sequence b owns blocks [b·ctx/bs, (b+1)·ctx/bs), visited in a
       // scrambled order (non-contiguous, like a real pool after churn).
       std::vector<int32_t> tables(batch * blocks_per_seq);
@@ -202,8 +214,11 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
           if (i >= 5) ms.push_back(t);
         }
         BENCH_CHECK(cudaGetLastError());
-        const double per_tok = 2.0 * (L.code_bytes() + 2 * L.scales_per_vector() +
-                                      (meter && L.has_witness() ? 2 * L.num_bands : 0));
+        // Codes + scales of both sides, kivi2's key groups amortized over the block, and the
+        // witnesses when the meter reads them.
+        const double per_tok = 2.0 * L.code_bytes() + 2.0 * (L.scales_per_vector(false) + L.scales_per_vector(true)) +
+                               2.0 * L.group_params_per_block() / bs +
+                               (meter && L.has_witness() ? 4.0 * L.num_bands : 0.0);
         const double bytes = per_tok * hkv * static_cast<double>(batch) * ctx;
         const double sec = Median(ms) * 1e-3;
         rows->push_back({label, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12});
@@ -252,7 +267,8 @@ int Main(int argc, char** argv) {
   std::vector<Row> rows;
   // int8-rtn twice: its default (tensor-core) kernel and the pipelined one, side by side.
   const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0}, {KvScheme::kInt8Rtn, 0}, {KvScheme::kInt8Rtn, 2},
-                                           {KvScheme::kInt8Dither, 0}, {KvScheme::kFp8Scaled, 0}};
+                                           {KvScheme::kInt8Dither, 0}, {KvScheme::kFp8Scaled, 0},
+                                           {KvScheme::kKivi2, 0}};
   for (const auto& [s, kern] : runs) {
     if (only != nullptr && RunLabel(s, kern) != only) continue;
     if (RunScheme(s, kern, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), &rows)) {
@@ -268,8 +284,8 @@ int Main(int argc, char** argv) {
     L.scheme = static_cast<KvScheme>(s);
     PagedKvLayout F = L;
     F.scheme = KvScheme::kFp16;
-    std::printf("| %s | %lld | %.0f | %.2fx |\n", SchemeInfo(L.scheme).name,
-                static_cast<long long>(L.BytesPerTokenPerHead()), 1073741824.0 / L.BytesPerTokenPerHead(),
+    std::printf("| %s | %.1f | %.0f | %.2fx |\n", SchemeInfo(L.scheme).name,
+                L.BytesPerTokenPerHead(), 1073741824.0 / L.BytesPerTokenPerHead(),
                 static_cast<double>(F.BytesPerTokenPerHead()) / L.BytesPerTokenPerHead());
   }
   std::printf("\n| scheme | batch | ctx | splits | off us | on us | off TB/s | on TB/s | meter overhead |\n|---|---|---|---|---|---|---|---|---|\n");

@@ -106,10 +106,11 @@ __device__ float StoredLogit(const PagedKvLayout& L, const PagedKvLayer& kv, con
   float dot = 0.0f;
 #pragma unroll 4
   for (int c = 0; c < D / 8; ++c) {
-    uint32_t raw[C::kBytes / 4];
+    uint32_t raw[cuda_kv::kChunkWords<C::kBytes>];
     cuda_kv::LoadChunk<C::kBytes>(kv.k_codes + vec * cb + c * C::kBytes, raw);
     const float sc = C::kScaled ? cuda_kv::Bf16Bits(kv.k_scales[vec * nscale + (nscale > 1 ? c * 8 / 32 : 0)]) : 1.0f;
     cuda_kv::DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, c * 8, false};
+    ctx.params = cuda_kv::KeyParams<C, D>(kv, blk * L.num_kv_heads + kvh, c * 8);
     float x[8];
     C::Decode8(raw, ctx, x);
     float s = 0.0f;
@@ -196,7 +197,7 @@ template <class C>
 CudaStatus LaunchRisk(const PagedKvLayout& L, const PagedKvLayer& kv, const BlockRiskArgs& a,
                       int bs_shift, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.num_cells));
-  const int32_t cb = L.code_bytes(), ns = L.scales_per_vector();
+  const int32_t cb = L.code_bytes(), ns = L.scales_per_vector(false);  // keys
   const bool hw = L.has_witness();
   if (L.head_dim == 64) {
     BlockRiskKernel<C, 64><<<grid, kThreads, 0, stream>>>(L, kv, a, bs_shift, cb, ns, hw);

@@ -7,6 +7,8 @@
 // int4 or fp8 code are exact in fp32, so s·Σ q_c x_c is q·k̃ up to the dot's own rounding
 // (covered by η, cert_math.h); for int8-dither x_c = fl(m_c − ξ_c), the CPU's rounding.
 // kGroupScale: lanes of one vector hold different scales (int4 groups of 32).
+// kAffineParams (kivi2): Decode8 returns the stored value itself, x_c = z_c + s_c·m_c, from
+// fp16 parameters it loads at DecodeCtx::params (KeyParams / ValueParams below).
 // Every conversion is exact (hardware fp16/fp8 converts, the 2^23 magic for integers).
 #pragma once
 
@@ -18,13 +20,18 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/kv_scheme_cuda.h"
+#include "kernels/cuda/paged_kv_cuda.h"
 #include "kernels/meter/partial_sum.h"
 
 namespace witcert::cuda_kv {
 
-// Loads `BYTES` (4, 8, 16 or 32) bytes at a suitably aligned address.
+// Words of one lane's code chunk (2-bit codes: half a word).
 template <int BYTES>
-__device__ __forceinline__ void LoadChunk(const uint8_t* p, uint32_t (&w)[BYTES / 4]) {
+inline constexpr int kChunkWords = (BYTES + 3) / 4;
+
+// Loads `BYTES` (2, 4, 8, 16 or 32) bytes at a suitably aligned address.
+template <int BYTES>
+__device__ __forceinline__ void LoadChunk(const uint8_t* p, uint32_t (&w)[kChunkWords<BYTES>]) {
   if constexpr (BYTES == 32) {
     uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
     uint4 b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
@@ -36,8 +43,11 @@ __device__ __forceinline__ void LoadChunk(const uint8_t* p, uint32_t (&w)[BYTES 
   } else if constexpr (BYTES == 8) {
     uint2 a = __ldg(reinterpret_cast<const uint2*>(p));
     w[0] = a.x; w[1] = a.y;
-  } else {
+  } else if constexpr (BYTES == 4) {
     w[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+  } else {
+    static_assert(BYTES == 2, "chunk of 2, 4, 8, 16 or 32 bytes");
+    w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
   }
 }
 
@@ -51,12 +61,14 @@ struct DecodeCtx {
   uint64_t token_hash;  // DitherTokenHash of this vector (int8-dither only)
   int32_t ch0;          // first channel of the lane
   bool is_value;
+  const uint16_t* params = nullptr;  // kAffineParams: KeyParams / ValueParams; null → zeros
 };
 
 struct DevFp32 {
   static constexpr KvScheme kScheme = KvScheme::kFp32;
   static constexpr int kBytes = 32;
-  static constexpr bool kScaled = false, kTierB = false, kExact = true, kWideRange = true, kGroupScale = false;
+  static constexpr bool kScaled = false, kTierB = false, kExact = true, kWideRange = true, kGroupScale = false,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = __uint_as_float(w[i]);
@@ -66,7 +78,8 @@ struct DevFp32 {
 struct DevFp16 {
   static constexpr KvScheme kScheme = KvScheme::kFp16;
   static constexpr int kBytes = 16;
-  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -80,7 +93,8 @@ struct DevFp16 {
 struct DevBf16 {
   static constexpr KvScheme kScheme = KvScheme::kBf16;
   static constexpr int kBytes = 16;
-  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = true, kGroupScale = false;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = true, kGroupScale = false,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -104,21 +118,24 @@ __device__ __forceinline__ void Fp8x8ToFloat(const uint32_t* w, float* x) {
 struct DevFp8Raw {
   static constexpr KvScheme kScheme = KvScheme::kFp8Raw;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) { Fp8x8ToFloat(w, x); }
 };
 
 struct DevFp8Scaled {
   static constexpr KvScheme kScheme = KvScheme::kFp8Scaled;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) { Fp8x8ToFloat(w, x); }
 };
 
 struct DevInt8Rtn {
   static constexpr KvScheme kScheme = KvScheme::kInt8Rtn;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = SignedByteToFloat(w[i / 4], i % 4);
@@ -128,7 +145,8 @@ struct DevInt8Rtn {
 struct DevInt8Dither {
   static constexpr KvScheme kScheme = KvScheme::kInt8Dither;
   static constexpr int kBytes = 8;
-  static constexpr bool kScaled = true, kTierB = true, kExact = false, kWideRange = false, kGroupScale = false;
+  static constexpr bool kScaled = true, kTierB = true, kExact = false, kWideRange = false, kGroupScale = false,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -142,7 +160,8 @@ struct DevInt8Dither {
 struct DevInt4Rtn {
   static constexpr KvScheme kScheme = KvScheme::kInt4Rtn;
   static constexpr int kBytes = 4;
-  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = true;
+  static constexpr bool kScaled = true, kTierB = false, kExact = false, kWideRange = false, kGroupScale = true,
+                        kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx&, float* x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -150,6 +169,64 @@ struct DevInt4Rtn {
     }
   }
 };
+
+// kivi2: 2-bit codes (channel ch0+i at bits 2i of the lane's 16-bit chunk). Keys: per-channel
+// fp16 (zero, scale) pairs of the block, [d][2] (ctx.params → the lane's 8 pairs); values:
+// the vector's (zero, scale). x = z + s·m with s·m exact: the CPU codec's bits.
+struct DevKivi2 {
+  static constexpr KvScheme kScheme = KvScheme::kKivi2;
+  static constexpr int kBytes = 2;
+  static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false,
+                        kAffineParams = true;
+  __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
+    if (ctx.params == nullptr) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+      return;
+    }
+    float z[8], s[8];
+    if (ctx.is_value) {
+      const uint32_t zs = __ldg(reinterpret_cast<const uint32_t*>(ctx.params));
+      const float z0 = __half2float(__ushort_as_half(static_cast<unsigned short>(zs & 0xffffu)));
+      const float s0 = __half2float(__ushort_as_half(static_cast<unsigned short>(zs >> 16)));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) { z[i] = z0; s[i] = s0; }
+    } else {
+      const uint4 a = __ldg(reinterpret_cast<const uint4*>(ctx.params));
+      const uint4 b = __ldg(reinterpret_cast<const uint4*>(ctx.params) + 1);
+      const uint32_t pr[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        z[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(pr[i] & 0xffffu)));
+        s[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(pr[i] >> 16)));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float m = static_cast<float>((w[0] >> (2 * i)) & 3u);
+      x[i] = __fadd_rn(z[i], __fmul_rn(s[i], m));
+    }
+  }
+};
+
+// Where an affine-parameter codec's decode parameters live: the key group of (block, KV head)
+// `unit` from channel ch0 on, or value vector `vec`'s pair; null for every other codec.
+template <class C, int D>
+__device__ __forceinline__ const uint16_t* KeyParams(const PagedKvLayer& kv, int64_t unit, int ch0) {
+  if constexpr (C::kAffineParams) {
+    return kv.k_group + unit * (2 * D) + 2 * ch0;
+  } else {
+    return nullptr;
+  }
+}
+template <class C>
+__device__ __forceinline__ const uint16_t* ValueParams(const PagedKvLayer& kv, int64_t vec) {
+  if constexpr (C::kAffineParams) {
+    return kv.v_scales + vec * 2;
+  } else {
+    return nullptr;
+  }
+}
 
 // The one scheme → device codec table for the host launchers: calls fn(DevCodecTag<C>{})
 // with the codec of `scheme` and returns its status; an unknown scheme returns an error with
@@ -169,6 +246,7 @@ CudaStatus WithDevCodec(KvScheme scheme, const char* unknown_scheme_error, Fn&& 
     case KvScheme::kInt8Rtn: return fn(DevCodecTag<DevInt8Rtn>{});
     case KvScheme::kInt8Dither: return fn(DevCodecTag<DevInt8Dither>{});
     case KvScheme::kInt4Rtn: return fn(DevCodecTag<DevInt4Rtn>{});
+    case KvScheme::kKivi2: return fn(DevCodecTag<DevKivi2>{});
     default: return CudaStatus::Error(unknown_scheme_error);
   }
 }

@@ -4,8 +4,10 @@
 // pool splits each vector's CPU slot into separate arrays (codes, scales, witness) so the
 // decode kernel reads codes with wide coalesced loads (paged_kv_cuda.h has the layout).
 // Adding a scheme = one enumerator + one row here + one device codec in kv_codec_device.cuh
-// + one line in each dispatch table (LaunchForScheme / LaunchPipelinedForScheme in
-// metered_decode_cuda.cu) and its instantiation lines; no kernel changes.
+// (WithDevCodec) and its instantiation lines; no kernel changes.
+// kivi2 is the one side-specific scheme: keys are encoded per channel over a whole block
+// (group parameters per (block, KV head), written once the block is full), values per token
+// with a (zero, scale) pair stored in the value scale array.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@ enum class KvScheme : int32_t {
   kInt8Rtn,
   kInt8Dither,    // Tier B
   kInt4Rtn,       // group 32, bf16 scale per group
+  kKivi2,         // 2-bit asymmetric: keys per channel over a block, values per token
   kCount,
 };
 
@@ -31,18 +34,22 @@ struct KvSchemeInfo {
   int32_t scale_group;        // channels per bf16 scale; 0: no scale
   bool exact;                 // no witness (the reference precision)
   bool tier_b;                // dither scale gives the Tier B bound
+  bool group_keys;            // keys encoded per (block, KV head) group: kivi2
 };
 
 inline constexpr KvSchemeInfo kKvSchemeInfo[] = {
-    {"fp32", 32, 0, true, false},
-    {"fp16", 16, 0, false, false},
-    {"bf16", 16, 0, false, false},
-    {"fp8-e4m3-raw", 8, 0, false, false},
-    {"fp8-e4m3", 8, -1, false, false},   // -1: one scale per vector
-    {"int8-rtn", 8, -1, false, false},
-    {"int8-dither", 8, -1, false, true},
-    {"int4-rtn", 4, 32, false, false},
+    {"fp32", 32, 0, true, false, false},
+    {"fp16", 16, 0, false, false, false},
+    {"bf16", 16, 0, false, false, false},
+    {"fp8-e4m3-raw", 8, 0, false, false, false},
+    {"fp8-e4m3", 8, -1, false, false, false},   // -1: one scale per vector
+    {"int8-rtn", 8, -1, false, false, false},
+    {"int8-dither", 8, -1, false, true, false},
+    {"int4-rtn", 4, 32, false, false, false},
+    {"kivi2", 2, 0, false, false, true},         // scales: see ScalesPerVector
 };
+static_assert(sizeof(kKvSchemeInfo) / sizeof(kKvSchemeInfo[0]) == static_cast<int>(KvScheme::kCount),
+              "one row per scheme");
 
 inline const KvSchemeInfo& SchemeInfo(KvScheme s) { return kKvSchemeInfo[static_cast<int32_t>(s)]; }
 
@@ -60,10 +67,17 @@ inline bool KvSchemeFromName(std::string_view name, KvScheme* out) {
 inline int32_t CodeBytes(KvScheme s, int32_t head_dim) {
   return SchemeInfo(s).bits_per_channel * head_dim / 8;
 }
-// bf16 scales per vector.
-inline int32_t ScalesPerVector(KvScheme s, int32_t head_dim) {
+// 16-bit scale words per vector of one side: bf16 scales (per vector or per group of
+// channels), or kivi2's fp16 (zero, scale) pair of a value vector (its keys have none).
+inline int32_t ScalesPerVector(KvScheme s, int32_t head_dim, bool is_value) {
+  if (SchemeInfo(s).group_keys) return is_value ? 2 : 0;
   int32_t g = SchemeInfo(s).scale_group;
   return g == 0 ? 0 : (g < 0 ? 1 : head_dim / g);
+}
+// 16-bit words of group parameters per (block, KV head), keys only: kivi2's fp16 (zero,
+// scale) per channel, interleaved [d][2]; 0 for every other scheme.
+inline int32_t GroupParamsPerBlock(KvScheme s, int32_t head_dim) {
+  return SchemeInfo(s).group_keys ? 2 * head_dim : 0;
 }
 
 }  // namespace witcert

@@ -24,6 +24,7 @@ extern template CudaStatus LaunchDecodeForCodec<DevFp8Scaled>(const DecodeParams
 extern template CudaStatus LaunchDecodeForCodec<DevInt8Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 extern template CudaStatus LaunchDecodeForCodec<DevInt8Dither>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 extern template CudaStatus LaunchDecodeForCodec<DevInt4Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
+extern template CudaStatus LaunchDecodeForCodec<DevKivi2>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 #define WITCERT_PIPE_EXTERN(C_) \
   extern template CudaStatus LaunchPipelinedForCodec<C_>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, cudaStream_t);
 WITCERT_PIPE_EXTERN(DevFp32)
@@ -132,7 +133,12 @@ CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, d
 CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, const PipeSmemPlan& plan,
                                     bool meter, dim3 grid, cudaStream_t stream) {
   return WithDevCodec(scheme, "MeteredDecodeCuda: unknown scheme", [&](auto codec) {
-    return LaunchPipelinedForCodec<typename decltype(codec)::type>(p, plan, meter, grid, stream);
+    using C = typename decltype(codec)::type;
+    if constexpr (C::kAffineParams) {
+      return CudaStatus::Error("MeteredDecodeCuda: the pipelined kernel has no kivi2 path");
+    } else {
+      return LaunchPipelinedForCodec<C>(p, plan, meter, grid, stream);
+    }
   });
 }
 
@@ -243,7 +249,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   p.lcap = static_cast<int32_t>(SplitTokens(ctx, splits));  // ≥ every sequence's split
   p.layer = args.layer;
   p.code_bytes = layout.code_bytes();
-  p.nscale = layout.scales_per_vector();
+  p.nscale = layout.scales_per_vector(false);  // K = V for every scaled scheme
   p.bs_shift = 0;
   while ((1 << p.bs_shift) < layout.block_size) ++p.bs_shift;
   p.seed = args.dither_seed;
@@ -256,9 +262,15 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>(args.batch));
   const bool exact = args.exact_slot != nullptr;
+  // Group-keyed schemes (kivi2) run the first kernel only, and read the blocks whose keys are
+  // not encoded yet from the exact table, meter on or off.
+  const bool group_keys = layout.group_keys();
+  if (group_keys && args.kernel != 0 && args.kernel != 1) {
+    return CudaStatus::Error("MeteredDecodeCuda: kivi2 runs the first kernel only (kernel 0 or 1)");
+  }
   if (exact) {
-    if (args.exact_kv == nullptr || !args.meter || args.layer < 0 || args.layer >= args.num_layers ||
-        (args.kernel != 0 && args.kernel != 1)) {
+    if (args.exact_kv == nullptr || (!args.meter && !group_keys) || args.layer < 0 ||
+        args.layer >= args.num_layers || (args.kernel != 0 && args.kernel != 1)) {
       return CudaStatus::Error("MeteredDecodeCuda: exact reads need exact_kv, the meter, "
                                "0 <= layer < num_layers and the first kernel");
     }
@@ -277,7 +289,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
     WITCERT_CUDA_RETURN_IF_ERROR(args.meter ? LaunchInt8Mma<true>(p, mplan, grid, stream)
                                             : LaunchInt8Mma<false>(p, mplan, grid, stream));
-  } else if (!exact && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
+  } else if (!exact && !group_keys && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
              plan.bytes <= 200 * 1024) {
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
   } else {

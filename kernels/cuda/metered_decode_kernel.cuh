@@ -38,7 +38,7 @@ struct DecodeParams {
   const int32_t* block_tables; // [batch, max_blocks]
   const int32_t* context_lens; // [batch]
   int32_t num_q_heads, q_per_kv, max_blocks, num_splits, lcap, layer;
-  int32_t code_bytes, nscale;   // layout.code_bytes(), layout.scales_per_vector()
+  int32_t code_bytes, nscale;   // layout.code_bytes(), layout.scales_per_vector(false)
   int32_t bs_shift;             // log2(block_size): no 64-bit division per token
   uint64_t seed;
   double delta_loc;
@@ -57,6 +57,7 @@ __device__ __forceinline__ int32_t ExactSlotOf(const DecodeParams& p, int64_t bl
   if constexpr (!EXACT) {
     return -1;
   } else {
+    if (p.exact_slot == nullptr) return -1;  // group-keyed schemes run EXACT with no table
     return __ldg(p.exact_slot + (block * p.num_layers + p.layer) * p.layout.num_kv_heads + kvh);
   }
 }
@@ -201,7 +202,7 @@ template <class C, int D, int GMAX, bool METER, bool EXACT>
 __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKernel(const DecodeParams p) {
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kTile / (kWarps * TPW);
   constexpr int UB = (64 / C::kBytes) < U ? (64 / C::kBytes) : U;  // loads in flight per batch
-  constexpr int NW = C::kBytes / 4;
+  constexpr int NW = kChunkWords<C::kBytes>;
   extern __shared__ float logits[];  // [GMAX, lcap]; later [kWarps, GMAX, D] reduction
   __shared__ DecodeSmem<GMAX> sm;
 
@@ -273,15 +274,18 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       float sc[UB];
       float xe[EXACT ? UB : 1][8];  // exact rows (EXACT)
       bool ex[UB];
+      const uint16_t* prm[C::kAffineParams ? UB : 1];  // decode parameters (kivi2)
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
         ex[u] = false;
+        if constexpr (C::kAffineParams) prm[u] = nullptr;
         if (t < end) {
           const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
           const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
           LoadChunk<C::kBytes>(kc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.k_scales[vec * nscale + scale_idx]) : 1.0f;
+          if constexpr (C::kAffineParams) prm[u] = KeyParams<C, D>(p.kv, blk * hkv + kvh, ch0);
           if constexpr (EXACT) {
             const int32_t slot = ExactSlotOf<EXACT>(p, blk, kvh);
             if (slot >= 0) {
@@ -304,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
         DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, false};
+        if constexpr (C::kAffineParams) ctx.params = prm[u];
         float x[8];
         C::Decode8(raw[u], ctx, x);
         if constexpr (EXACT) {
@@ -408,15 +413,18 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       float sc[UB];
       float xe[EXACT ? UB : 1][8];
       bool ex[UB];
+      const uint16_t* prm[C::kAffineParams ? UB : 1];
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
         ex[u] = false;
+        if constexpr (C::kAffineParams) prm[u] = nullptr;
         if (t < end) {
           const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
           const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
           LoadChunk<C::kBytes>(vc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.v_scales[vec * nscale + scale_idx]) : 1.0f;
+          if constexpr (C::kAffineParams) prm[u] = ValueParams<C>(p.kv, vec);
           if constexpr (EXACT) {
             const int32_t slot = ExactSlotOf<EXACT>(p, blk, kvh);
             if (slot >= 0) {
@@ -440,6 +448,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         const int j = (u0 + u) * kWarps * TPW + warp * TPW + sub;
         const int64_t t = base + j;
         DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, true};
+        if constexpr (C::kAffineParams) ctx.params = prm[u];
         float x[8];
         C::Decode8(raw[u], ctx, x);
         if constexpr (EXACT) {
@@ -574,19 +583,29 @@ CudaStatus LaunchDecode(const DecodeParams& p, dim3 grid, size_t dyn_smem, cudaS
 }
 
 // Dispatch over head dim, group bound, meter and exact reads for one codec (defined per codec
-// family). Exact reads (p.exact_slot set) come with the meter: they exist for the gate.
+// family). Exact reads (p.exact_slot set) come with the meter: they exist for the gate. A
+// group-keyed codec (kivi2) always runs the EXACT kernel, meter on or off: its blocks whose
+// keys are not encoded yet are read from the exact table (paged_kv_cuda.h).
 template <class C>
 CudaStatus LaunchDecodeForCodec(const DecodeParams& p, bool meter, dim3 grid, size_t dyn_smem,
                                 cudaStream_t stream) {
   const int d = p.layout.head_dim;
   const bool g8 = p.q_per_kv > 4;
   const bool exact = p.exact_slot != nullptr;
-  if (exact && !meter) return CudaStatus::Error("MeteredDecodeCuda: exact reads need the meter on");
-#define WITCERT_DECODE_CASE(D_, G_)                                                  \
-  if (d == D_ && g8 == (G_ == 8)) {                                                  \
-    if (exact) return LaunchDecode<C, D_, G_, true, true>(p, grid, dyn_smem, stream); \
-    return meter ? LaunchDecode<C, D_, G_, true>(p, grid, dyn_smem, stream)          \
-                 : LaunchDecode<C, D_, G_, false>(p, grid, dyn_smem, stream);        \
+  constexpr bool kAlwaysExact = C::kAffineParams;
+  if (exact && !meter && !kAlwaysExact) {
+    return CudaStatus::Error("MeteredDecodeCuda: exact reads need the meter on");
+  }
+#define WITCERT_DECODE_CASE(D_, G_)                                                             \
+  if (d == D_ && g8 == (G_ == 8)) {                                                             \
+    if constexpr (kAlwaysExact) {                                                               \
+      return meter ? LaunchDecode<C, D_, G_, true, true>(p, grid, dyn_smem, stream)             \
+                   : LaunchDecode<C, D_, G_, false, true>(p, grid, dyn_smem, stream);           \
+    } else {                                                                                    \
+      if (exact) return LaunchDecode<C, D_, G_, true, true>(p, grid, dyn_smem, stream);         \
+      return meter ? LaunchDecode<C, D_, G_, true>(p, grid, dyn_smem, stream)                   \
+                   : LaunchDecode<C, D_, G_, false>(p, grid, dyn_smem, stream);                 \
+    }                                                                                           \
   }
   WITCERT_DECODE_CASE(64, 4)
   WITCERT_DECODE_CASE(64, 8)

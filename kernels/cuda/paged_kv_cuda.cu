@@ -43,11 +43,76 @@ __device__ float ScaleRange(KvScheme s) {
   }
 }
 
+// kivi2 parameters of values in [lo, hi] (engine/kv/codec_kivi.cc's MakeParams): zero =
+// fp16(lo) nearest and saturating, scale = fp16↑((hi − zero)/3) capped at the largest fp16.
+struct Kivi2Params {
+  uint16_t zero_bits, scale_bits;
+  float zero, scale;
+};
+__device__ Kivi2Params MakeKivi2Params(float lo, float hi) {
+  constexpr float kMaxHalf = 65504.0f;
+  Kivi2Params p;
+  p.zero_bits = meter::FloatToHalfSat(isnan(lo) ? 0.0f : lo);
+  p.zero = meter::HalfToFloat(p.zero_bits);
+  const float range = __fsub_rn(hi, p.zero);
+  if (!(range > 0.0f)) {
+    p.scale_bits = 0;
+  } else {
+    const float step = range / 3.0f;
+    p.scale_bits = step < kMaxHalf ? meter::FloatToHalfUp(step) : meter::FloatToHalfSat(kMaxHalf);
+  }
+  p.scale = meter::HalfToFloat(p.scale_bits);
+  return p;
+}
+// Code m = clamp(round((x − zero)/scale), 0, 3) and x̂ = zero + scale·m (s·m is exact).
+__device__ int32_t Kivi2Code(float x, const Kivi2Params& p) {
+  if (!(p.scale > 0.0f)) return 0;
+  float r = rintf(__fsub_rn(x, p.zero) / p.scale);
+  if (!(r >= 0.0f)) r = 0.0f;
+  if (r > 3.0f) r = 3.0f;
+  return static_cast<int32_t>(r);
+}
+__device__ float Kivi2Value(const Kivi2Params& p, int32_t m) {
+  return __fadd_rn(p.zero, __fmul_rn(p.scale, static_cast<float>(m)));
+}
+// Packs the 2-bit codes of channels c..c+3 (lanes l..l+3 of one warp, l % 4 == 0, which gets
+// the byte: channel c at bits 2·(c % 4)). Every lane of the warp must call it.
+__device__ uint32_t PackKivi2Byte(int32_t m) {
+  const uint32_t b = static_cast<uint32_t>(m) & 3u;
+  const uint32_t b1 = __shfl_down_sync(0xffffffffu, b, 1);
+  const uint32_t b2 = __shfl_down_sync(0xffffffffu, b, 2);
+  const uint32_t b3 = __shfl_down_sync(0xffffffffu, b, 3);
+  return b | (b1 << 2) | (b2 << 4) | (b3 << 6);
+}
+
+// Band b's witness from the residuals x − x̂ [d] of one vector: the norm of the band's
+// channels summed in double in ascending order (the CPU's order, so the witness is
+// bit-identical): pairs [b·ppb, (b+1)·ppb) are dims (2p, 2p+1) when interleaved, else p, then
+// p + d/2 (meter::BandOfDim).
+__device__ uint16_t BandWitness(const double* resid, const PagedKvLayout& L, int b) {
+  const int32_t half = L.head_dim / 2, ppb = half / L.num_bands;
+  double sum = 0.0;
+  const int32_t first = L.interleaved ? 2 * b * ppb : b * ppb;
+  const int32_t len = L.interleaved ? 2 * ppb : ppb;
+  for (int c = first; c < first + len; ++c) {
+    const double r = resid[c];
+    sum = __dadd_rn(sum, __dmul_rn(r, r));
+  }
+  for (int c = half + b * ppb; !L.interleaved && c < half + (b + 1) * ppb; ++c) {
+    const double r = resid[c];
+    sum = __dadd_rn(sum, __dmul_rn(r, r));
+  }
+  const double norm = __dmul_rn(sqrt(sum), 1.0 + 1e-12);
+  return meter::FloatToHalfUp(meter::RoundUpToFloat(norm));
+}
+
 struct WriteParams {
   PagedKvLayout layout;
   PagedKvLayer dst;
   KvWriteArgs args;
-  int32_t code_bytes, nscale;
+  int32_t code_bytes;
+  int32_t nscale[2];  // scale words per vector: [K, V]
+  bool group_keys;
   bool has_witness;
 };
 
@@ -60,6 +125,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int32_t hkv = L.num_kv_heads, d = L.head_dim;
   if (item >= p.args.num_tokens * hkv * 2) return;  // whole warp exits together
   const bool is_value = (item & 1) != 0;
+  if (p.group_keys && !is_value) return;  // keys wait for their block (EncodeKeyGroupsCuda)
   const int32_t head = static_cast<int32_t>((item >> 1) % hkv);
   const int64_t tok = (item >> 1) / hkv;
   const int64_t slot = p.args.slots[tok];
@@ -72,15 +138,37 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   uint16_t* wit = is_value ? p.dst.v_witness : p.dst.k_witness;
   const KvScheme scheme = L.scheme;
   const int per_lane = d / 32;
+  const int32_t nscale = p.nscale[is_value ? 1 : 0];
 
   float x[kMaxDim / 32];
 #pragma unroll
   for (int j = 0; j < kMaxDim / 32; ++j) x[j] = j < per_lane ? src[lane + 32 * j] : 0.0f;
 
-  // Scales: per vector, or per group of 32 channels (= one register j across the warp).
+  // Scales: per vector, or per group of 32 channels (= one register j across the warp); kivi2
+  // values: the vector's (zero, scale).
   float s_reg[kMaxDim / 32];
   const float range = ScaleRange(scheme);
-  if (p.nscale == 1) {
+  Kivi2Params kp{};
+  if (scheme == KvScheme::kKivi2) {
+    float lo = INFINITY, hi = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kMaxDim / 32; ++j) {
+      if (j < per_lane) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+      hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    kp = MakeKivi2Params(lo, hi);
+    if (lane == 0) {
+      scales[vec * 2] = kp.zero_bits;
+      scales[vec * 2 + 1] = kp.scale_bits;
+    }
+  } else if (nscale == 1) {
     float m = 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxDim / 32; ++j) if (j < per_lane) m = fmaxf(m, fabsf(x[j]));
@@ -89,13 +177,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (lane == 0) scales[vec] = b;
 #pragma unroll
     for (int j = 0; j < kMaxDim / 32; ++j) s_reg[j] = meter::Bf16ToFloat(b);
-  } else if (p.nscale > 1) {
+  } else if (nscale > 1) {
 #pragma unroll
     for (int j = 0; j < kMaxDim / 32; ++j) {
       if (j >= per_lane) { s_reg[j] = 0.0f; continue; }
       float m = WarpMax(fabsf(x[j]));
       uint16_t b = meter::FloatToBf16Up(m / range);
-      if (lane == 0) scales[vec * p.nscale + j] = b;
+      if (lane == 0) scales[vec * nscale + j] = b;
       s_reg[j] = meter::Bf16ToFloat(b);
     }
   }
@@ -160,6 +248,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         xhat = __fmul_rn(static_cast<float>(m), s);
         break;
       }
+      case KvScheme::kKivi2: {  // values (keys return above); c = lane + 32j: byte c/4
+        const int32_t m = Kivi2Code(xc, kp);
+        const uint32_t byte = PackKivi2Byte(m);
+        if ((lane & 3) == 0) codes[c / 4] = static_cast<uint8_t>(byte);
+        xhat = Kivi2Value(kp, m);
+        break;
+      }
       default:
         break;
     }
@@ -167,24 +262,40 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
   if (!p.has_witness) return;
   __syncwarp();
-  // Band b's channels in ascending order (the CPU's summation order, so the witness is
-  // bit-identical): pairs [b·ppb, (b+1)·ppb) are dims (2p, 2p+1) when interleaved, else p, then
-  // p + d/2 (meter::BandOfDim).
-  const int32_t half = d / 2, ppb = half / L.num_bands;
-  for (int b = lane; b < L.num_bands; b += 32) {
-    double sum = 0.0;
-    const int32_t first = L.interleaved ? 2 * b * ppb : b * ppb;
-    const int32_t len = L.interleaved ? 2 * ppb : ppb;
-    for (int c = first; c < first + len; ++c) {
-      const double r = resid[warp][c];
-      sum = __dadd_rn(sum, __dmul_rn(r, r));
-    }
-    for (int c = half + b * ppb; !L.interleaved && c < half + (b + 1) * ppb; ++c) {
-      const double r = resid[warp][c];
-      sum = __dadd_rn(sum, __dmul_rn(r, r));
-    }
-    double norm = __dmul_rn(sqrt(sum), 1.0 + 1e-12);
-    wit[vec * L.num_bands + b] = meter::FloatToHalfUp(meter::RoundUpToFloat(norm));
+  for (int b = lane; b < L.num_bands; b += 32) wit[vec * L.num_bands + b] = BandWitness(resid[warp], L, b);
+}
+
+// One CTA per (group, KV head), thread c = channel c (d threads): the channel's parameters
+// over the block's tokens, then token by token its code and residual, the band witnesses
+// from the residuals in shared memory.
+__global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLayout L, const PagedKvLayer dst,
+                                                                 const KeyGroupArgs a, int32_t cb) {
+  __shared__ double resid[kMaxDim];  // [d] x − x̂ of the current token
+  const int c = threadIdx.x, lane = c & 31;
+  const int32_t grp = blockIdx.x, head = blockIdx.y;
+  const int32_t d = L.head_dim, hkv = L.num_kv_heads, bs = L.block_size;
+  const int64_t blk = a.blocks[grp];
+  const float* x = a.k + (static_cast<int64_t>(grp) * bs * hkv + head) * d + c;  // token i: + i·hkv·d
+  float lo = INFINITY, hi = -INFINITY;
+  for (int32_t i = 0; i < bs; ++i) {
+    const float xi = x[static_cast<int64_t>(i) * hkv * d];
+    lo = fminf(lo, xi);
+    hi = fmaxf(hi, xi);
+  }
+  const Kivi2Params kp = MakeKivi2Params(lo, hi);
+  const int64_t unit = blk * hkv + head;  // (block, KV head)
+  dst.k_group[unit * 2 * d + 2 * c] = kp.zero_bits;
+  dst.k_group[unit * 2 * d + 2 * c + 1] = kp.scale_bits;
+  for (int32_t i = 0; i < bs; ++i) {
+    const int64_t vec = unit * bs + i;
+    const float xi = x[static_cast<int64_t>(i) * hkv * d];
+    const int32_t m = Kivi2Code(xi, kp);
+    const uint32_t byte = PackKivi2Byte(m);  // d is a multiple of 32: whole warps
+    if ((lane & 3) == 0) dst.k_codes[vec * cb + c / 4] = static_cast<uint8_t>(byte);
+    resid[c] = __dsub_rn(static_cast<double>(xi), static_cast<double>(Kivi2Value(kp, m)));
+    __syncthreads();
+    if (c < L.num_bands) dst.k_witness[vec * L.num_bands + c] = BandWitness(resid, L, c);
+    __syncthreads();
   }
 }
 
@@ -213,7 +324,8 @@ PagedKvPoolCuda::~PagedKvPoolCuda() {
     PagedKvLayer& x = layers_[l];
     for (void* ptr : {static_cast<void*>(x.k_codes), static_cast<void*>(x.k_scales),
                       static_cast<void*>(x.k_witness), static_cast<void*>(x.v_codes),
-                      static_cast<void*>(x.v_scales), static_cast<void*>(x.v_witness)}) {
+                      static_cast<void*>(x.v_scales), static_cast<void*>(x.v_witness),
+                      static_cast<void*>(x.k_group)}) {
       if (ptr != nullptr) cudaFree(ptr);
     }
   }
@@ -233,14 +345,17 @@ CudaStatus PagedKvPoolCuda::Init(const PagedKvLayout& layout, int32_t num_layers
     WITCERT_CUDA_CALL(cudaMemset(*p, 0, static_cast<size_t>(bytes)));
     return CudaStatus::Ok();
   };
-  const int64_t cb = layout.code_bytes(), sb = 2 * layout.scales_per_vector(),
-                wb = layout.has_witness() ? 2 * layout.num_bands : 0;
+  const int64_t cb = layout.code_bytes(), ksb = 2 * layout.scales_per_vector(false),
+                vsb = 2 * layout.scales_per_vector(true), wb = layout.has_witness() ? 2 * layout.num_bands : 0,
+                gb = 2 * layout.group_params_per_block();
   for (int32_t l = 0; l < num_layers; ++l) {
     PagedKvLayer& x = layers_[l];
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_codes), n * cb));
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_codes), n * cb));
-    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_scales), n * sb));
-    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_scales), n * sb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_scales), n * ksb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_scales), n * vsb));
+    WITCERT_CUDA_RETURN_IF_ERROR(
+        alloc(reinterpret_cast<void**>(&x.k_group), layout.num_blocks * layout.num_kv_heads * gb));
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_witness), n * wb));
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_witness), n * wb));
   }
@@ -259,12 +374,31 @@ CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
   p.dst = dst;
   p.args = args;
   p.code_bytes = layout.code_bytes();
-  p.nscale = layout.scales_per_vector();
+  p.nscale[0] = layout.scales_per_vector(false);
+  p.nscale[1] = layout.scales_per_vector(true);
+  p.group_keys = layout.group_keys();
   p.has_witness = layout.has_witness();
   const int64_t warps = args.num_tokens * layout.num_kv_heads * 2;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffff) return CudaStatus::Error("WriteKvCuda: too many tokens in one call");
   WriteKvKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
+                               const KeyGroupArgs& args, cudaStream_t stream) {
+  WITCERT_CUDA_RETURN_IF_ERROR(ValidateLayout(layout));
+  if (!layout.group_keys()) {
+    return CudaStatus::Error(std::string("EncodeKeyGroupsCuda: scheme ") + SchemeInfo(layout.scheme).name +
+                             " does not group keys");
+  }
+  if (args.num_groups <= 0) return CudaStatus::Ok();
+  if (args.k == nullptr || args.blocks == nullptr || dst.k_group == nullptr) {
+    return CudaStatus::Error("EncodeKeyGroupsCuda: null input");
+  }
+  const dim3 grid(static_cast<unsigned>(args.num_groups), static_cast<unsigned>(layout.num_kv_heads));
+  EncodeKeyGroupsKernel<<<grid, layout.head_dim, 0, stream>>>(layout, dst, args, layout.code_bytes());
   WITCERT_CUDA_CALL(cudaGetLastError());
   return CudaStatus::Ok();
 }

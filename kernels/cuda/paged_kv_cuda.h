@@ -9,6 +9,13 @@
 //   k_scales   [num_blocks, Hkv, block_size, ScalesPerVector]         bf16 bits, rounded up
 //   k_witness  [num_blocks, Hkv, block_size, B]                       fp16 bits, rounded up
 //   v_*        the same for values
+//   k_group    [num_blocks, Hkv, d, 2]  kivi2 keys only: fp16 (zero, scale) per channel
+// kivi2 (group-encoded keys): a value's scale words are its fp16 (zero, scale); its keys have
+// no per-vector scale but one group of parameters per (block, KV head), computed over the
+// block's block_size tokens once the block is full (EncodeKeyGroupsCuda). Until then the
+// block's keys are not in the pool: the caller keeps its rows exact and the decode kernel
+// reads them from the exact-block table (MeteredDecodeCudaArgs::exact_slot), as the CPU cache
+// reads an unfilled block exact.
 // Byte formats are the CPU codecs' (engine/kv/codec_*.cc): the codes, scales and witnesses
 // written here are bit-identical to KvCodec::Encode + ComputeWitness (tested).
 // Physical slot of a token: block_table[pos / block_size] * block_size + pos % block_size.
@@ -33,13 +40,20 @@ struct PagedKvLayout {
   KvScheme scheme = KvScheme::kFp16;  // K and V use the same scheme
 
   int32_t code_bytes() const { return CodeBytes(scheme, head_dim); }
-  int32_t scales_per_vector() const { return ScalesPerVector(scheme, head_dim); }
+  int32_t scales_per_vector(bool is_value) const { return ScalesPerVector(scheme, head_dim, is_value); }
+  int32_t group_params_per_block() const { return GroupParamsPerBlock(scheme, head_dim); }
+  bool group_keys() const { return SchemeInfo(scheme).group_keys; }
   bool has_witness() const { return !SchemeInfo(scheme).exact; }
   int64_t vectors() const { return num_blocks * num_kv_heads * block_size; }
-  // Bytes one token occupies for one KV head, K + V (codes + scales + witnesses).
-  int64_t BytesPerTokenPerHead() const {
-    return 2 * (code_bytes() + 2 * scales_per_vector() + (has_witness() ? 2 * num_bands : 0));
+  // Bytes one block occupies for one KV head, K + V (codes + scales + witnesses + group
+  // parameters).
+  int64_t BytesPerBlockPerHead() const {
+    const int64_t per_token = 2 * code_bytes() + 2 * scales_per_vector(false) + 2 * scales_per_vector(true) +
+                              (has_witness() ? 4 * num_bands : 0);
+    return block_size * per_token + 2 * group_params_per_block();
   }
+  // The same per token (group parameters amortized over the block).
+  double BytesPerTokenPerHead() const { return static_cast<double>(BytesPerBlockPerHead()) / block_size; }
 };
 
 // Device pointers of one layer (owned by PagedKvPoolCuda or by the caller).
@@ -50,6 +64,7 @@ struct PagedKvLayer {
   uint8_t* v_codes = nullptr;
   uint16_t* v_scales = nullptr;
   uint16_t* v_witness = nullptr;
+  uint16_t* k_group = nullptr;    // null unless the scheme groups keys (kivi2)
 };
 
 // Owns the device memory of `num_layers` layers (one allocation per array per layer).
@@ -84,7 +99,20 @@ struct KvWriteArgs {
 };
 
 // Quantizes n tokens into their slots: codes, scales and the Tier A witness in one kernel.
+// kivi2: values only (keys wait for their block to fill: EncodeKeyGroupsCuda).
 CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
                        const KvWriteArgs& args, cudaStream_t stream);
+
+struct KeyGroupArgs {
+  const float* k = nullptr;          // [num_groups · block_size, Hkv, d] exact keys, group-major
+  const int32_t* blocks = nullptr;   // [num_groups] physical block of each group, device
+  int32_t num_groups = 0;
+};
+
+// Group-encoded keys (kivi2): encodes whole blocks — per-channel parameters over the block's
+// block_size tokens, the codes and each key's Tier A witness — bit-identical to the CPU
+// codec's EncodeGroup + ComputeWitness. One CTA per (group, KV head). Error for other schemes.
+CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
+                               const KeyGroupArgs& args, cudaStream_t stream);
 
 }  // namespace witcert

@@ -55,7 +55,7 @@ struct PipeSmemPlan {
 };
 inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32_t lcap) {
   PipeSmemPlan p;
-  p.stage = MakeStageLayout(L.code_bytes(), L.scales_per_vector(), L.num_bands);
+  p.stage = MakeStageLayout(L.code_bytes(), L.scales_per_vector(false), L.num_bands);
   p.stages = PipeStages(SchemeInfo(L.scheme).bits_per_channel, L.head_dim);
   p.logits_off = p.stages * p.stage.bytes;
   const int64_t lf = std::max<int64_t>(int64_t{gmax} * lcap, int64_t{kWarps} * gmax * L.head_dim);

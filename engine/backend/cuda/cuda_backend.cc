@@ -108,6 +108,11 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
         absl::StrCat("KV scheme '", o.k_scheme, "' has no CUDA kernel (GPU schemes: fp32, fp16, "
                      "bf16, fp8-e4m3-raw, fp8-e4m3, int8-rtn, int8-dither, int4-rtn)"));
   }
+  if (layout_.group_keys()) {  // the kernels exist (kernels/cuda/paged_kv_cuda.h); the staging does not
+    return absl::UnimplementedError(
+        absl::StrCat("KV scheme '", o.k_scheme, "' is not served by the CUDA backend yet: its keys "
+                     "are encoded per full block, and the backend does not stage unfilled blocks"));
+  }
   WITCERT_KERNEL_OK(ValidateLayout(layout_));
   dither_seed_ = o.dither_seed;
   backing_store_bytes_ = o.backing_store_bytes;

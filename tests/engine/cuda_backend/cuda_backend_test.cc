@@ -539,6 +539,10 @@ TEST_P(CudaBackendTest, MixedSchemesAreUnimplementedAndUnreservedPositionsReject
   KvCacheOptions mixed = KvOptions(p.model->config(), "int8-rtn");
   mixed.v_scheme = "fp16";
   EXPECT_EQ(CudaBackend::Create(*p.model, mixed).status().code(), absl::StatusCode::kUnimplemented);
+  // kivi2 has kernels but no staging of unfilled blocks in the backend: a clear refusal.
+  const absl::Status kivi = CudaBackend::Create(*p.model, KvOptions(p.model->config(), "kivi2")).status();
+  EXPECT_EQ(kivi.code(), absl::StatusCode::kUnimplemented) << kivi;
+  EXPECT_NE(kivi.message().find("does not stage unfilled blocks"), std::string::npos) << kivi;
   // Unreserved positions are an error, not an out-of-bounds write.
   absl::Status st = p.gpu->Forward({{.seq = 1, .tokens = absl::MakeSpan(t, 1), .start_pos = 16}}, &r);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;

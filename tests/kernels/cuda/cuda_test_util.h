@@ -74,6 +74,7 @@ struct HostPool {
   PagedKvLayout layout;
   std::vector<uint8_t> k_codes, v_codes;
   std::vector<uint16_t> k_scales, v_scales, k_wit, v_wit;
+  std::vector<uint16_t> k_group;  // [num_blocks, Hkv, d, 2] (kivi2)
 
   static HostPool Download(const PagedKvLayout& L, const PagedKvLayer& x) {
     HostPool h;
@@ -81,17 +82,33 @@ struct HostPool {
     const size_t n = static_cast<size_t>(L.vectors());
     h.k_codes = DownloadRaw(x.k_codes, n * L.code_bytes());
     h.v_codes = DownloadRaw(x.v_codes, n * L.code_bytes());
-    h.k_scales = DownloadRaw(x.k_scales, n * L.scales_per_vector());
-    h.v_scales = DownloadRaw(x.v_scales, n * L.scales_per_vector());
+    h.k_scales = DownloadRaw(x.k_scales, n * L.scales_per_vector(false));
+    h.v_scales = DownloadRaw(x.v_scales, n * L.scales_per_vector(true));
+    h.k_group = DownloadRaw(x.k_group, static_cast<size_t>(L.num_blocks * L.num_kv_heads) *
+                                           L.group_params_per_block());
     if (L.has_witness()) {
       h.k_wit = DownloadRaw(x.k_witness, n * L.num_bands);
       h.v_wit = DownloadRaw(x.v_witness, n * L.num_bands);
     }
     return h;
   }
-  // The CPU codec's slot bytes of vector `vec`: [scales][codes] (scaled) or [codes].
+  // The CPU codec's group parameter bytes of (block, KV head) `unit` (kivi2: [d fp16 zeros]
+  // [d fp16 scales], from the GPU's interleaved pairs).
+  std::vector<uint8_t> CpuGroupParams(int64_t unit) const {
+    const int32_t d = layout.head_dim;
+    std::vector<uint16_t> words(2 * d);
+    for (int32_t c = 0; c < d; ++c) {
+      words[c] = k_group[(unit * d + c) * 2];
+      words[d + c] = k_group[(unit * d + c) * 2 + 1];
+    }
+    std::vector<uint8_t> bytes(4 * d);
+    std::memcpy(bytes.data(), words.data(), bytes.size());
+    return bytes;
+  }
+  // The CPU codec's slot bytes of vector `vec`: [scales][codes] (scaled; kivi2 values: [zero]
+  // [scale][codes]) or [codes].
   std::vector<uint8_t> CpuSlot(int64_t vec, bool is_value) const {
-    const int32_t cb = layout.code_bytes(), ns = layout.scales_per_vector();
+    const int32_t cb = layout.code_bytes(), ns = layout.scales_per_vector(is_value);
     std::vector<uint8_t> slot(2 * ns + cb);
     const auto& sc = is_value ? v_scales : k_scales;
     const auto& co = is_value ? v_codes : k_codes;

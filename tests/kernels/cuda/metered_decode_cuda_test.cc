@@ -131,8 +131,21 @@ class Problem {
     }
   }
 
+  // Read exact: a promoted unit, or (group-keyed schemes) a block not yet full, whose keys
+  // are not encoded (the CPU cache reads such a block exact too).
   bool Exact(int64_t b, int64_t logical, int32_t h) const {
+    if (L_.group_keys() && (logical + 1) * c_.bs > c_.ctx[b]) return true;
     return c_.exact_every > 0 && (b + logical + h) % c_.exact_every == 0;
+  }
+  bool AnyExact() const {
+    for (int64_t b = 0; b < static_cast<int64_t>(c_.ctx.size()); ++b) {
+      for (int64_t j = 0; j * c_.bs < c_.ctx[b]; ++j) {
+        for (int32_t h = 0; h < c_.hkv; ++h) {
+          if (Exact(b, j, h)) return true;
+        }
+      }
+    }
+    return false;
   }
 
   // GPU: write every token, then decode.
@@ -153,6 +166,13 @@ class Problem {
       dp.Upload(pos);
       KvWriteArgs a{dk.get(), dv.get(), ds.get(), dp.get(), c_.ctx[b], kLayer, kSeed};
       ASSERT_CUDA_OK(WriteKvCuda(L_, pool_.layer(0), a, nullptr));
+      const int32_t full = static_cast<int32_t>(c_.ctx[b] / c_.bs);
+      if (L_.group_keys() && full > 0) {  // the sequence's full blocks: [full · bs, Hkv, d] rows
+        DeviceBuffer<int32_t> dblk;
+        dblk.Upload(std::vector<int32_t>(tables_.begin() + b * max_blocks_, tables_.begin() + b * max_blocks_ + full));
+        ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L_, pool_.layer(0), KeyGroupArgs{dk.get(), dblk.get(), full}, nullptr));
+        ASSERT_CUDART(cudaDeviceSynchronize());
+      }
       ASSERT_CUDART(cudaDeviceSynchronize());
     }
     DeviceBuffer<float> dq, dout;
@@ -184,7 +204,7 @@ class Problem {
     // Promoted units: the exact rows in cache slots, listed in the (block, layer, head) table.
     DeviceBuffer<int32_t> dslot;
     DeviceBuffer<float> dexact;
-    if (c_.exact_every > 0) {
+    if (AnyExact()) {
       const int32_t nl = kLayer + 1;
       std::vector<int32_t> table(L_.num_blocks * nl * c_.hkv, -1);
       std::vector<float> cache;
@@ -229,6 +249,7 @@ class Problem {
     auto codec_or = FindKvCodec(SchemeInfo(c_.scheme).name);
     ASSERT_TRUE(codec_or.ok());
     const KvCodec& codec = **codec_or;
+    const KvCodec& value_codec = *codec.ForValues();
     // SumInflation's (1+θ)/(1−θ) counts each of the CPU's P−1 merges twice.
     const double kappa_slack = 2.2 * g.splits * meter::kKappa + 2e-4;
     // The tensor-core kernel's logits are exact integer dots (int_digit_dot.h): its η can be far
@@ -244,8 +265,13 @@ class Problem {
         for (int64_t t = 0; t < S; ++t) {
           const int64_t vec = (static_cast<int64_t>(tables_[b * max_blocks_ + t / c_.bs]) * c_.hkv + h) * c_.bs + t % c_.bs;
           auto ksl = hp.CpuSlot(vec, false), vsl = hp.CpuSlot(vec, true);
-          codec.Decode(ksl.data(), d, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * d]);
-          codec.Decode(vsl.data(), d, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * d]);
+          if (L_.group_keys()) {
+            const std::vector<uint8_t> gp = hp.CpuGroupParams(vec / c_.bs);
+            codec.DecodeInGroup(ksl.data(), gp.data(), d, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * d]);
+          } else {
+            codec.Decode(ksl.data(), d, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * d]);
+          }
+          value_codec.Decode(vsl.data(), d, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * d]);
           kds[t] = codec.DitherScale(ksl.data(), d);
           if (Exact(b, t / c_.bs, h)) {  // promoted: the exact rows, no witness
             exact[t] = 1;
@@ -372,6 +398,34 @@ TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
       c.meter = meter;
       c.delta = 1e-6;
       RunCase(c);
+    }
+  }
+}
+
+// kivi2 (first kernel, keys per block): full blocks encoded whole, each sequence's unfilled
+// last block read exact from the exact table; meter on and off, both head dims, GQA 1/4/8,
+// block sizes 16/32, forced splits that cut blocks, adversarial rows, promoted blocks too.
+TEST(MeteredDecodeCuda, Kivi2MatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  int seed = 900;
+  for (int32_t d : {64, 128}) {
+    for (int32_t group : {1, 4, 8}) {
+      for (bool meter : {true, false}) {
+        DecodeCase c;
+        c.scheme = KvScheme::kKivi2;
+        c.d = d;
+        c.group = group;
+        c.bs = group == 4 ? 32 : 16;
+        c.ctx = {1, 16, 37, 300, 1500};
+        c.meter = meter;
+        c.splits = group == 8 ? 3 : 0;
+        c.adversarial = group == 4;
+        c.key_scale = group == 4 ? 8.0f : 1.0f;
+        c.exact_every = group == 1 ? 3 : 0;
+        c.interleaved = (seed % 2) == 0;
+        c.seed = seed++;
+        RunCase(c);
+      }
     }
   }
 }

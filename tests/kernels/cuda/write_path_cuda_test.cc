@@ -1,7 +1,8 @@
 // The GPU write path against the CPU codecs: codes, scales and witnesses must be
 // bit-identical (no tolerance: both sides perform the same IEEE operations in the same order),
 // for every scheme, head dims 64/128, both RoPE pairings, block sizes 16/32, shuffled slots,
-// and hostile values (zeros, huge norms, fp16/fp8 overflow, outlier channels, denormals).
+// and hostile values (zeros, huge norms, fp16/fp8 overflow, outlier channels, denormals);
+// kivi2's keys also whole blocks at a time (EncodeKeyGroupsCuda), one of them constant.
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -45,6 +46,61 @@ std::vector<float> HostileVectors(std::mt19937& rng, int64_t n, int32_t hkv, int
     }
   }
   return x;
+}
+
+// Group-encoded keys (kivi2): whole blocks of hostile rows into shuffled blocks; codes, group
+// parameters and witnesses against the CPU codec's EncodeGroup, DecodeInGroup and witness.
+void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec& codec,
+                    const BandLayout& bands, std::mt19937& rng) {
+  const int32_t hkv = L.num_kv_heads, d = L.head_dim, bs = L.block_size, nb = L.num_bands;
+  const int32_t groups = static_cast<int32_t>(L.num_blocks) - 1;
+  std::vector<float> k = HostileVectors(rng, int64_t{groups} * bs, hkv, d);
+  for (int64_t i = 0; i < int64_t{bs} * hkv * d; ++i) k[i] = 5.0f;  // group 0: one constant
+  std::vector<int32_t> blocks(L.num_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  blocks.resize(groups);
+  DeviceBuffer<float> dk;
+  DeviceBuffer<int32_t> db;
+  dk.Upload(k);
+  db.Upload(blocks);
+  ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{dk.get(), db.get(), groups}, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostPool hp = HostPool::Download(L, pool.layer(0));
+  const int32_t cb = codec.BytesPerVector(d);
+  std::vector<uint8_t> codes(static_cast<size_t>(bs) * cb), params(codec.GroupParamBytes(d, bs));
+  std::vector<float> rows(static_cast<size_t>(bs) * d), xhat(d);
+  int mismatches = 0;
+  for (int32_t g = 0; g < groups; ++g) {
+    for (int32_t h = 0; h < hkv; ++h) {
+      for (int32_t i = 0; i < bs; ++i) {
+        std::copy_n(&k[((int64_t{g} * bs + i) * hkv + h) * d], d, &rows[int64_t{i} * d]);
+      }
+      codec.EncodeGroup(rows.data(), bs, d, CodecContext{}, codes.data(), cb, params.data());
+      const int64_t unit = int64_t{blocks[g]} * hkv + h;
+      if (hp.CpuGroupParams(unit) != params && ++mismatches < 5) {
+        ADD_FAILURE() << "group parameters differ: group " << g << " head " << h;
+      }
+      for (int32_t i = 0; i < bs; ++i) {
+        const int64_t vec = unit * bs + i;
+        const std::vector<uint8_t> want(codes.begin() + int64_t{i} * cb, codes.begin() + int64_t{i + 1} * cb);
+        if (hp.CpuSlot(vec, false) != want && ++mismatches < 5) {
+          ADD_FAILURE() << "key codes differ: group " << g << " head " << h << " token " << i;
+        }
+        codec.DecodeInGroup(want.data(), params.data(), d, CodecContext{}, xhat.data());
+        uint16_t w[64];
+        ComputeWitness(&rows[int64_t{i} * d], xhat.data(), bands, w);
+        const uint16_t* gw = hp.Witness(vec, false);
+        for (int b = 0; b < nb; ++b) {
+          if (gw[b] != w[b] && ++mismatches < 5) {
+            ADD_FAILURE() << "key witness differs: group " << g << " head " << h << " token " << i
+                          << " band " << b << " gpu " << gw[b] << " cpu " << w[b];
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 void RunWriteCase(const WriteCase& wc) {
@@ -91,10 +147,13 @@ void RunWriteCase(const WriteCase& wc) {
 
   auto codec_or = FindKvCodec(SchemeInfo(wc.scheme).name);
   ASSERT_TRUE(codec_or.ok()) << codec_or.status();
-  const KvCodec& codec = **codec_or;
-  ASSERT_EQ(codec.BytesPerVector(wc.d), L.code_bytes() + 2 * L.scales_per_vector());
+  const KvCodec& key_codec = **codec_or;
+  const KvCodec& value_codec = *key_codec.ForValues();
+  ASSERT_EQ(key_codec.group_encoded(), L.group_keys());
+  ASSERT_EQ(key_codec.BytesPerVector(wc.d), L.code_bytes() + 2 * L.scales_per_vector(false));
+  ASSERT_EQ(value_codec.BytesPerVector(wc.d), L.code_bytes() + 2 * L.scales_per_vector(true));
   BandLayout bands{wc.d, nb, wc.interleaved ? RopePairing::kInterleaved : RopePairing::kHalfSplit};
-  std::vector<uint8_t> want(codec.BytesPerVector(wc.d));
+  std::vector<uint8_t> want(value_codec.BytesPerVector(wc.d));
   std::vector<float> xhat(wc.d);
   int mismatches = 0;
   for (int64_t t = 0; t < n; ++t) {
@@ -102,6 +161,8 @@ void RunWriteCase(const WriteCase& wc) {
     for (int32_t h = 0; h < hkv; ++h) {
       const int64_t vec = (blk * hkv + h) * wc.bs + off;
       for (int side = 0; side < 2; ++side) {
+        if (side == 0 && L.group_keys()) continue;  // keys: whole blocks, checked below
+        const KvCodec& codec = side == 0 ? key_codec : value_codec;
         const float* x = (side ? v.data() : k.data()) + (t * hkv + h) * wc.d;
         CodecContext ctx{seed, layer, h, pos[t], side == 1};
         codec.Encode(x, wc.d, ctx, want.data());
@@ -124,6 +185,7 @@ void RunWriteCase(const WriteCase& wc) {
     }
   }
   EXPECT_EQ(mismatches, 0);
+  if (L.group_keys()) CheckKeyGroups(L, pool, key_codec, bands, rng);
 }
 
 TEST(WritePathCuda, BitIdenticalToCpuCodecsSmall) {
@@ -158,6 +220,22 @@ TEST(WritePathCuda, DitherTokenHashComposesToDitherValue) {
       }
     }
   }
+}
+
+TEST(WritePathCuda, KeyGroupsOnlyForGroupedSchemes) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  PagedKvLayout L;
+  L.num_blocks = 2;
+  L.num_kv_heads = 1;
+  L.head_dim = 64;
+  L.scheme = KvScheme::kInt8Rtn;
+  PagedKvPoolCuda pool;
+  ASSERT_CUDA_OK(pool.Init(L, 1));
+  DeviceBuffer<float> k(16 * 64);
+  DeviceBuffer<int32_t> b(1);
+  const CudaStatus st = EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{k.get(), b.get(), 1}, nullptr);
+  EXPECT_FALSE(st.ok);
+  EXPECT_NE(st.message.find("does not group keys"), std::string::npos) << st.message;
 }
 
 TEST(WritePathCuda, RejectsBadLayout) {
