@@ -42,6 +42,11 @@ class OutlierChannels {
   const int32_t* channels(int32_t layer, int32_t kv_head, bool is_value) const {
     return &channels_[Index(layer, kv_head, is_value) * m_];
   }
+  // Per channel c: c itself, the channel whose value fills outlier c, or −1 (fill 0): [d].
+  // Only after chosen(layer) (the CUDA write path takes this table as it is).
+  const int32_t* fill_sources(int32_t layer, int32_t kv_head, bool is_value) const {
+    return &fill_src_[Index(layer, kv_head, is_value) * head_dim_];
+  }
   // x [d] → filled [d]: outlier channels replaced as the file comment says.
   void Fill(int32_t layer, int32_t kv_head, bool is_value, const float* x, float* filled) const;
   // Bytes of the channel tables (fixed, independent of tokens).

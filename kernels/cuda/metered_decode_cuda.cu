@@ -147,7 +147,7 @@ CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, cons
 
 bool TensorCoreDecodeSupports(const PagedKvLayout& L, int32_t q_per_kv) {
   return L.scheme == KvScheme::kInt8Rtn && L.head_dim == cuda_kv::kMmaD && q_per_kv <= cuda_kv::kMmaG &&
-         L.block_size >= 8 && L.num_bands == 8 && L.vectors() < (int64_t{1} << 31);
+         L.block_size >= 8 && L.num_bands == 8 && L.outliers() == 0 && L.vectors() < (int64_t{1} << 31);
 }
 
 // G ≤ 4: 2048 tokens (8192 logits, 32 KB), so two CTAs of the tensor-core kernel fit an SM
@@ -263,10 +263,19 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
                   static_cast<unsigned>(args.batch));
   const bool exact = args.exact_slot != nullptr;
   // Group-keyed schemes (kivi2) run the first kernel only, and read the blocks whose keys are
-  // not encoded yet from the exact table, meter on or off.
+  // not encoded yet from the exact table, meter on or off. So does the outlier bypass (its
+  // EXACT variant puts the exact channels back), with the meter on unless the scheme is kivi2.
   const bool group_keys = layout.group_keys();
-  if (group_keys && args.kernel != 0 && args.kernel != 1) {
-    return CudaStatus::Error("MeteredDecodeCuda: kivi2 runs the first kernel only (kernel 0 or 1)");
+  const bool outliers = layout.outliers() > 0;
+  if ((group_keys || outliers) && args.kernel != 0 && args.kernel != 1) {
+    return CudaStatus::Error("MeteredDecodeCuda: kivi2 and outlier channels run the first kernel only (kernel 0 or 1)");
+  }
+  if (outliers && (args.outlier_channels == nullptr || (!args.meter && !group_keys))) {
+    return CudaStatus::Error("MeteredDecodeCuda: outlier channels need their table and the meter on");
+  }
+  if (outliers) {
+    p.outlier_channels = args.outlier_channels;
+    p.num_outliers = layout.outliers();
   }
   if (exact) {
     if (args.exact_kv == nullptr || (!args.meter && !group_keys) || args.layer < 0 ||
@@ -284,12 +293,12 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     return CudaStatus::Error("MeteredDecodeCuda: the tensor-core kernel takes int8-rtn, head_dim 128, "
                              "at most 4 query heads per KV head, block_size >= 8 and 8 witness bands");
   }
-  if (!exact && (args.kernel == 0 || args.kernel == 3) && mma_ok) {
+  if (!exact && !outliers && (args.kernel == 0 || args.kernel == 3) && mma_ok) {
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
     WITCERT_CUDA_RETURN_IF_ERROR(args.meter ? LaunchInt8Mma<true>(p, mplan, grid, stream)
                                             : LaunchInt8Mma<false>(p, mplan, grid, stream));
-  } else if (!exact && !group_keys && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
+  } else if (!exact && !group_keys && !outliers && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
              plan.bytes <= 200 * 1024) {
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
   } else {

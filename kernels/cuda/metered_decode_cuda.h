@@ -60,6 +60,9 @@ struct MeteredDecodeCudaArgs {
   const int32_t* exact_slot = nullptr;  // [num_blocks, num_layers, Hkv] slot or −1, device
   const float* exact_kv = nullptr;      // [slots, 2 (K, V), block_size, d] fp32, device
   int32_t num_layers = 0;               // of the exact_slot table (layer < num_layers)
+  // Outlier channel bypass (layout.outliers() = m > 0): this layer's channel table, as the write
+  // path took it. Runs the first kernel with the meter (kivi2: meter on or off).
+  const int32_t* outlier_channels = nullptr;  // [Hkv, 2 (K, V), m], device
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
   void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device
@@ -68,7 +71,7 @@ struct MeteredDecodeCudaArgs {
 
 // True when the tensor-core kernel (MeteredDecodeCudaArgs::kernel = 3, the default there)
 // handles this layout: int8-rtn, head_dim 128, at most 4 query heads per KV head,
-// block_size ≥ 8, B = 8 witness bands and fewer than 2^31 vectors per layer.
+// block_size ≥ 8, B = 8 witness bands, no outlier channels and fewer than 2^31 vectors per layer.
 bool TensorCoreDecodeSupports(const PagedKvLayout& layout, int32_t q_per_kv);
 
 // Longest split one CTA can hold (its logits live in shared memory): 2048 tokens for up to 4

@@ -15,7 +15,9 @@
 // EXACT (the gate's repair path): a token whose (block, layer, KV head) has a slot in the exact
 // block cache (DecodeParams::exact_slot) is read from there as fp32 K/V and contributes
 // ε̂ = 0, ρ = 0 (certificates.md §6); its ‖ṽ‖ takes the wide-range path. Only this kernel
-// reads promoted blocks; the engine routes rows with promoted blocks here.
+// reads promoted blocks; the engine routes rows with promoted blocks here. It is also the
+// kernel of the outlier channel bypass: every other token is decoded to its stored values with
+// the exact outlier values put back (scale 1, the wide-range norm), and keeps its witness.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +51,37 @@ struct DecodeParams {
   const int32_t* exact_slot = nullptr;  // [num_blocks, num_layers, Hkv]
   const float* exact_kv = nullptr;
   int32_t num_layers = 0;
+  // Outlier channel bypass (EXACT kernels only; paged_kv_cuda.h): this layer's channels and
+  // their count m (0: off). A token is then decoded to stored values, the m exact ones put back.
+  const int32_t* outlier_channels = nullptr;  // [Hkv, 2 (K, V), m]
+  int32_t num_outliers = 0;
 };
+
+// For the lane's 8 channels [ch0, ch0+8): the index j of each in the (KV head, side)'s outlier
+// list, or −1 (EXACT kernels with outlier channels on).
+__device__ __forceinline__ void LaneOutlierSlots(const DecodeParams& p, int kvh, bool is_value, int ch0,
+                                                 int8_t (&slot)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) slot[i] = -1;
+  const int32_t m = p.num_outliers;
+  const int32_t* ch = p.outlier_channels + (kvh * 2 + (is_value ? 1 : 0)) * m;
+  for (int32_t j = 0; j < m; ++j) {
+    const int32_t c = __ldg(ch + j) - ch0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (c == i) slot[i] = static_cast<int8_t>(j);
+    }
+  }
+}
+
+// An outlier-bypass token in stored values: x (code domain, scale sc) becomes fl(x·sc) — the
+// stored k̃ / ṽ bit for bit, as the codec's decode computes it — with the lane's outlier
+// channels replaced by their exact values `ov` [m]; the caller then uses scale 1.
+__device__ __forceinline__ void ToStoredWithOutliers(float (&x)[8], float sc, const int8_t (&slot)[8],
+                                                     const float* ov) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = slot[i] >= 0 ? __ldg(ov + slot[i]) : __fmul_rn(x[i], sc);
+}
 
 // Exact-cache slot of token t's block for this (layer, KV head); −1 when it is read quantized.
 template <bool EXACT>
@@ -232,6 +264,15 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
     }
   }
 
+  int8_t ko[8], vo[8];  // outlier-list slot of each of the lane's channels, K and V (EXACT)
+  if (EXACT && p.num_outliers > 0) {
+    LaneOutlierSlots(p, kvh, false, ch0, ko);
+    LaneOutlierSlots(p, kvh, true, ch0, vo);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ko[i] = vo[i] = -1;
+  }
+
   // ---- meter prologue: query band norms and the Tier B coefficient (CPU: PrepareMeteredQuery)
   const bool has_w = !C::kExact;
   if constexpr (METER) {
@@ -275,6 +316,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       float xe[EXACT ? UB : 1][8];  // exact rows (EXACT)
       bool ex[UB];
       const uint16_t* prm[C::kAffineParams ? UB : 1];  // decode parameters (kivi2)
+      int64_t ovec[EXACT ? UB : 1];                      // vector index (outlier values)
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
@@ -283,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         if (t < end) {
           const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
           const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
+          if constexpr (EXACT) ovec[u] = vec;
           LoadChunk<C::kBytes>(kc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.k_scales[vec * nscale + scale_idx]) : 1.0f;
           if constexpr (C::kAffineParams) prm[u] = KeyParams<C, D>(p.kv, blk * hkv + kvh, ch0);
@@ -315,6 +358,9 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           if (ex[u]) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) x[i] = xe[u][i];
+          } else if (p.num_outliers > 0 && t < end) {
+            ToStoredWithOutliers(x, sc[u], ko, p.kv.k_outliers + ovec[u] * p.num_outliers);
+            sc[u] = 1.0f;
           }
         }
         float dot[GMAX];
@@ -414,6 +460,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       float xe[EXACT ? UB : 1][8];
       bool ex[UB];
       const uint16_t* prm[C::kAffineParams ? UB : 1];
+      int64_t ovec[EXACT ? UB : 1];
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
@@ -422,6 +469,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         if (t < end) {
           const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
           const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
+          if constexpr (EXACT) ovec[u] = vec;
           LoadChunk<C::kBytes>(vc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.v_scales[vec * nscale + scale_idx]) : 1.0f;
           if constexpr (C::kAffineParams) prm[u] = ValueParams<C>(p.kv, vec);
@@ -455,6 +503,10 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           if (ex[u]) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) x[i] = xe[u][i];
+          } else if (p.num_outliers > 0 && t < end) {
+            ToStoredWithOutliers(x, sc[u], vo, p.kv.v_outliers + ovec[u] * p.num_outliers);
+            sc[u] = 1.0f;
+            ex[u] = true;  // stored values, as an exact row: the wide-range norm below
           }
         }
 #pragma unroll
@@ -591,7 +643,7 @@ CudaStatus LaunchDecodeForCodec(const DecodeParams& p, bool meter, dim3 grid, si
                                 cudaStream_t stream) {
   const int d = p.layout.head_dim;
   const bool g8 = p.q_per_kv > 4;
-  const bool exact = p.exact_slot != nullptr;
+  const bool exact = p.exact_slot != nullptr || p.num_outliers > 0;
   constexpr bool kAlwaysExact = C::kAffineParams;
   if (exact && !meter && !kAlwaysExact) {
     return CudaStatus::Error("MeteredDecodeCuda: exact reads need the meter on");

@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 
 bool MeteredPrefillCudaSupports(const PagedKvLayout& L, int32_t num_q_heads) {
   const int32_t bs = L.block_size;
-  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == kD && L.num_bands == kBands && bs >= 8 &&
+  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == kD && L.num_bands == kBands && bs >= 8 && L.outliers() == 0 &&
          (bs & (bs - 1)) == 0 && L.num_kv_heads > 0 && num_q_heads % L.num_kv_heads == 0 &&
          num_q_heads >= L.num_kv_heads;
 }

@@ -111,6 +111,7 @@ struct WriteParams {
   PagedKvLayer dst;
   KvWriteArgs args;
   int32_t code_bytes;
+  int32_t num_outliers;  // layout.outliers()
   int32_t nscale[2];  // scale words per vector: [K, V]
   bool group_keys;
   bool has_witness;
@@ -140,9 +141,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int per_lane = d / 32;
   const int32_t nscale = p.nscale[is_value ? 1 : 0];
 
-  float x[kMaxDim / 32];
+  // x: what the codec encodes (outlier channels filled, OutlierChannels::Fill); xo: the input.
+  const int32_t m_out = p.num_outliers;
+  const int32_t* fill = m_out > 0 ? p.args.outliers.fill_src + (head * 2 + (is_value ? 1 : 0)) * d : nullptr;
+  float x[kMaxDim / 32], xo[kMaxDim / 32];
 #pragma unroll
-  for (int j = 0; j < kMaxDim / 32; ++j) x[j] = j < per_lane ? src[lane + 32 * j] : 0.0f;
+  for (int j = 0; j < kMaxDim / 32; ++j) {
+    xo[j] = j < per_lane ? src[lane + 32 * j] : 0.0f;
+    x[j] = xo[j];
+    if (fill != nullptr && j < per_lane) {
+      const int32_t f = fill[lane + 32 * j];
+      if (f != lane + 32 * j) x[j] = f < 0 ? 0.0f : src[f];
+    }
+  }
+  if (fill != nullptr) {  // the exact values of the outlier channels, in their table's order
+    const int32_t* ch = p.args.outliers.channels + (head * 2 + (is_value ? 1 : 0)) * m_out;
+    float* ov = (is_value ? p.dst.v_outliers : p.dst.k_outliers) + vec * m_out;
+    for (int j = lane; j < m_out; j += 32) ov[j] = src[ch[j]];
+  }
 
   // Scales: per vector, or per group of 32 channels (= one register j across the warp); kivi2
   // values: the vector's (zero, scale).
@@ -258,7 +274,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       default:
         break;
     }
-    resid[warp][c] = __dsub_rn(static_cast<double>(xc), static_cast<double>(xhat));
+    if (fill != nullptr && fill[c] != c) xhat = xo[j];  // outlier: exact beside the codes
+    resid[warp][c] = __dsub_rn(static_cast<double>(xo[j]), static_cast<double>(xhat));
   }
   if (!p.has_witness) return;
   __syncwarp();
@@ -269,16 +286,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // over the block's tokens, then token by token its code and residual, the band witnesses
 // from the residuals in shared memory.
 __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLayout L, const PagedKvLayer dst,
-                                                                 const KeyGroupArgs a, int32_t cb) {
+                                                                 const KeyGroupArgs a, int32_t cb, int32_t m_out) {
   __shared__ double resid[kMaxDim];  // [d] x − x̂ of the current token
   const int c = threadIdx.x, lane = c & 31;
   const int32_t grp = blockIdx.x, head = blockIdx.y;
   const int32_t d = L.head_dim, hkv = L.num_kv_heads, bs = L.block_size;
   const int64_t blk = a.blocks[grp];
-  const float* x = a.k + (static_cast<int64_t>(grp) * bs * hkv + head) * d + c;  // token i: + i·hkv·d
+  const float* row0 = a.k + (static_cast<int64_t>(grp) * bs * hkv + head) * d;  // token i: + i·hkv·d
+  // Channel c's encoded value: itself, or (an outlier channel) its fill source's, or 0.
+  const int32_t f = m_out > 0 ? a.outliers.fill_src[head * 2 * d + c] : c;
+  const bool outlier = f != c;
+  auto filled = [&](int32_t i) {
+    const float* r = row0 + static_cast<int64_t>(i) * hkv * d;
+    return f < 0 ? 0.0f : r[f];
+  };
   float lo = INFINITY, hi = -INFINITY;
   for (int32_t i = 0; i < bs; ++i) {
-    const float xi = x[static_cast<int64_t>(i) * hkv * d];
+    const float xi = filled(i);
     lo = fminf(lo, xi);
     hi = fmaxf(hi, xi);
   }
@@ -288,11 +312,13 @@ __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLa
   dst.k_group[unit * 2 * d + 2 * c + 1] = kp.scale_bits;
   for (int32_t i = 0; i < bs; ++i) {
     const int64_t vec = unit * bs + i;
-    const float xi = x[static_cast<int64_t>(i) * hkv * d];
-    const int32_t m = Kivi2Code(xi, kp);
+    const float* r = row0 + static_cast<int64_t>(i) * hkv * d;
+    const int32_t m = Kivi2Code(filled(i), kp);
     const uint32_t byte = PackKivi2Byte(m);  // d is a multiple of 32: whole warps
     if ((lane & 3) == 0) dst.k_codes[vec * cb + c / 4] = static_cast<uint8_t>(byte);
-    resid[c] = __dsub_rn(static_cast<double>(xi), static_cast<double>(Kivi2Value(kp, m)));
+    if (c < m_out) dst.k_outliers[vec * m_out + c] = r[a.outliers.channels[head * 2 * m_out + c]];
+    const float xhat = outlier ? r[c] : Kivi2Value(kp, m);  // outlier: exact beside the codes
+    resid[c] = __dsub_rn(static_cast<double>(r[c]), static_cast<double>(xhat));
     __syncthreads();
     if (c < L.num_bands) dst.k_witness[vec * L.num_bands + c] = BandWitness(resid, L, c);
     __syncthreads();
@@ -315,6 +341,9 @@ CudaStatus ValidateLayout(const PagedKvLayout& L) {
   if (static_cast<int32_t>(L.scheme) < 0 || L.scheme >= KvScheme::kCount) {
     return CudaStatus::Error("paged KV layout: unknown scheme");
   }
+  if (L.outlier_channels < 0 || L.outlier_channels >= L.head_dim) {
+    return CudaStatus::Error("paged KV layout: outlier_channels must be in [0, head_dim)");
+  }
   return CudaStatus::Ok();
 }
 
@@ -325,7 +354,8 @@ PagedKvPoolCuda::~PagedKvPoolCuda() {
     for (void* ptr : {static_cast<void*>(x.k_codes), static_cast<void*>(x.k_scales),
                       static_cast<void*>(x.k_witness), static_cast<void*>(x.v_codes),
                       static_cast<void*>(x.v_scales), static_cast<void*>(x.v_witness),
-                      static_cast<void*>(x.k_group)}) {
+                      static_cast<void*>(x.k_group), static_cast<void*>(x.k_outliers),
+                      static_cast<void*>(x.v_outliers)}) {
       if (ptr != nullptr) cudaFree(ptr);
     }
   }
@@ -347,7 +377,7 @@ CudaStatus PagedKvPoolCuda::Init(const PagedKvLayout& layout, int32_t num_layers
   };
   const int64_t cb = layout.code_bytes(), ksb = 2 * layout.scales_per_vector(false),
                 vsb = 2 * layout.scales_per_vector(true), wb = layout.has_witness() ? 2 * layout.num_bands : 0,
-                gb = 2 * layout.group_params_per_block();
+                gb = 2 * layout.group_params_per_block(), ob = 4 * layout.outliers();
   for (int32_t l = 0; l < num_layers; ++l) {
     PagedKvLayer& x = layers_[l];
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_codes), n * cb));
@@ -356,6 +386,8 @@ CudaStatus PagedKvPoolCuda::Init(const PagedKvLayout& layout, int32_t num_layers
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_scales), n * vsb));
     WITCERT_CUDA_RETURN_IF_ERROR(
         alloc(reinterpret_cast<void**>(&x.k_group), layout.num_blocks * layout.num_kv_heads * gb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_outliers), n * ob));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_outliers), n * ob));
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_witness), n * wb));
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_witness), n * wb));
   }
@@ -374,6 +406,10 @@ CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
   p.dst = dst;
   p.args = args;
   p.code_bytes = layout.code_bytes();
+  p.num_outliers = layout.outliers();
+  if (p.num_outliers > 0 && (args.outliers.channels == nullptr || args.outliers.fill_src == nullptr)) {
+    return CudaStatus::Error("WriteKvCuda: outlier channels on but no tables");
+  }
   p.nscale[0] = layout.scales_per_vector(false);
   p.nscale[1] = layout.scales_per_vector(true);
   p.group_keys = layout.group_keys();
@@ -398,7 +434,11 @@ CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& 
     return CudaStatus::Error("EncodeKeyGroupsCuda: null input");
   }
   const dim3 grid(static_cast<unsigned>(args.num_groups), static_cast<unsigned>(layout.num_kv_heads));
-  EncodeKeyGroupsKernel<<<grid, layout.head_dim, 0, stream>>>(layout, dst, args, layout.code_bytes());
+  const int32_t m_out = layout.outliers();
+  if (m_out > 0 && (args.outliers.channels == nullptr || args.outliers.fill_src == nullptr)) {
+    return CudaStatus::Error("EncodeKeyGroupsCuda: outlier channels on but no tables");
+  }
+  EncodeKeyGroupsKernel<<<grid, layout.head_dim, 0, stream>>>(layout, dst, args, layout.code_bytes(), m_out);
   WITCERT_CUDA_CALL(cudaGetLastError());
   return CudaStatus::Ok();
 }

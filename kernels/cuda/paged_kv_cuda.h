@@ -10,6 +10,15 @@
 //   k_witness  [num_blocks, Hkv, block_size, B]                       fp16 bits, rounded up
 //   v_*        the same for values
 //   k_group    [num_blocks, Hkv, d, 2]  kivi2 keys only: fp16 (zero, scale) per channel
+//   k_outliers [num_blocks, Hkv, block_size, m] fp32, outlier channel bypass (m > 0) only
+//   v_outliers the same for values
+// Outlier channel bypass (engine/kv/outlier_channels.h): the m channels of each (layer, KV
+// head, side) listed in OutlierTables are stored exact in *_outliers (channel order), the codec
+// encodes the vector with those channels filled from their neighbours (so no scale sees them),
+// and the witness is computed with the exact values put back (zero residual there). The
+// tables are the engine's; the kernels only apply them. The CPU cache encodes a block once it
+// is full when the bypass is on (its channels are chosen from the first full block); so does
+// a caller here, keeping unfilled blocks exact (exact_slot) like kivi2's.
 // kivi2 (group-encoded keys): a value's scale words are its fp16 (zero, scale); its keys have
 // no per-vector scale but one group of parameters per (block, KV head), computed over the
 // block's block_size tokens once the block is full (EncodeKeyGroupsCuda). Until then the
@@ -38,18 +47,20 @@ struct PagedKvLayout {
   int32_t num_bands = 8;      // B; (d/2) % B == 0, B ≤ 64
   bool interleaved = true;    // RoPE pairing of the band map
   KvScheme scheme = KvScheme::kFp16;  // K and V use the same scheme
+  int32_t outlier_channels = 0;  // m: channels per (layer, KV head, side) stored exact; 0: off
 
   int32_t code_bytes() const { return CodeBytes(scheme, head_dim); }
   int32_t scales_per_vector(bool is_value) const { return ScalesPerVector(scheme, head_dim, is_value); }
   int32_t group_params_per_block() const { return GroupParamsPerBlock(scheme, head_dim); }
   bool group_keys() const { return SchemeInfo(scheme).group_keys; }
   bool has_witness() const { return !SchemeInfo(scheme).exact; }
+  int32_t outliers() const { return has_witness() ? outlier_channels : 0; }  // exact schemes: none
   int64_t vectors() const { return num_blocks * num_kv_heads * block_size; }
   // Bytes one block occupies for one KV head, K + V (codes + scales + witnesses + group
   // parameters).
   int64_t BytesPerBlockPerHead() const {
     const int64_t per_token = 2 * code_bytes() + 2 * scales_per_vector(false) + 2 * scales_per_vector(true) +
-                              (has_witness() ? 4 * num_bands : 0);
+                              (has_witness() ? 4 * num_bands : 0) + 8 * outliers();
     return block_size * per_token + 2 * group_params_per_block();
   }
   // The same per token (group parameters amortized over the block).
@@ -65,6 +76,14 @@ struct PagedKvLayer {
   uint16_t* v_scales = nullptr;
   uint16_t* v_witness = nullptr;
   uint16_t* k_group = nullptr;    // null unless the scheme groups keys (kivi2)
+  float* k_outliers = nullptr;    // null unless layout.outliers() > 0
+  float* v_outliers = nullptr;
+};
+
+// One layer's outlier channels (OutlierChannels' tables), device; null when the bypass is off.
+struct OutlierTables {
+  const int32_t* channels = nullptr;  // [Hkv, 2 (K, V), m] ascending
+  const int32_t* fill_src = nullptr;  // [Hkv, 2, d]: c itself, the channel that fills outlier c, or −1 (0)
 };
 
 // Owns the device memory of `num_layers` layers (one allocation per array per layer).
@@ -96,6 +115,7 @@ struct KvWriteArgs {
   int64_t num_tokens = 0;            // n
   int32_t layer = 0;                 // dither hash input
   uint64_t dither_seed = 0;
+  OutlierTables outliers;            // required when layout.outliers() > 0
 };
 
 // Quantizes n tokens into their slots: codes, scales and the Tier A witness in one kernel.
@@ -107,6 +127,7 @@ struct KeyGroupArgs {
   const float* k = nullptr;          // [num_groups · block_size, Hkv, d] exact keys, group-major
   const int32_t* blocks = nullptr;   // [num_groups] physical block of each group, device
   int32_t num_groups = 0;
+  OutlierTables outliers;            // required when layout.outliers() > 0
 };
 
 // Group-encoded keys (kivi2): encodes whole blocks — per-channel parameters over the block's

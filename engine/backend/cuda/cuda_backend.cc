@@ -51,7 +51,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
                                                  kv_options.v_scheme));
   }
   if (kv_options.outlier_channels != 0) {
-    return absl::UnimplementedError("the CUDA backend does not support outlier channels yet");
+    return absl::UnimplementedError(
+        "the CUDA backend does not serve outlier channels yet: the kernels take them "
+        "(kernels/cuda/paged_kv_cuda.h), but the backend does not choose them or stage unfilled blocks");
   }
   if (c.head_dim != 64 && c.head_dim != 128) {
     return absl::UnimplementedError(

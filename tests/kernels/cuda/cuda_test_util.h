@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "gtest/gtest.h"
+#include "engine/kv/outlier_channels.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 
 namespace witcert::testing {
@@ -75,6 +76,7 @@ struct HostPool {
   std::vector<uint8_t> k_codes, v_codes;
   std::vector<uint16_t> k_scales, v_scales, k_wit, v_wit;
   std::vector<uint16_t> k_group;  // [num_blocks, Hkv, d, 2] (kivi2)
+  std::vector<float> k_out, v_out;  // [vectors, m] (outlier channels)
 
   static HostPool Download(const PagedKvLayout& L, const PagedKvLayer& x) {
     HostPool h;
@@ -86,6 +88,8 @@ struct HostPool {
     h.v_scales = DownloadRaw(x.v_scales, n * L.scales_per_vector(true));
     h.k_group = DownloadRaw(x.k_group, static_cast<size_t>(L.num_blocks * L.num_kv_heads) *
                                            L.group_params_per_block());
+    h.k_out = DownloadRaw(x.k_outliers, n * L.outliers());
+    h.v_out = DownloadRaw(x.v_outliers, n * L.outliers());
     if (L.has_witness()) {
       h.k_wit = DownloadRaw(x.k_witness, n * L.num_bands);
       h.v_wit = DownloadRaw(x.v_witness, n * L.num_bands);
@@ -116,9 +120,30 @@ struct HostPool {
     std::memcpy(slot.data() + 2 * ns, &co[vec * cb], cb);
     return slot;
   }
+  const float* Outliers(int64_t vec, bool is_value) const {
+    return &(is_value ? v_out : k_out)[vec * layout.outliers()];
+  }
   const uint16_t* Witness(int64_t vec, bool is_value) const {
     return &(is_value ? v_wit : k_wit)[vec * layout.num_bands];
   }
+};
+
+// One layer's outlier tables on the device, as the CUDA kernels take them, from the CPU's
+// OutlierChannels (layer 0 of `oc`): channels [Hkv, 2, m], fill sources [Hkv, 2, d].
+struct DeviceOutlierTables {
+  DeviceBuffer<int32_t> channels, fill_src;
+  void Upload(const OutlierChannels& oc, int32_t hkv, int32_t d) {
+    std::vector<int32_t> ch, fs;
+    for (int32_t h = 0; h < hkv; ++h) {
+      for (bool isv : {false, true}) {
+        ch.insert(ch.end(), oc.channels(0, h, isv), oc.channels(0, h, isv) + oc.count());
+        fs.insert(fs.end(), oc.fill_sources(0, h, isv), oc.fill_sources(0, h, isv) + d);
+      }
+    }
+    channels.Upload(ch);
+    fill_src.Upload(fs);
+  }
+  OutlierTables view() const { return OutlierTables{channels.get(), fill_src.get()}; }
 };
 
 }  // namespace witcert::testing

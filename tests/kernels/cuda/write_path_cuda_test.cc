@@ -4,12 +4,15 @@
 // and hostile values (zeros, huge norms, fp16/fp8 overflow, outlier channels, denormals);
 // kivi2's keys also whole blocks at a time (EncodeKeyGroupsCuda), one of them constant.
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/kv/codec.h"
+#include "engine/kv/outlier_channels.h"
 #include "engine/kv/witness.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/paged_kv_cuda.h"
@@ -20,12 +23,32 @@ namespace witcert {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::DeviceOutlierTables;
 using testing::HostPool;
+
+// The CPU cache's encode of one row with the outlier bypass (kv_cache.cc's EncodeRows): the
+// filled row is what the codec sees; the exact values go back into x̂ before the witness.
+void PutBackOutliers(const OutlierChannels* oc, int32_t h, bool is_value, const float* x, float* xhat) {
+  if (oc == nullptr) return;
+  const int32_t* ch = oc->channels(0, h, is_value);
+  for (int32_t j = 0; j < oc->count(); ++j) xhat[ch[j]] = x[ch[j]];
+}
+int CompareOutliers(const OutlierChannels* oc, const HostPool& hp, int64_t vec, int32_t h, bool is_value,
+                    const float* x) {
+  if (oc == nullptr) return 0;
+  const int32_t* ch = oc->channels(0, h, is_value);
+  int bad = 0;
+  for (int32_t j = 0; j < oc->count(); ++j) {
+    if (std::memcmp(&hp.Outliers(vec, is_value)[j], &x[ch[j]], 4) != 0) ++bad;
+  }
+  return bad;
+}
 
 struct WriteCase {
   KvScheme scheme;
   int32_t d, bs;
   bool interleaved;
+  int32_t outliers = 0;  // m: outlier channel bypass
 };
 
 std::vector<float> HostileVectors(std::mt19937& rng, int64_t n, int32_t hkv, int32_t d) {
@@ -51,7 +74,8 @@ std::vector<float> HostileVectors(std::mt19937& rng, int64_t n, int32_t hkv, int
 // Group-encoded keys (kivi2): whole blocks of hostile rows into shuffled blocks; codes, group
 // parameters and witnesses against the CPU codec's EncodeGroup, DecodeInGroup and witness.
 void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec& codec,
-                    const BandLayout& bands, std::mt19937& rng) {
+                    const BandLayout& bands, std::mt19937& rng, const OutlierChannels* oc,
+                    const DeviceOutlierTables& tables) {
   const int32_t hkv = L.num_kv_heads, d = L.head_dim, bs = L.block_size, nb = L.num_bands;
   const int32_t groups = static_cast<int32_t>(L.num_blocks) - 1;
   std::vector<float> k = HostileVectors(rng, int64_t{groups} * bs, hkv, d);
@@ -64,19 +88,25 @@ void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec
   DeviceBuffer<int32_t> db;
   dk.Upload(k);
   db.Upload(blocks);
-  ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{dk.get(), db.get(), groups}, nullptr));
+  ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{dk.get(), db.get(), groups, tables.view()},
+                                     nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   HostPool hp = HostPool::Download(L, pool.layer(0));
   const int32_t cb = codec.BytesPerVector(d);
   std::vector<uint8_t> codes(static_cast<size_t>(bs) * cb), params(codec.GroupParamBytes(d, bs));
-  std::vector<float> rows(static_cast<size_t>(bs) * d), xhat(d);
+  std::vector<float> rows(static_cast<size_t>(bs) * d), filled(rows.size()), xhat(d);
   int mismatches = 0;
   for (int32_t g = 0; g < groups; ++g) {
     for (int32_t h = 0; h < hkv; ++h) {
       for (int32_t i = 0; i < bs; ++i) {
         std::copy_n(&k[((int64_t{g} * bs + i) * hkv + h) * d], d, &rows[int64_t{i} * d]);
+        if (oc != nullptr) {
+          oc->Fill(0, h, false, &rows[int64_t{i} * d], &filled[int64_t{i} * d]);
+        } else {
+          std::copy_n(&rows[int64_t{i} * d], d, &filled[int64_t{i} * d]);
+        }
       }
-      codec.EncodeGroup(rows.data(), bs, d, CodecContext{}, codes.data(), cb, params.data());
+      codec.EncodeGroup(filled.data(), bs, d, CodecContext{}, codes.data(), cb, params.data());
       const int64_t unit = int64_t{blocks[g]} * hkv + h;
       if (hp.CpuGroupParams(unit) != params && ++mismatches < 5) {
         ADD_FAILURE() << "group parameters differ: group " << g << " head " << h;
@@ -88,6 +118,10 @@ void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec
           ADD_FAILURE() << "key codes differ: group " << g << " head " << h << " token " << i;
         }
         codec.DecodeInGroup(want.data(), params.data(), d, CodecContext{}, xhat.data());
+        PutBackOutliers(oc, h, false, &rows[int64_t{i} * d], xhat.data());
+        if (CompareOutliers(oc, hp, vec, h, false, &rows[int64_t{i} * d]) > 0 && ++mismatches < 5) {
+          ADD_FAILURE() << "key outlier values differ: group " << g << " head " << h << " token " << i;
+        }
         uint16_t w[64];
         ComputeWitness(&rows[int64_t{i} * d], xhat.data(), bands, w);
         const uint16_t* gw = hp.Witness(vec, false);
@@ -105,7 +139,8 @@ void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec
 
 void RunWriteCase(const WriteCase& wc) {
   SCOPED_TRACE(std::string(SchemeInfo(wc.scheme).name) + " d=" + std::to_string(wc.d) +
-               " bs=" + std::to_string(wc.bs) + (wc.interleaved ? " interleaved" : " half-split"));
+               " bs=" + std::to_string(wc.bs) + (wc.interleaved ? " interleaved" : " half-split") +
+               " outliers=" + std::to_string(wc.outliers));
   const int32_t hkv = 2, nb = 8, layer = 3;
   const uint64_t seed = 0x5eedULL;
   const int64_t n = 77;  // tokens written
@@ -117,10 +152,19 @@ void RunWriteCase(const WriteCase& wc) {
   L.num_bands = nb;
   L.interleaved = wc.interleaved;
   L.scheme = wc.scheme;
+  L.outlier_channels = wc.outliers;
   PagedKvPoolCuda pool;
   ASSERT_CUDA_OK(pool.Init(L, 1));
-  std::mt19937 rng(1234 + wc.d + wc.bs + static_cast<int>(wc.scheme));
+  std::mt19937 rng(1234 + wc.d + wc.bs + static_cast<int>(wc.scheme) + wc.outliers);
   std::vector<float> k = HostileVectors(rng, n, hkv, wc.d), v = HostileVectors(rng, n, hkv, wc.d);
+  // Outlier channels chosen by the CPU's rule from the first block's rows (exact schemes: none).
+  std::unique_ptr<OutlierChannels> oc;
+  DeviceOutlierTables tables;
+  if (L.outliers() > 0) {
+    oc = std::make_unique<OutlierChannels>(1, hkv, wc.d, L.outliers());
+    oc->ChooseOnce(0, k.data(), v.data(), wc.bs);
+    tables.Upload(*oc, hkv, wc.d);
+  }
   // Shuffled slots: token positions 1000.., slots a random permutation of the pool.
   std::vector<int64_t> all(L.num_blocks * wc.bs);
   std::iota(all.begin(), all.end(), 0);
@@ -141,6 +185,7 @@ void RunWriteCase(const WriteCase& wc) {
   a.num_tokens = n;
   a.layer = layer;
   a.dither_seed = seed;
+  a.outliers = tables.view();
   ASSERT_CUDA_OK(WriteKvCuda(L, pool.layer(0), a, nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   HostPool hp = HostPool::Download(L, pool.layer(0));
@@ -165,13 +210,19 @@ void RunWriteCase(const WriteCase& wc) {
         const KvCodec& codec = side == 0 ? key_codec : value_codec;
         const float* x = (side ? v.data() : k.data()) + (t * hkv + h) * wc.d;
         CodecContext ctx{seed, layer, h, pos[t], side == 1};
-        codec.Encode(x, wc.d, ctx, want.data());
+        std::vector<float> filled(x, x + wc.d);
+        if (oc != nullptr) oc->Fill(0, h, side == 1, x, filled.data());
+        codec.Encode(filled.data(), wc.d, ctx, want.data());
         std::vector<uint8_t> got = hp.CpuSlot(vec, side == 1);
         if (got != want && ++mismatches < 5) {
           ADD_FAILURE() << "codes/scales differ: token " << t << " head " << h << " side " << side;
         }
         if (!L.has_witness()) continue;
         codec.Decode(want.data(), wc.d, ctx, xhat.data());
+        PutBackOutliers(oc.get(), h, side == 1, x, xhat.data());
+        if (CompareOutliers(oc.get(), hp, vec, h, side == 1, x) > 0 && ++mismatches < 5) {
+          ADD_FAILURE() << "outlier values differ: token " << t << " head " << h << " side " << side;
+        }
         uint16_t w[64];
         ComputeWitness(x, xhat.data(), bands, w);
         const uint16_t* gw = hp.Witness(vec, side == 1);
@@ -185,7 +236,7 @@ void RunWriteCase(const WriteCase& wc) {
     }
   }
   EXPECT_EQ(mismatches, 0);
-  if (L.group_keys()) CheckKeyGroups(L, pool, key_codec, bands, rng);
+  if (L.group_keys()) CheckKeyGroups(L, pool, key_codec, bands, rng, oc.get(), tables);
 }
 
 TEST(WritePathCuda, BitIdenticalToCpuCodecsSmall) {
@@ -218,6 +269,16 @@ TEST(WritePathCuda, DitherTokenHashComposesToDitherValue) {
           }
         }
       }
+    }
+  }
+}
+
+// Outlier channel bypass: every scheme, both head dims, both pairings, m = 1 and 5.
+TEST(WritePathCuda, OutlierBypassBitIdenticalToCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (int s = 0; s < static_cast<int>(KvScheme::kCount); ++s) {
+    for (int d : {64, 128}) {
+      RunWriteCase({static_cast<KvScheme>(s), d, 16, d == 64, d == 64 ? 1 : 5});
     }
   }
 }
