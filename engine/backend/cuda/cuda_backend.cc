@@ -135,13 +135,33 @@ void CudaBackend::set_cuda_graphs(bool on) {
   cuda_graphs_ = on;
 }
 
+// Batch 1: the GEMV (2 rows per warp) where bench_gemv measured it faster than cuBLAS on the
+// 8B shapes — the attention projections (rows ≤ 2·cols: QKV, O) and the vocabulary head
+// (rows ≥ 16·cols); cuBLAS keeps gate|up and down (gemv_bf16_cuda.h, bench/RESULTS.md).
+static bool UseGemv(int64_t n, int64_t cols, int64_t rows) {
+  return n == 1 && cols <= 8192 && (rows <= 2 * cols || rows >= 16 * cols);
+}
+
+absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, int64_t n,
+                                      int64_t cols, uint16_t* staged, const uint16_t* w,
+                                      int64_t rows, float* y, int64_t ldy, float beta) {
+  if (UseGemv(n, cols, rows) && GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
+    WITCERT_KERNEL_OK(GemvBf16FromF32Cuda(x, norm_weight, config_.rms_norm_eps, cols, w, rows, y,
+                                          beta, stream_, /*rows_per_warp=*/2));
+    return absl::OkStatus();
+  }
+  if (norm_weight != nullptr) {
+    WITCERT_KERNEL_OK(RmsNormCuda(x, norm_weight, n, cols, config_.rms_norm_eps, nullptr, staged,
+                                  stream_));
+  } else {
+    WITCERT_KERNEL_OK(FloatToBf16Cuda(x, n * cols, staged, stream_));
+  }
+  return Gemm(staged, n, cols, w, rows, y, ldy, beta);
+}
+
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
                                int64_t rows, float* y, int64_t ldy, float beta) {
-  // Batch 1: the GEMV (2 rows per warp) where bench_gemv measured it faster than cuBLAS on the
-  // 8B shapes — the attention projections (rows ≤ 2·cols: QKV, O) and the vocabulary head
-  // (rows ≥ 16·cols); cuBLAS keeps gate|up and down (gemv_bf16_cuda.h, bench/RESULTS.md).
-  if (n == 1 && cols <= 8192 && (rows <= 2 * cols || rows >= 16 * cols) &&
-      GemvBf16Supports(cols, x, w)) {
+  if (UseGemv(n, cols, rows) && GemvBf16Supports(cols, x, w)) {
     WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_, /*rows_per_warp=*/2));
     return absl::OkStatus();
   }
@@ -407,10 +427,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
     for (int32_t layer = 0; layer < layers; ++layer) {
       const DeviceLayerWeights& lw = w.layers[layer];
-      WITCERT_KERNEL_OK(RmsNormCuda(x, lw.attn_norm.get(), n, hidden, config_.rms_norm_eps,
-                                    nullptr, xn_.get(), stream_));
-      RETURN_IF_ERROR(
-          Gemm(xn_.get(), n, hidden, lw.wqkv.get(), qkv_dim, qkv_.get(), qkv_dim, 0.0f));
+      RETURN_IF_ERROR(GemmFromF32(x, lw.attn_norm.get(), n, hidden, xn_.get(), lw.wqkv.get(),
+                                  qkv_dim, qkv_.get(), qkv_dim, 0.0f));
       if (config_.qkv_bias) {
         WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
       }
@@ -505,8 +523,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         }
       }
       if (repair_step && !rstep.repair_rows.empty()) RETURN_IF_ERROR(RepairLayer(layer, rstep));
-      WITCERT_KERNEL_OK(FloatToBf16Cuda(attn_.get(), n * q_dim, attn_bf_.get(), stream_));
-      RETURN_IF_ERROR(Gemm(attn_bf_.get(), n, q_dim, lw.wo.get(), hidden, x, hidden, 1.0f));
+      RETURN_IF_ERROR(GemmFromF32(attn_.get(), nullptr, n, q_dim, attn_bf_.get(), lw.wo.get(),
+                                  hidden, x, hidden, 1.0f));
 
       WITCERT_KERNEL_OK(RmsNormCuda(x, lw.ffn_norm.get(), n, hidden, config_.rms_norm_eps, nullptr,
                                     xn_.get(), stream_));
@@ -527,9 +545,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       ++li;
     }
     if (m > 0) {
-      WITCERT_KERNEL_OK(RmsNormCuda(last_.get(), w.output_norm.get(), m, hidden,
-                                    config_.rms_norm_eps, nullptr, last_bf_.get(), stream_));
-      RETURN_IF_ERROR(Gemm(last_bf_.get(), m, hidden, w.output, vocab, logits_.get(), vocab, 0.0f));
+      RETURN_IF_ERROR(GemmFromF32(last_.get(), w.output_norm.get(), m, hidden, last_bf_.get(),
+                                  w.output, vocab, logits_.get(), vocab, 0.0f));
       if (logits_to_host) {
         WITCERT_CUDA_OK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), m * vocab * 4,
                                         cudaMemcpyDeviceToHost, stream_));

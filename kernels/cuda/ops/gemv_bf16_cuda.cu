@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/ops/rms_norm_row.cuh"
+
 namespace witcert {
 namespace {
 
@@ -25,36 +27,83 @@ __device__ __forceinline__ float Dot8(const uint4 a, const uint4 b, float acc) {
   return acc;
 }
 
+// Where x comes from: bf16 as given, or fp32 rounded to bf16 (FloatToBf16Cuda's bits),
+// optionally RMS-normalized first (RmsNormCuda's bits: the same row functions).
+enum class XIn { kBf16, kF32, kF32Norm };
+constexpr int64_t kMaxF32Cols = 8192;  // the fp32 prologue holds x in registers: 8 float4 per thread
+constexpr int kMaxVec4PerThread = kMaxF32Cols / 4 / kThreads;
+
+struct GemvArgs {
+  const uint16_t* x_bf16;
+  const float* x_f32;
+  const float* norm_weight;  // kF32Norm
+  float eps;
+  int64_t cols;
+  const uint16_t* w;
+  int64_t rows;
+  float* y;
+  float beta;
+};
+
 // R output rows per warp: each 16-byte chunk of x (from shared memory) serves R rows, and a
-// lane keeps R · kUnroll weight loads in flight.
-template <int R>
-__global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const uint16_t* __restrict__ x,
-                                                           int64_t cols,
-                                                           const uint16_t* __restrict__ w,
-                                                           int64_t rows, float* __restrict__ y,
-                                                           float beta) {
+// lane keeps R · kUnroll weight loads in flight. A warp issues its first weight loads before
+// the CTA stages x, so they are in flight during that prologue (for kF32Norm a block-wide
+// reduction).
+template <int R, XIn IN>
+__global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
   extern __shared__ uint4 xs[];  // [cols / 8]
-  const int64_t c8 = cols / 8;
-  const uint4* xg = reinterpret_cast<const uint4*>(x);
-  for (int64_t i = threadIdx.x; i < c8; i += kThreads) xs[i] = xg[i];
-  __syncthreads();
+  const int64_t cols = a.cols, rows = a.rows, c8 = cols / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
-  if (row0 >= rows) return;
+  const bool live = row0 < rows;
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // rows past the end re-read the last row; never stored
-    wr[r] = reinterpret_cast<const uint4*>(w + (row0 + r < rows ? row0 + r : rows - 1) * cols);
+    wr[r] = reinterpret_cast<const uint4*>(a.w + (row0 + r < rows ? row0 + r : rows - 1) * cols);
   }
-  float acc[R][kUnroll] = {};
   int64_t i = lane;
-  for (; i + (kUnroll - 1) * 32 < c8; i += kUnroll * 32) {
-    uint4 wv[R][kUnroll];
+  uint4 wv[R][kUnroll];
+  bool loaded = live && i + (kUnroll - 1) * 32 < c8;
+  if (loaded) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
     }
+  }
+  if constexpr (IN == XIn::kBf16) {
+    const uint4* xg = reinterpret_cast<const uint4*>(a.x_bf16);
+    for (int64_t j = threadIdx.x; j < c8; j += kThreads) xs[j] = xg[j];
+  } else {
+    const int64_t n4 = cols / 4;
+    float4 xv[kMaxVec4PerThread];
+    cuda_ops::LoadRowVec4<kMaxVec4PerThread>(reinterpret_cast<const float4*>(a.x_f32), n4, xv);
+    float scale = 1.0f;
+    if constexpr (IN == XIn::kF32Norm) scale = cuda_ops::RmsScale<kMaxVec4PerThread>(xv, cols, a.eps);
+    uint2* xs2 = reinterpret_cast<uint2*>(xs);
+#pragma unroll
+    for (int k = 0; k < kMaxVec4PerThread; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      if (j >= n4) break;
+      float4 y = xv[k];
+      if constexpr (IN == XIn::kF32Norm) {
+        y = cuda_ops::NormScale4(xv[k], scale, __ldg(reinterpret_cast<const float4*>(a.norm_weight) + j));
+      }
+      xs2[j] = cuda_ops::PackBf16x4(y);
+    }
+  }
+  __syncthreads();
+  if (!live) return;
+  float acc[R][kUnroll] = {};
+  for (; i + (kUnroll - 1) * 32 < c8; i += kUnroll * 32) {
+    if (!loaded) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);
+      }
+    }
+    loaded = false;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint4 xv = xs[i + u * 32];
@@ -73,19 +122,28 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const uint16_t* __res
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     const int64_t row = row0 + r;
-    if (lane == 0 && row < rows) y[row] = beta == 0.0f ? s : fmaf(beta, y[row], s);
+    if (lane == 0 && row < rows) a.y[row] = a.beta == 0.0f ? s : fmaf(a.beta, a.y[row], s);
   }
 }
 
-template <int R>
-CudaStatus Launch(const uint16_t* x, int64_t cols, const uint16_t* w, int64_t rows, float* y,
-                  float beta, cudaStream_t stream) {
-  const int64_t blocks = (rows + kWarps * R - 1) / (kWarps * R);
+template <int R, XIn IN>
+CudaStatus Launch(const GemvArgs& a, cudaStream_t stream) {
+  const int64_t blocks = (a.rows + kWarps * R - 1) / (kWarps * R);
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
-  const size_t smem = static_cast<size_t>(cols) * 2;
-  GemvBf16Kernel<R><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(x, cols, w, rows, y, beta);
+  const size_t smem = static_cast<size_t>(a.cols) * 2;
+  GemvBf16Kernel<R, IN><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(a);
   WITCERT_CUDA_CALL(cudaGetLastError());
   return CudaStatus::Ok();
+}
+
+template <XIn IN>
+CudaStatus LaunchRows(const GemvArgs& a, int rows_per_warp, cudaStream_t stream) {
+  switch (rows_per_warp) {
+    case 1: return Launch<1, IN>(a, stream);
+    case 2: return Launch<2, IN>(a, stream);
+    case 4: return Launch<4, IN>(a, stream);
+    default: return CudaStatus::Error("GemvBf16Cuda: rows_per_warp must be 1, 2 or 4");
+  }
 }
 
 }  // namespace
@@ -95,6 +153,11 @@ bool GemvBf16Supports(int64_t cols, const void* x, const void* w) {
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
+bool GemvBf16FromF32Supports(int64_t cols, const void* x, const void* w, const void* norm_weight) {
+  return GemvBf16Supports(cols, x, w) && cols <= kMaxF32Cols &&
+         reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0;
+}
+
 CudaStatus GemvBf16Cuda(const uint16_t* x, int64_t cols, const uint16_t* w, int64_t rows,
                         float* y, float beta, cudaStream_t stream, int rows_per_warp) {
   if (rows <= 0) return CudaStatus::Ok();
@@ -102,12 +165,21 @@ CudaStatus GemvBf16Cuda(const uint16_t* x, int64_t cols, const uint16_t* w, int6
     return CudaStatus::Error("GemvBf16Cuda: cols must be a multiple of 8 up to 24576, x and W "
                              "16-byte aligned");
   }
-  switch (rows_per_warp) {
-    case 1: return Launch<1>(x, cols, w, rows, y, beta, stream);
-    case 2: return Launch<2>(x, cols, w, rows, y, beta, stream);
-    case 4: return Launch<4>(x, cols, w, rows, y, beta, stream);
-    default: return CudaStatus::Error("GemvBf16Cuda: rows_per_warp must be 1, 2 or 4");
+  return LaunchRows<XIn::kBf16>(GemvArgs{x, nullptr, nullptr, 0.0f, cols, w, rows, y, beta}, rows_per_warp,
+                                stream);
+}
+
+CudaStatus GemvBf16FromF32Cuda(const float* x, const float* norm_weight, float eps, int64_t cols,
+                               const uint16_t* w, int64_t rows, float* y, float beta,
+                               cudaStream_t stream, int rows_per_warp) {
+  if (rows <= 0) return CudaStatus::Ok();
+  if (!GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
+    return CudaStatus::Error("GemvBf16FromF32Cuda: cols must be a multiple of 8 up to 8192, x, W "
+                             "and the norm weight 16-byte aligned");
   }
+  const GemvArgs a{nullptr, x, norm_weight, eps, cols, w, rows, y, beta};
+  return norm_weight != nullptr ? LaunchRows<XIn::kF32Norm>(a, rows_per_warp, stream)
+                                : LaunchRows<XIn::kF32>(a, rows_per_warp, stream);
 }
 
 }  // namespace witcert

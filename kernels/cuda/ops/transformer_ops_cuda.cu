@@ -8,10 +8,12 @@
 
 #include <cmath>
 
+#include "kernels/cuda/ops/rms_norm_row.cuh"
+
 namespace witcert {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = cuda_ops::kRowThreads;
 
 CudaStatus LastLaunch(const char* what) {
   cudaError_t err = cudaGetLastError();
@@ -25,26 +27,11 @@ unsigned Blocks(int64_t count) {
   return static_cast<unsigned>(b < 1 ? 1 : b);
 }
 
-__device__ inline uint16_t ToBf16Bits(float f) {
-  __nv_bfloat16 b = __float2bfloat16_rn(f);
-  return *reinterpret_cast<uint16_t*>(&b);
-}
+using cuda_ops::BlockSum;
+using cuda_ops::ToBf16Bits;
 
 __device__ inline float Bf16BitsToFloat(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
-// Sum over the block (blockDim.x == kThreads); every thread gets the result.
-__device__ inline float BlockSum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  float s = 0.0f;
-  for (int w = 0; w < kThreads / 32; ++w) s += warp_sums[w];
-  __syncthreads();  // warp_sums may be reused by the caller's next BlockSum
-  return s;
 }
 
 __global__ void EmbeddingKernel(const uint16_t* table, int64_t vocab, int64_t hidden,
@@ -82,32 +69,20 @@ __global__ void RmsNormVec4Kernel(const float* x, const float* weight, int64_t d
                                   float* out_f32, uint16_t* out_bf16) {
   const int64_t row = blockIdx.x;
   const int64_t n4 = dim / 4;
-  const float4* xi = reinterpret_cast<const float4*>(x + row * dim);  // [dim / 4]
-  const float4* wi = reinterpret_cast<const float4*>(weight);
   float4 xv[V], wv[V];
+  cuda_ops::LoadRowVec4<V>(reinterpret_cast<const float4*>(x + row * dim), n4, xv);
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int64_t j = threadIdx.x + int64_t{k} * kThreads;
-    xv[k] = j < n4 ? xi[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    wv[k] = j < n4 ? __ldg(wi + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    wv[k] = j < n4 ? __ldg(reinterpret_cast<const float4*>(weight) + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < V; ++k) ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
-  ss = BlockSum(ss);
-  const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / dim + eps));
+  const float scale = cuda_ops::RmsScale<V>(xv, dim, eps);
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int64_t j = threadIdx.x + int64_t{k} * kThreads;
     if (j >= n4) break;
-    const float4 y = make_float4(xv[k].x * scale * wv[k].x, xv[k].y * scale * wv[k].y,
-                                 xv[k].z * scale * wv[k].z, xv[k].w * scale * wv[k].w);
-    if (out_bf16 != nullptr) {
-      uint2 b;
-      b.x = static_cast<uint32_t>(ToBf16Bits(y.x)) | (static_cast<uint32_t>(ToBf16Bits(y.y)) << 16);
-      b.y = static_cast<uint32_t>(ToBf16Bits(y.z)) | (static_cast<uint32_t>(ToBf16Bits(y.w)) << 16);
-      reinterpret_cast<uint2*>(out_bf16 + row * dim)[j] = b;
-    }
+    const float4 y = cuda_ops::NormScale4(xv[k], scale, wv[k]);
+    if (out_bf16 != nullptr) reinterpret_cast<uint2*>(out_bf16 + row * dim)[j] = cuda_ops::PackBf16x4(y);
     if (out_f32 != nullptr) reinterpret_cast<float4*>(out_f32 + row * dim)[j] = y;
   }
 }

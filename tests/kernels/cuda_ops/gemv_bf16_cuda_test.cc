@@ -1,13 +1,15 @@
 // The batch-1 GEMV (kernels/cuda/ops/gemv_bf16_cuda.h) against a double-precision reference.
 // Tolerance: fp32 accumulation of `cols` products in 4·32 partial sums then a shuffle tree, each
 // rounding ≤ u relative to the running |sum| ≤ Σ|w x|: |error| ≤ (cols/128 + 12)·u·Σ|w x|; we
-// allow 4× that. beta = 1 adds y's old value (one more rounding).
+// allow 4× that. beta = 1 adds y's old value (one more rounding). The fp32-input variant must
+// match the two-kernel path it replaces exactly.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
+#include "kernels/cuda/ops/transformer_ops_cuda.h"
 #include "tests/kernels/cuda_ops/ops_test_util.h"
 
 namespace witcert {
@@ -72,6 +74,46 @@ TEST(GemvBf16Cuda, MatchesDoubleReference) {
   }
 }
 
+// The fp32-input GEMV stages x itself (rounded, or RMS-normalized then rounded): y must equal
+// FloatToBf16Cuda / RmsNormCuda followed by GemvBf16Cuda bit for bit, for every row width.
+TEST(GemvBf16Cuda, FromF32IsTheTwoKernelPathBitForBit) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t rows, cols;
+    float beta;
+  };
+  for (const Shape s : {Shape{6144, 4096, 0.0f}, Shape{4096, 4096, 1.0f}, Shape{37, 24, 0.0f},
+                        Shape{1001, 1032, 1.0f}, Shape{5, 8192, 0.0f}}) {
+    SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.cols));
+    const std::vector<float> xf = RandomFloats(s.cols, 11 + s.cols, -40, 40);
+    const std::vector<float> nw = RandomFloats(s.cols, 13 + s.cols, -2, 2);
+    const std::vector<float> wf = RandomFloats(s.rows * s.cols, 17 + s.rows, -1, 1);
+    const std::vector<float> y0 = RandomFloats(s.rows, 19, -3, 3);
+    std::vector<uint16_t> w(s.rows * s.cols);
+    for (int64_t i = 0; i < s.rows * s.cols; ++i) w[i] = TruncBf16(wf[i]);
+    Dev<float> dx(xf), dn(nw);
+    Dev<uint16_t> dw(w), staged(std::vector<uint16_t>(s.cols));
+    ASSERT_TRUE(GemvBf16FromF32Supports(s.cols, dx.get(), dw.get(), dn.get()));
+    for (bool norm : {false, true}) {
+      if (norm) {
+        ASSERT_TRUE(RmsNormCuda(dx.get(), dn.get(), 1, s.cols, 1e-5f, nullptr, staged.get(), nullptr).ok);
+      } else {
+        ASSERT_TRUE(FloatToBf16Cuda(dx.get(), s.cols, staged.get(), nullptr).ok);
+      }
+      for (int rows_per_warp : {1, 2, 4}) {
+        SCOPED_TRACE(std::string(norm ? "norm" : "cast") + ", rows per warp " + std::to_string(rows_per_warp));
+        Dev<float> two(y0), fused(y0);
+        ASSERT_TRUE(GemvBf16Cuda(staged.get(), s.cols, dw.get(), s.rows, two.get(), s.beta, nullptr, rows_per_warp).ok);
+        const CudaStatus st = GemvBf16FromF32Cuda(dx.get(), norm ? dn.get() : nullptr, 1e-5f, s.cols, dw.get(),
+                                                  s.rows, fused.get(), s.beta, nullptr, rows_per_warp);
+        ASSERT_TRUE(st.ok) << st.message;
+        const std::vector<float> a = two.Get(), b = fused.Get();
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
 TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
   SKIP_WITHOUT_GPU();
   Dev<uint16_t> x(std::vector<uint16_t>(24584)), w(std::vector<uint16_t>(24584));
@@ -81,6 +123,10 @@ TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
   EXPECT_FALSE(GemvBf16Supports(16, x.get() + 1, w.get()));    // misaligned x
   EXPECT_FALSE(GemvBf16Cuda(x.get(), 12, w.get(), 1, y.get(), 0.0f, nullptr).ok);
   EXPECT_FALSE(GemvBf16Cuda(x.get(), 16, w.get(), 1, y.get(), 0.0f, nullptr, 3).ok);
+  Dev<float> xf(std::vector<float>(8200));
+  EXPECT_FALSE(GemvBf16FromF32Supports(8200, xf.get(), w.get(), nullptr));    // x beyond registers
+  EXPECT_FALSE(GemvBf16FromF32Supports(16, xf.get(), w.get(), xf.get() + 1));  // misaligned norm
+  EXPECT_FALSE(GemvBf16FromF32Cuda(xf.get(), nullptr, 1e-5f, 8200, w.get(), 1, y.get(), 0.0f, nullptr).ok);
 }
 
 }  // namespace

@@ -1,0 +1,64 @@
+// One row's RMSNorm in a 256-thread CTA, shared by RmsNormCuda's vector kernel and the batch-1
+// GEMV that normalizes its input itself (gemv_bf16_cuda.h): both call these functions with the
+// same thread mapping, so their bf16 outputs are the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+namespace witcert::cuda_ops {
+
+constexpr int kRowThreads = 256;
+
+// Sum over the block (blockDim.x == kRowThreads); every thread gets the result.
+__device__ __forceinline__ float BlockSum(float v) {
+  __shared__ float warp_sums[kRowThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  float s = 0.0f;
+  for (int w = 0; w < kRowThreads / 32; ++w) s += warp_sums[w];
+  __syncthreads();  // warp_sums may be reused by the caller's next BlockSum
+  return s;
+}
+
+__device__ __forceinline__ uint16_t ToBf16Bits(float f) {
+  __nv_bfloat16 b = __float2bfloat16_rn(f);
+  return *reinterpret_cast<uint16_t*>(&b);
+}
+
+// Thread t's float4 k of the row is element j = t + k·kRowThreads (zero past n4 = dim/4).
+template <int V>
+__device__ __forceinline__ void LoadRowVec4(const float4* x, int64_t n4, float4 (&xv)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int64_t j = threadIdx.x + int64_t{k} * kRowThreads;
+    xv[k] = j < n4 ? x[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+// RMSNorm's scale 1/sqrt(mean(x²) + eps) of a row held as LoadRowVec4 leaves it (zeros past
+// the row add nothing, so any V ≥ ⌈n4 / kRowThreads⌉ gives the same bits). Every thread calls it.
+template <int V>
+__device__ __forceinline__ float RmsScale(const float4 (&xv)[V], int64_t dim, float eps) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < V; ++k) ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+  ss = BlockSum(ss);
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / dim + eps));
+}
+
+// y = x·scale·w of one float4, and its four bf16 bits packed as RmsNormCuda stores them.
+__device__ __forceinline__ float4 NormScale4(const float4 x, float scale, const float4 w) {
+  return make_float4(x.x * scale * w.x, x.y * scale * w.y, x.z * scale * w.z, x.w * scale * w.w);
+}
+__device__ __forceinline__ uint2 PackBf16x4(const float4 y) {
+  uint2 b;
+  b.x = static_cast<uint32_t>(ToBf16Bits(y.x)) | (static_cast<uint32_t>(ToBf16Bits(y.y)) << 16);
+  b.y = static_cast<uint32_t>(ToBf16Bits(y.z)) | (static_cast<uint32_t>(ToBf16Bits(y.w)) << 16);
+  return b;
+}
+
+}  // namespace witcert::cuda_ops
