@@ -55,9 +55,10 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
                                   const float* __restrict__ part_acc,            // [B, Hq, P, D]
                                   const int32_t* __restrict__ context_lens, int32_t num_splits,
                                   int32_t num_q_heads, int32_t head_dim, float* __restrict__ out,
-                                  meter::CertBound* __restrict__ cert) {
+                                  meter::CertBound* __restrict__ cert, float* __restrict__ out_norm) {
   __shared__ float f[kMaxSplits];  // [P] e^{m_i − M}
   __shared__ float s_inv_z;
+  __shared__ float s_out[256];     // [head_dim] the output row, for ‖õ‖
   const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
   const int32_t P = static_cast<int32_t>(SplitsUsed(context_lens[seq], num_splits));
   const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
@@ -117,7 +118,21 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   float o = 0.0f;
 #pragma unroll 8
   for (int i = 0; i < P; ++i) o += part_acc[(base + i) * head_dim + tid] * f[i];
-  out[cell * head_dim + tid] = o * s_inv_z;
+  o *= s_inv_z;
+  out[cell * head_dim + tid] = o;
+  if (out_norm == nullptr) return;
+  // ‖õ‖ with RowNormsCuda's arithmetic (lane l sums channels l, l + 32, ..., then the same
+  // shuffle tree), so the reported norm is the bits that kernel gives.
+  s_out[tid] = o;
+  asm volatile("bar.sync 1, %0;" ::"r"(head_dim) : "memory");
+  if (tid >= 32) return;
+  float ss = 0.0f;
+  for (int j = tid; j < head_dim; j += 32) {
+    const float v = s_out[j];
+    ss += v * v;
+  }
+  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (tid == 0) out_norm[cell] = sqrtf(ss);
 }
 
 int32_t GroupBound(int32_t q_per_kv) { return q_per_kv <= 4 ? 4 : 8; }  // GMAX
@@ -311,10 +326,12 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const size_t msmem = 0;
   if (args.meter) {
     MergeSplitsKernel<true><<<mgrid, layout.head_dim + 32, msmem, stream>>>(
-        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, args.cert);
+        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, args.cert,
+        args.out_norm);
   } else {
     MergeSplitsKernel<false><<<mgrid, layout.head_dim + 32, msmem, stream>>>(
-        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, nullptr);
+        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, nullptr,
+        args.out_norm);
   }
   WITCERT_CUDA_CALL(cudaGetLastError());
   return CudaStatus::Ok();

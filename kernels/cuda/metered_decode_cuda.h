@@ -65,6 +65,7 @@ struct MeteredDecodeCudaArgs {
   const int32_t* outlier_channels = nullptr;  // [Hkv, 2 (K, V), m], device
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
+  float* out_norm = nullptr;            // optional [batch, Hq] ‖out‖₂ per cell (RowNormsCuda's bits)
   void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device
   size_t workspace_bytes = 0;
 };

@@ -514,22 +514,17 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.out = attn_.get() + g.first_row * q_dim;
         const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
         a.cert = g.meter ? cert_.get() + cell0 : nullptr;
+        a.out_norm = g.meter ? out_norm_.get() + cell0 : nullptr;  // ‖õ‖ from the merge kernel
         a.workspace = workspace_.get();
         a.workspace_bytes = workspace_.size();
         WITCERT_KERNEL_OK(MeteredDecodeCuda(layout_, pool_.layer(layer), a, stream_));
-        if (g.meter) {
-          WITCERT_KERNEL_OK(RowNormsCuda(a.out, g.num_rows * hq, d, out_norm_.get() + cell0,
-                                         stream_));
-        }
       }
       if (repair_step && !rstep.repair_rows.empty()) RETURN_IF_ERROR(RepairLayer(layer, rstep));
       RETURN_IF_ERROR(GemmFromF32(attn_.get(), nullptr, n, q_dim, attn_bf_.get(), lw.wo.get(),
                                   hidden, x, hidden, 1.0f));
 
-      WITCERT_KERNEL_OK(RmsNormCuda(x, lw.ffn_norm.get(), n, hidden, config_.rms_norm_eps, nullptr,
-                                    xn_.get(), stream_));
-      RETURN_IF_ERROR(Gemm(xn_.get(), n, hidden, lw.w_gate_up.get(), 2 * ffn, gate_up_.get(),
-                           2 * ffn, 0.0f));
+      RETURN_IF_ERROR(GemmFromF32(x, lw.ffn_norm.get(), n, hidden, xn_.get(), lw.w_gate_up.get(),
+                                  2 * ffn, gate_up_.get(), 2 * ffn, 0.0f));
       WITCERT_KERNEL_OK(SwiGluCuda(gate_up_.get(), gate_up_.get() + ffn, n, ffn, 2 * ffn, nullptr,
                                    act_.get(), stream_));
       RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));

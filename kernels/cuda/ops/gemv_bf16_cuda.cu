@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/ops/rms_norm_row.cuh"
+#include "kernels/cuda/ops/row_transforms.cuh"
 
 namespace witcert {
 namespace {

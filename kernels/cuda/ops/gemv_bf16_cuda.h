@@ -29,7 +29,7 @@ CudaStatus GemvBf16Cuda(const uint16_t* x, int64_t cols, const uint16_t* w, int6
 // The same from an fp32 x [cols], which each CTA rounds to bf16 itself — after an RMSNorm
 // with `norm_weight` [cols] (fp32) and `eps` when norm_weight is set. The staged x is bit for bit
 // what FloatToBf16Cuda, or RmsNormCuda's bf16 output, would have given the GEMV (the same row
-// functions, kernels/cuda/ops/rms_norm_row.cuh), so this saves a launch and a round trip at
+// functions, kernels/cuda/ops/row_transforms.cuh), so this saves a launch and a round trip at
 // batch 1 without changing a bit of y.
 bool GemvBf16FromF32Supports(int64_t cols, const void* x, const void* w, const void* norm_weight);
 // cols ≤ 8192 (x lives in registers while it is staged), 16-byte aligned norm_weight (or null).

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "kernels/cuda/ops/rms_norm_row.cuh"
+#include "kernels/cuda/ops/row_transforms.cuh"
 
 namespace witcert {
 namespace {

@@ -20,6 +20,7 @@
 //    gets the same rows as exact tokens (token_exact = 1); the same tolerances apply.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -32,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/metered_attention.h"
 #include "kernels/cuda/metered_decode_cuda.h"
+#include "kernels/cuda/ops/transformer_ops_cuda.h"
 #include "kernels/meter/float_formats.h"
 #include "kernels/meter/partial_sum.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -251,10 +253,17 @@ class Problem {
     DeviceBuffer<uint8_t> ws(MeteredDecodeWorkspaceBytes(a.batch, a.num_q_heads, c_.d, r->splits));
     a.workspace = ws.get();
     a.workspace_bytes = ws.size();
+    DeviceBuffer<float> dnorm(batch * hq), dnorm_ref(batch * hq);
+    a.out_norm = dnorm.get();
     ASSERT_CUDA_OK(MeteredDecodeCuda(L_, pool_.layer(0), a, nullptr));
     ASSERT_CUDART(cudaDeviceSynchronize());
     r->out = dout.Download();
     r->cert = dc.Download();
+    // The merge kernel's ‖out‖ is RowNormsCuda's, bit for bit.
+    ASSERT_CUDA_OK(RowNormsCuda(dout.get(), batch * hq, c_.d, dnorm_ref.get(), nullptr));
+    ASSERT_CUDART(cudaDeviceSynchronize());
+    const std::vector<float> norm = dnorm.Download(), norm_ref = dnorm_ref.Download();
+    ASSERT_EQ(std::memcmp(norm.data(), norm_ref.data(), norm.size() * sizeof(float)), 0);
   }
 
   // CPU oracle on the rows the GPU stored (decoded by the CPU codec), same split count.

@@ -1,6 +1,7 @@
-// One row's RMSNorm in a 256-thread CTA, shared by RmsNormCuda's vector kernel and the batch-1
-// GEMV that normalizes its input itself (gemv_bf16_cuda.h): both call these functions with the
-// same thread mapping, so their bf16 outputs are the same bits.
+// Row transforms shared by the standalone kernels (transformer_ops_cuda.h) and the batch-1
+// GEMV that prepares its own input (gemv_bf16_cuda.h): one row's RMSNorm in a 256-thread CTA and
+// the bf16 rounding. Both sides call these functions with the same thread mapping, so
+// their bf16 outputs are the same bits.
 #pragma once
 
 #include <cstdint>
