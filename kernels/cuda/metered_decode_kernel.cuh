@@ -57,30 +57,40 @@ struct DecodeParams {
   int32_t num_outliers = 0;
 };
 
-// For the lane's 8 channels [ch0, ch0+8): the index j of each in the (KV head, side)'s outlier
-// list, or −1 (EXACT kernels with outlier channels on).
-__device__ __forceinline__ void LaneOutlierSlots(const DecodeParams& p, int kvh, bool is_value, int ch0,
-                                                 int8_t (&slot)[8]) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) slot[i] = -1;
+// The lane's 8 channels [ch0, ch0+8) in the (KV head, side)'s ascending outlier list: bit i of
+// `mask` set when channel ch0+i is listed; listed channels of one lane are consecutive in the
+// list, from index `base` on (EXACT kernels with outlier channels on). Two registers a side.
+struct LaneOutliers {
+  uint32_t mask = 0;
+  int32_t base = 0;
+};
+__device__ __forceinline__ LaneOutliers FindLaneOutliers(const DecodeParams& p, int kvh, bool is_value, int ch0) {
+  LaneOutliers r;
   const int32_t m = p.num_outliers;
   const int32_t* ch = p.outlier_channels + (kvh * 2 + (is_value ? 1 : 0)) * m;
   for (int32_t j = 0; j < m; ++j) {
     const int32_t c = __ldg(ch + j) - ch0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (c == i) slot[i] = static_cast<int8_t>(j);
-    }
+    if (c < 0) ++r.base;
+    if (c >= 0 && c < 8) r.mask |= 1u << c;
   }
+  return r;
+}
+
+// Pool vector index of token t of the sequence whose block table is `bt` (KV head kvh).
+__device__ __forceinline__ int64_t TokenVector(const DecodeParams& p, const int32_t* bt, int64_t t, int kvh) {
+  const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
+  return ((blk * p.layout.num_kv_heads + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (p.layout.block_size - 1));
 }
 
 // An outlier-bypass token in stored values: x (code domain, scale sc) becomes fl(x·sc) — the
 // stored k̃ / ṽ bit for bit, as the codec's decode computes it — with the lane's outlier
 // channels replaced by their exact values `ov` [m]; the caller then uses scale 1.
-__device__ __forceinline__ void ToStoredWithOutliers(float (&x)[8], float sc, const int8_t (&slot)[8],
+__device__ __forceinline__ void ToStoredWithOutliers(float (&x)[8], float sc, const LaneOutliers& lo,
                                                      const float* ov) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = slot[i] >= 0 ? __ldg(ov + slot[i]) : __fmul_rn(x[i], sc);
+  for (int i = 0; i < 8; ++i) {
+    x[i] = (lo.mask >> i) & 1u ? __ldg(ov + lo.base + __popc(lo.mask & ((1u << i) - 1u))) : __fmul_rn(x[i], sc);
+  }
 }
 
 // Exact-cache slot of token t's block for this (layer, KV head); −1 when it is read quantized.
@@ -230,8 +240,11 @@ __device__ __forceinline__ float TokenRho(const uint16_t* vw, int32_t nb) {
   }
 }
 
-template <class C, int D, int GMAX, bool METER, bool EXACT>
+// OUTLIERS (implies EXACT): the outlier channel bypass is on (p.num_outliers > 0). A separate
+// variant, so the exact-read kernels of the gate and of kivi2 do not carry its registers.
+template <class C, int D, int GMAX, bool METER, bool EXACT, bool OUTLIERS>
 __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKernel(const DecodeParams p) {
+  static_assert(EXACT || !OUTLIERS, "the bypass runs in the EXACT variant");
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kTile / (kWarps * TPW);
   constexpr int UB = (64 / C::kBytes) < U ? (64 / C::kBytes) : U;  // loads in flight per batch
   constexpr int NW = kChunkWords<C::kBytes>;
@@ -264,13 +277,10 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
     }
   }
 
-  int8_t ko[8], vo[8];  // outlier-list slot of each of the lane's channels, K and V (EXACT)
-  if (EXACT && p.num_outliers > 0) {
-    LaneOutlierSlots(p, kvh, false, ch0, ko);
-    LaneOutlierSlots(p, kvh, true, ch0, vo);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ko[i] = vo[i] = -1;
+  LaneOutliers ko, vo;  // the lane's outlier channels, K and V (OUTLIERS)
+  if constexpr (OUTLIERS) {
+    ko = FindLaneOutliers(p, kvh, false, ch0);
+    vo = FindLaneOutliers(p, kvh, true, ch0);
   }
 
   // ---- meter prologue: query band norms and the Tier B coefficient (CPU: PrepareMeteredQuery)
@@ -316,7 +326,6 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       float xe[EXACT ? UB : 1][8];  // exact rows (EXACT)
       bool ex[UB];
       const uint16_t* prm[C::kAffineParams ? UB : 1];  // decode parameters (kivi2)
-      int64_t ovec[EXACT ? UB : 1];                      // vector index (outlier values)
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
@@ -325,7 +334,6 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         if (t < end) {
           const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
           const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
-          if constexpr (EXACT) ovec[u] = vec;
           LoadChunk<C::kBytes>(kc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.k_scales[vec * nscale + scale_idx]) : 1.0f;
           if constexpr (C::kAffineParams) prm[u] = KeyParams<C, D>(p.kv, blk * hkv + kvh, ch0);
@@ -358,9 +366,11 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           if (ex[u]) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) x[i] = xe[u][i];
-          } else if (p.num_outliers > 0 && t < end) {
-            ToStoredWithOutliers(x, sc[u], ko, p.kv.k_outliers + ovec[u] * p.num_outliers);
-            sc[u] = 1.0f;
+          } else if constexpr (OUTLIERS) {
+            if (t < end) {
+              ToStoredWithOutliers(x, sc[u], ko, p.kv.k_outliers + TokenVector(p, bt, t, kvh) * p.num_outliers);
+              sc[u] = 1.0f;
+            }
           }
         }
         float dot[GMAX];
@@ -460,7 +470,6 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       float xe[EXACT ? UB : 1][8];
       bool ex[UB];
       const uint16_t* prm[C::kAffineParams ? UB : 1];
-      int64_t ovec[EXACT ? UB : 1];
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
@@ -469,7 +478,6 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
         if (t < end) {
           const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
           const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
-          if constexpr (EXACT) ovec[u] = vec;
           LoadChunk<C::kBytes>(vc + vec * cb + part * C::kBytes, raw[u]);
           sc[u] = C::kScaled ? Bf16Bits(p.kv.v_scales[vec * nscale + scale_idx]) : 1.0f;
           if constexpr (C::kAffineParams) prm[u] = ValueParams<C>(p.kv, vec);
@@ -503,10 +511,12 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           if (ex[u]) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) x[i] = xe[u][i];
-          } else if (p.num_outliers > 0 && t < end) {
-            ToStoredWithOutliers(x, sc[u], vo, p.kv.v_outliers + ovec[u] * p.num_outliers);
-            sc[u] = 1.0f;
-            ex[u] = true;  // stored values, as an exact row: the wide-range norm below
+          } else if constexpr (OUTLIERS) {
+            if (t < end) {
+              ToStoredWithOutliers(x, sc[u], vo, p.kv.v_outliers + TokenVector(p, bt, t, kvh) * p.num_outliers);
+              sc[u] = 1.0f;
+              ex[u] = true;  // stored values, as an exact row: the wide-range norm below
+            }
           }
         }
 #pragma unroll
@@ -624,9 +634,9 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
   }
 }
 
-template <class C, int D, int GMAX, bool METER, bool EXACT = false>
+template <class C, int D, int GMAX, bool METER, bool EXACT = false, bool OUTLIERS = false>
 CudaStatus LaunchDecode(const DecodeParams& p, dim3 grid, size_t dyn_smem, cudaStream_t stream) {
-  auto kernel = MeteredDecodeKernel<C, D, GMAX, METER, EXACT>;
+  auto kernel = MeteredDecodeKernel<C, D, GMAX, METER, EXACT, OUTLIERS>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(dyn_smem)));
   kernel<<<grid, kThreads, dyn_smem, stream>>>(p);
@@ -643,13 +653,22 @@ CudaStatus LaunchDecodeForCodec(const DecodeParams& p, bool meter, dim3 grid, si
                                 cudaStream_t stream) {
   const int d = p.layout.head_dim;
   const bool g8 = p.q_per_kv > 4;
-  const bool exact = p.exact_slot != nullptr || p.num_outliers > 0;
+  const bool exact = p.exact_slot != nullptr;
+  const bool outliers = p.num_outliers > 0;
   constexpr bool kAlwaysExact = C::kAffineParams;
-  if (exact && !meter && !kAlwaysExact) {
-    return CudaStatus::Error("MeteredDecodeCuda: exact reads need the meter on");
+  if ((exact || outliers) && !meter && !kAlwaysExact) {
+    return CudaStatus::Error("MeteredDecodeCuda: exact reads and outlier channels need the meter on");
   }
 #define WITCERT_DECODE_CASE(D_, G_)                                                             \
   if (d == D_ && g8 == (G_ == 8)) {                                                             \
+    if constexpr (C::kExact) {                                                                  \
+      if (outliers) return CudaStatus::Error("MeteredDecodeCuda: an exact scheme has no outliers"); \
+    } else {                                                                                    \
+      if (outliers && meter) return LaunchDecode<C, D_, G_, true, true, true>(p, grid, dyn_smem, stream); \
+      if constexpr (kAlwaysExact) {                                                             \
+        if (outliers) return LaunchDecode<C, D_, G_, false, true, true>(p, grid, dyn_smem, stream); \
+      }                                                                                         \
+    }                                                                                           \
     if constexpr (kAlwaysExact) {                                                               \
       return meter ? LaunchDecode<C, D_, G_, true, true>(p, grid, dyn_smem, stream)             \
                    : LaunchDecode<C, D_, G_, false, true>(p, grid, dyn_smem, stream);           \
