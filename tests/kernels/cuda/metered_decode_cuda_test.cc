@@ -464,6 +464,45 @@ TEST(MeteredDecodeCuda, Kivi2MatchesCpu) {
   }
 }
 
+// One 40-token sequence over a 4-block pool with one KV head and `hq` query heads, contents
+// never written: for the tests of which layouts and arguments MeteredDecodeCuda accepts.
+struct TinyDecode {
+  PagedKvLayout L;
+  PagedKvPoolCuda pool;
+  DeviceBuffer<float> q, out;
+  DeviceBuffer<int32_t> table, lens;
+  DeviceBuffer<meter::CertBound> cert;
+  DeviceBuffer<uint8_t> ws;
+  MeteredDecodeCudaArgs a;
+
+  CudaStatus Init(KvScheme scheme, int32_t d, int32_t hq, int32_t outliers = 0) {
+    L.num_blocks = 4;
+    L.num_kv_heads = 1;
+    L.head_dim = d;
+    L.scheme = scheme;
+    L.outlier_channels = outliers;
+    q.Resize(hq * d);
+    out.Resize(hq * d);
+    table.Upload({0, 1, 2, 3});
+    lens.Upload({40});
+    cert.Resize(hq);
+    ws.Resize(MeteredDecodeWorkspaceBytes(1, hq, d, 64));
+    a.q = q.get();
+    a.block_tables = table.get();
+    a.context_lens = lens.get();
+    a.batch = 1;
+    a.num_q_heads = hq;
+    a.max_blocks_per_seq = 4;
+    a.max_context = 40;
+    a.out = out.get();
+    a.cert = cert.get();
+    a.workspace = ws.get();
+    a.workspace_bytes = ws.size();
+    return pool.Init(L, 1);
+  }
+  CudaStatus Run() { return MeteredDecodeCuda(L, pool.layer(0), a, nullptr); }
+};
+
 // Outlier channel bypass (first kernel, EXACT variant): every scheme with a witness, both
 // head dims, GQA 4/8, promoted blocks beside it, adversarial rows (outlier channels are
 // what the bypass is for), kivi2 with meter off too.
@@ -497,41 +536,18 @@ TEST(MeteredDecodeCuda, OutlierBypassMatchesCpu) {
 // Without its table or with the meter off (other than kivi2), the bypass is refused.
 TEST(MeteredDecodeCuda, OutlierBypassNeedsTableAndMeter) {
   WITCERT_SKIP_WITHOUT_GPU();
-  PagedKvLayout L;
-  L.num_blocks = 4;
-  L.num_kv_heads = 1;
-  L.head_dim = 64;
-  L.scheme = KvScheme::kInt8Rtn;
-  L.outlier_channels = 2;
-  PagedKvPoolCuda pool;
-  ASSERT_CUDA_OK(pool.Init(L, 1));
-  DeviceBuffer<float> q(4 * 64), out(4 * 64);
-  DeviceBuffer<int32_t> table, lens, channels;
-  table.Upload({0, 1, 2, 3});
-  lens.Upload({40});
+  TinyDecode t;
+  ASSERT_CUDA_OK(t.Init(KvScheme::kInt8Rtn, 64, 4, /*outliers=*/2));
+  DeviceBuffer<int32_t> channels;
   channels.Upload({1, 2, 3, 4});
-  DeviceBuffer<meter::CertBound> cert(4);
-  DeviceBuffer<uint8_t> ws(MeteredDecodeWorkspaceBytes(1, 4, 64, 64));
-  MeteredDecodeCudaArgs a;
-  a.q = q.get();
-  a.block_tables = table.get();
-  a.context_lens = lens.get();
-  a.batch = 1;
-  a.num_q_heads = 4;
-  a.max_blocks_per_seq = 4;
-  a.max_context = 40;
-  a.out = out.get();
-  a.cert = cert.get();
-  a.workspace = ws.get();
-  a.workspace_bytes = ws.size();
-  CudaStatus st = MeteredDecodeCuda(L, pool.layer(0), a, nullptr);
+  const CudaStatus st = t.Run();
   EXPECT_FALSE(st.ok);
   EXPECT_NE(st.message.find("outlier channels need their table"), std::string::npos) << st.message;
-  a.outlier_channels = channels.get();
-  a.meter = false;
-  EXPECT_FALSE(MeteredDecodeCuda(L, pool.layer(0), a, nullptr).ok);
-  a.meter = true;
-  EXPECT_TRUE(MeteredDecodeCuda(L, pool.layer(0), a, nullptr).ok);
+  t.a.outlier_channels = channels.get();
+  t.a.meter = false;
+  EXPECT_FALSE(t.Run().ok);
+  t.a.meter = true;
+  EXPECT_TRUE(t.Run().ok);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -599,37 +615,14 @@ TEST(MeteredDecodeCuda, TensorCoreRejectsOtherShapes) {
   WITCERT_SKIP_WITHOUT_GPU();
   for (auto [scheme, d, hq] : {std::tuple{KvScheme::kInt8Rtn, 64, 4}, std::tuple{KvScheme::kInt8Rtn, 128, 8},
                                 std::tuple{KvScheme::kFp8Scaled, 128, 4}}) {
-    PagedKvLayout L;
-    L.num_blocks = 4;
-    L.num_kv_heads = 1;
-    L.head_dim = d;
-    L.scheme = scheme;
-    PagedKvPoolCuda pool;
-    ASSERT_CUDA_OK(pool.Init(L, 1));
-    DeviceBuffer<float> q(hq * d), out(hq * d);
-    DeviceBuffer<int32_t> table, lens;
-    table.Upload({0, 1, 2, 3});
-    lens.Upload({40});
-    DeviceBuffer<meter::CertBound> cert(hq);
-    MeteredDecodeCudaArgs a;
-    a.q = q.get();
-    a.block_tables = table.get();
-    a.context_lens = lens.get();
-    a.batch = 1;
-    a.num_q_heads = hq;
-    a.max_blocks_per_seq = 4;
-    a.max_context = 40;
-    a.kernel = 3;
-    a.out = out.get();
-    a.cert = cert.get();
-    DeviceBuffer<uint8_t> ws(MeteredDecodeWorkspaceBytes(1, hq, d, 64));
-    a.workspace = ws.get();
-    a.workspace_bytes = ws.size();
-    const CudaStatus st = MeteredDecodeCuda(L, pool.layer(0), a, nullptr);
+    TinyDecode t;
+    ASSERT_CUDA_OK(t.Init(scheme, d, hq));
+    t.a.kernel = 3;
+    const CudaStatus st = t.Run();
     EXPECT_FALSE(st.ok);
     EXPECT_NE(st.message.find("tensor-core kernel"), std::string::npos) << st.message;
-    a.kernel = 0;  // the default falls back to the pipelined kernel
-    EXPECT_TRUE(MeteredDecodeCuda(L, pool.layer(0), a, nullptr).ok);
+    t.a.kernel = 0;  // the default falls back to the pipelined kernel
+    EXPECT_TRUE(t.Run().ok);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
 }
