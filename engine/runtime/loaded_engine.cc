@@ -51,13 +51,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
         absl::StrFormat("device '%s': expected cuda, cpu or auto", config.device));
   }
 #ifdef WITCERT_HAVE_CUDA_BACKEND
-  // The GPU gate observes but cannot repair yet: `auto` keeps a repair-mode server on the CPU.
-  const bool gpu_can_gate = config.gate.mode != GateMode::kRepair;
-  if (config.device == "auto" && !gpu_can_gate && CudaBackend::DeviceAvailable()) {
-    say("gate mode repair is CPU-only for now: using the cpu backend");
-  }
-  if (config.device == "cuda" ||
-      (config.device == "auto" && gpu_can_gate && CudaBackend::DeviceAvailable())) {
+  // The GPU backend runs every gate mode (repair: engine/backend/cuda/cuda_gate_repair.cc).
+  if (config.device == "cuda" || (config.device == "auto" && CudaBackend::DeviceAvailable())) {
     // Prefix caching is CPU-only for now: the GPU's prompt kernels read a cached prefix
     // from the quantized pool, so a hit would not compute what a miss computes.
     KvCacheOptions gpu_kv = kv_options;
