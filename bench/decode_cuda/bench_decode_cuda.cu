@@ -214,11 +214,9 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
           if (i >= 5) ms.push_back(t);
         }
         BENCH_CHECK(cudaGetLastError());
-        // Codes + scales of both sides, kivi2's key groups amortized over the block, and the
-        // witnesses when the meter reads them.
-        const double per_tok = 2.0 * L.code_bytes() + 2.0 * (L.scales_per_vector(false) + L.scales_per_vector(true)) +
-                               2.0 * L.group_params_per_block() / bs +
-                               (meter && L.has_witness() ? 4.0 * L.num_bands : 0.0);
+        // The stored bytes per token (kivi2's key groups amortized over the block), less the
+        // witnesses when the meter does not read them.
+        const double per_tok = L.BytesPerTokenPerHead() - (!meter && L.has_witness() ? 4.0 * L.num_bands : 0.0);
         const double bytes = per_tok * hkv * static_cast<double>(batch) * ctx;
         const double sec = Median(ms) * 1e-3;
         rows->push_back({label, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12});

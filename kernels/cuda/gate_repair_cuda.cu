@@ -97,6 +97,8 @@ __global__ void MoveRowsKernel(const uint32_t* __restrict__ src, int64_t row_wor
 
 // ℓ̃_t of token t for the query in shared memory (code-domain dot per 8-channel chunk, times
 // its scale, like the decode kernels).
+// Outlier-bypass layouts would rank on their codes alone (no backend serves them yet); the
+// ranking only orders page-ins, it never enters a bound.
 template <class C, int D>
 __device__ float StoredLogit(const PagedKvLayout& L, const PagedKvLayer& kv, const float* q,
                              const int32_t* bt, int bs_shift, int kvh, int64_t t, uint64_t h1,

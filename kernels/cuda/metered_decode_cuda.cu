@@ -279,7 +279,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const bool exact = args.exact_slot != nullptr;
   // Group-keyed schemes (kivi2) run the first kernel only, and read the blocks whose keys are
   // not encoded yet from the exact table, meter on or off. So does the outlier bypass (its
-  // EXACT variant puts the exact channels back), with the meter on unless the scheme is kivi2.
+  // OUTLIERS variant puts the exact channels back), with the meter on unless the scheme is kivi2.
   const bool group_keys = layout.group_keys();
   const bool outliers = layout.outliers() > 0;
   if ((group_keys || outliers) && args.kernel != 0 && args.kernel != 1) {
