@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
                              static_cast<int>(s.cols), x, CUDA_R_16BF, static_cast<int>(s.cols), &beta, y,
                              CUDA_R_32F, static_cast<int>(s.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         } else {
-          CHECK(!witcert::GemvBf16Cuda(x, s.cols, w[i % copies], s.rows, y, 0.0f, nullptr, 1 << (v - 1)).ok);
+          CHECK(!witcert::GemvBf16Cuda(x, s.cols, w[i % copies], s.rows, y, 0.0f, nullptr, {1 << (v - 1)}).ok);
         }
       };
       for (int i = 0; i < copies; ++i) run(i);  // warm-up

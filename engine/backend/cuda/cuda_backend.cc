@@ -135,19 +135,20 @@ void CudaBackend::set_cuda_graphs(bool on) {
   cuda_graphs_ = on;
 }
 
-// Batch 1: the GEMV (2 rows per warp) where bench_gemv measured it faster than cuBLAS on the
-// 8B shapes — the attention projections (rows ≤ 2·cols: QKV, O) and the vocabulary head
-// (rows ≥ 16·cols); cuBLAS keeps gate|up and down (gemv_bf16_cuda.h, bench/RESULTS.md).
-static bool UseGemv(int64_t n, int64_t cols, int64_t rows) {
-  return n == 1 && cols <= 8192 && (rows <= 2 * cols || rows >= 16 * cols);
-}
+// Batch 1: every projection through the GEMV (2 rows per warp), launched to overlap the kernel
+// before it (gemv_bf16_cuda.h). On the H200, bench_decode_gpu llama-3.1-8b 8192 20 1 (graphs
+// on, int8-rtn, meter off), alternated twice in one call: the attention projections and head
+// only on the GEMV 5.07 / 5.08 ms, every projection 4.94 / 4.94, with the overlap 4.91 / 4.88
+// (bench/RESULTS.md, 2026-12-01 21:45 UTC). Larger batches keep cuBLAS.
+static bool UseGemv(int64_t n) { return n == 1; }
+static constexpr GemvLaunch kBatchOneGemv{/*rows_per_warp=*/2, /*overlap_previous=*/true};
 
 absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, int64_t n,
                                       int64_t cols, uint16_t* staged, const uint16_t* w,
                                       int64_t rows, float* y, int64_t ldy, float beta) {
-  if (UseGemv(n, cols, rows) && GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
+  if (UseGemv(n) && GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
     WITCERT_KERNEL_OK(GemvBf16FromF32Cuda(x, norm_weight, config_.rms_norm_eps, cols, w, rows, y,
-                                          beta, stream_, /*rows_per_warp=*/2));
+                                          beta, stream_, kBatchOneGemv));
     return absl::OkStatus();
   }
   if (norm_weight != nullptr) {
@@ -161,8 +162,8 @@ absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, 
 
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
                                int64_t rows, float* y, int64_t ldy, float beta) {
-  if (UseGemv(n, cols, rows) && GemvBf16Supports(cols, x, w)) {
-    WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_, /*rows_per_warp=*/2));
+  if (UseGemv(n) && GemvBf16Supports(cols, x, w)) {
+    WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_, kBatchOneGemv));
     return absl::OkStatus();
   }
   const float alpha = 1.0f;

@@ -71,6 +71,11 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
       for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
     }
   }
+  // Everything above reads only W. A programmatic dependent launch (GemvLaunch) may have started
+  // this CTA before the previous kernel finished: wait for it before x and y are touched. (Without
+  // that launch attribute both instructions are no-ops.) Let the next kernel launch early too.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
   if constexpr (IN == XIn::kBf16) {
     const uint4* xg = reinterpret_cast<const uint4*>(a.x_bf16);
     for (int64_t j = threadIdx.x; j < c8; j += kThreads) xs[j] = xg[j];
@@ -127,21 +132,29 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
 }
 
 template <int R, XIn IN>
-CudaStatus Launch(const GemvArgs& a, cudaStream_t stream) {
+CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
   const int64_t blocks = (a.rows + kWarps * R - 1) / (kWarps * R);
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
-  const size_t smem = static_cast<size_t>(a.cols) * 2;
-  GemvBf16Kernel<R, IN><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(a);
-  WITCERT_CUDA_CALL(cudaGetLastError());
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(a.cols) * 2;
+  cfg.stream = stream;
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl;
+  cfg.numAttrs = overlap_previous ? 1 : 0;
+  WITCERT_CUDA_CALL(cudaLaunchKernelEx(&cfg, GemvBf16Kernel<R, IN>, a));
   return CudaStatus::Ok();
 }
 
 template <XIn IN>
-CudaStatus LaunchRows(const GemvArgs& a, int rows_per_warp, cudaStream_t stream) {
-  switch (rows_per_warp) {
-    case 1: return Launch<1, IN>(a, stream);
-    case 2: return Launch<2, IN>(a, stream);
-    case 4: return Launch<4, IN>(a, stream);
+CudaStatus LaunchRows(const GemvArgs& a, GemvLaunch launch, cudaStream_t stream) {
+  switch (launch.rows_per_warp) {
+    case 1: return Launch<1, IN>(a, launch.overlap_previous, stream);
+    case 2: return Launch<2, IN>(a, launch.overlap_previous, stream);
+    case 4: return Launch<4, IN>(a, launch.overlap_previous, stream);
     default: return CudaStatus::Error("GemvBf16Cuda: rows_per_warp must be 1, 2 or 4");
   }
 }
@@ -159,27 +172,26 @@ bool GemvBf16FromF32Supports(int64_t cols, const void* x, const void* w, const v
 }
 
 CudaStatus GemvBf16Cuda(const uint16_t* x, int64_t cols, const uint16_t* w, int64_t rows,
-                        float* y, float beta, cudaStream_t stream, int rows_per_warp) {
+                        float* y, float beta, cudaStream_t stream, GemvLaunch launch) {
   if (rows <= 0) return CudaStatus::Ok();
   if (!GemvBf16Supports(cols, x, w)) {
     return CudaStatus::Error("GemvBf16Cuda: cols must be a multiple of 8 up to 24576, x and W "
                              "16-byte aligned");
   }
-  return LaunchRows<XIn::kBf16>(GemvArgs{x, nullptr, nullptr, 0.0f, cols, w, rows, y, beta}, rows_per_warp,
-                                stream);
+  return LaunchRows<XIn::kBf16>(GemvArgs{x, nullptr, nullptr, 0.0f, cols, w, rows, y, beta}, launch, stream);
 }
 
 CudaStatus GemvBf16FromF32Cuda(const float* x, const float* norm_weight, float eps, int64_t cols,
                                const uint16_t* w, int64_t rows, float* y, float beta,
-                               cudaStream_t stream, int rows_per_warp) {
+                               cudaStream_t stream, GemvLaunch launch) {
   if (rows <= 0) return CudaStatus::Ok();
   if (!GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
     return CudaStatus::Error("GemvBf16FromF32Cuda: cols must be a multiple of 8 up to 8192, x, W "
                              "and the norm weight 16-byte aligned");
   }
   const GemvArgs a{nullptr, x, norm_weight, eps, cols, w, rows, y, beta};
-  return norm_weight != nullptr ? LaunchRows<XIn::kF32Norm>(a, rows_per_warp, stream)
-                                : LaunchRows<XIn::kF32>(a, rows_per_warp, stream);
+  return norm_weight != nullptr ? LaunchRows<XIn::kF32Norm>(a, launch, stream)
+                                : LaunchRows<XIn::kF32>(a, launch, stream);
 }
 
 }  // namespace witcert

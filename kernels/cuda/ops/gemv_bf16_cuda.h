@@ -3,11 +3,12 @@
 //
 // Why: for n = 1 cuBLAS runs some shapes as a split-K GEMM plus a reduction kernel; this kernel
 // is one launch. bench/decode_gpu/bench_gemv on the H200 (µs per call, weights streamed from
-// DRAM, 8B shapes): QKV 16.17 cuBLAS vs 15.91 here (2 rows per warp), O 13.04 vs 12.68, head
-// 247.7 vs 241.5, but gate|up 57.2 vs 59.0 and down 32.3 vs 33.8. So CudaBackend uses it for
-// the attention projections and the head only. Structure: R rows per warp, 16-byte weight
-// loads, 4·R in flight per lane, x staged once per CTA in shared memory (the L2 sees x once
-// per 8·R rows).
+// DRAM, 8B shapes, 2026-12-01 21:40 UTC, 2 rows per warp vs cuBLAS): QKV 14.75 vs 17.3, O 11.2
+// vs 13.4, gate|up 56.6 vs 57.5, down 30.5 vs 32.2, head 238.6 vs 247. (An earlier session's
+// machine had put gate|up and down 3–5% behind cuBLAS.) So CudaBackend uses it for every
+// batch-1 projection. Structure: R rows per warp, 16-byte weight loads, 4·R in flight per lane,
+// x staged once per CTA in shared memory (the L2 sees x once per 8·R rows). Eight loads per
+// row in flight (for the one-wave shapes) measured no faster and was not kept.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,20 @@ namespace witcert {
 // memory), 16-byte aligned x and W.
 bool GemvBf16Supports(int64_t cols, const void* x, const void* w);
 
-// rows_per_warp (1, 2 or 4): output rows each warp computes (more loads in flight per lane).
+// How a GEMV launches.
+//  * rows_per_warp (1, 2 or 4): output rows each warp computes (more loads in flight per lane).
+//  * overlap_previous: a programmatic dependent launch. The kernel may start while the previous
+//    kernel on the stream is still finishing and issue its first weight loads then (W depends
+//    on nothing earlier in the stream); it waits for that kernel (griddepcontrol.wait) before it
+//    reads x or reads or writes y. Saves the launch gap and the first DRAM round trip of each
+//    GEMV in a dependent chain of them (a batch-1 decode step).
+struct GemvLaunch {
+  int rows_per_warp = 1;
+  bool overlap_previous = false;
+};
+
 CudaStatus GemvBf16Cuda(const uint16_t* x, int64_t cols, const uint16_t* w, int64_t rows,
-                        float* y, float beta, cudaStream_t stream, int rows_per_warp = 1);
+                        float* y, float beta, cudaStream_t stream, GemvLaunch launch = {});
 
 // The same from an fp32 x [cols], which each CTA rounds to bf16 itself — after an RMSNorm
 // with `norm_weight` [cols] (fp32) and `eps` when norm_weight is set. The staged x is bit for bit
@@ -35,6 +47,6 @@ bool GemvBf16FromF32Supports(int64_t cols, const void* x, const void* w, const v
 // cols ≤ 8192 (x lives in registers while it is staged), 16-byte aligned norm_weight (or null).
 CudaStatus GemvBf16FromF32Cuda(const float* x, const float* norm_weight, float eps, int64_t cols,
                                const uint16_t* w, int64_t rows, float* y, float beta,
-                               cudaStream_t stream, int rows_per_warp = 1);
+                               cudaStream_t stream, GemvLaunch launch = {});
 
 }  // namespace witcert

@@ -5,6 +5,7 @@
 // match the two-kernel path it replaces exactly.
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -66,7 +67,7 @@ TEST(GemvBf16Cuda, MatchesDoubleReference) {
       SCOPED_TRACE("rows per warp " + std::to_string(rows_per_warp));
       Dev<float> dy(y0);
       const CudaStatus st =
-          GemvBf16Cuda(dx.get(), s.cols, dw.get(), s.rows, dy.get(), s.beta, nullptr, rows_per_warp);
+          GemvBf16Cuda(dx.get(), s.cols, dw.get(), s.rows, dy.get(), s.beta, nullptr, {rows_per_warp});
       ASSERT_TRUE(st.ok) << st.message;
       const std::vector<float> y = dy.Get();
       for (int64_t r = 0; r < s.rows; ++r) ASSERT_NEAR(y[r], ref[r], tol[r]) << "row " << r;
@@ -103,15 +104,63 @@ TEST(GemvBf16Cuda, FromF32IsTheTwoKernelPathBitForBit) {
       for (int rows_per_warp : {1, 2, 4}) {
         SCOPED_TRACE(std::string(norm ? "norm" : "cast") + ", rows per warp " + std::to_string(rows_per_warp));
         Dev<float> two(y0), fused(y0);
-        ASSERT_TRUE(GemvBf16Cuda(staged.get(), s.cols, dw.get(), s.rows, two.get(), s.beta, nullptr, rows_per_warp).ok);
+        ASSERT_TRUE(GemvBf16Cuda(staged.get(), s.cols, dw.get(), s.rows, two.get(), s.beta, nullptr, {rows_per_warp}).ok);
         const CudaStatus st = GemvBf16FromF32Cuda(dx.get(), norm ? dn.get() : nullptr, 1e-5f, s.cols, dw.get(),
-                                                  s.rows, fused.get(), s.beta, nullptr, rows_per_warp);
+                                                  s.rows, fused.get(), s.beta, nullptr, {rows_per_warp});
         ASSERT_TRUE(st.ok) << st.message;
         const std::vector<float> a = two.Get(), b = fused.Get();
         ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
       }
     }
   }
+}
+
+// A dependent chain of GEMVs launched to overlap their predecessors (programmatic dependent
+// launch) gives the bits of the same chain launched plainly: each one reads x, and reads and
+// accumulates y, only after the kernel before it is done. Each link reads the previous output
+// (as the batch-1 decode step's projections do) and every third accumulates into a buffer two
+// links back, so a missing or misplaced wait reads a stale or half-written row.
+TEST(GemvBf16Cuda, OverlappedChainIsThePlainChainBitForBit) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kDim = 4096, kLinks = 12;
+  std::deque<Dev<uint16_t>> w;  // Dev neither copies nor moves
+  for (int64_t i = 0; i < 3; ++i) {
+    const std::vector<float> wf = RandomFloats(kDim * kDim, 23 + i, -1, 1);
+    std::vector<uint16_t> wb(kDim * kDim);
+    for (int64_t j = 0; j < kDim * kDim; ++j) wb[j] = TruncBf16(wf[j] / 64.0f);
+    w.emplace_back(wb);
+  }
+  const std::vector<float> x0 = RandomFloats(kDim, 29, -2, 2), nw = RandomFloats(kDim, 31, 0.5, 1.5);
+  Dev<float> dn(nw);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<std::vector<float>> outs;
+  for (bool overlap : {false, true}) {
+    std::deque<Dev<float>> buf;
+    for (int i = 0; i < 3; ++i) buf.emplace_back(x0);
+    for (int64_t k = 0; k < kLinks; ++k) {
+      const float* in = buf[k % 3].get();
+      float* out = buf[(k + 1) % 3].get();
+      const float beta = k % 3 == 2 ? 1.0f : 0.0f;
+      const float* norm = k % 2 == 0 ? dn.get() : nullptr;
+      const CudaStatus st =
+          GemvBf16FromF32Cuda(in, norm, 1e-5f, kDim, w[k % 3].get(), kDim, out, beta, stream, {2, overlap});
+      ASSERT_TRUE(st.ok) << st.message;
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<float> all;
+    for (auto& b : buf) {
+      const std::vector<float> v = b.Get();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    outs.push_back(all);
+  }
+  cudaStreamDestroy(stream);
+  ASSERT_EQ(outs[0].size(), outs[1].size());
+  EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0);
+  bool finite = true;
+  for (float v : outs[1]) finite = finite && std::isfinite(v);
+  EXPECT_TRUE(finite);
 }
 
 TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
@@ -122,7 +171,7 @@ TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
   EXPECT_FALSE(GemvBf16Supports(24584, x.get(), w.get()));     // x beyond shared memory
   EXPECT_FALSE(GemvBf16Supports(16, x.get() + 1, w.get()));    // misaligned x
   EXPECT_FALSE(GemvBf16Cuda(x.get(), 12, w.get(), 1, y.get(), 0.0f, nullptr).ok);
-  EXPECT_FALSE(GemvBf16Cuda(x.get(), 16, w.get(), 1, y.get(), 0.0f, nullptr, 3).ok);
+  EXPECT_FALSE(GemvBf16Cuda(x.get(), 16, w.get(), 1, y.get(), 0.0f, nullptr, {3}).ok);
   Dev<float> xf(std::vector<float>(8200));
   EXPECT_FALSE(GemvBf16FromF32Supports(8200, xf.get(), w.get(), nullptr));    // x beyond registers
   EXPECT_FALSE(GemvBf16FromF32Supports(16, xf.get(), w.get(), xf.get() + 1));  // misaligned norm
