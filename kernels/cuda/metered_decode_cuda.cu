@@ -49,6 +49,57 @@ constexpr int32_t kMaxSplits = 1024;
 // the full MergePartials tree and FinalizeCert (the longest chain, ncu: half of all stalls
 // were the other warps waiting for it at a barrier) stay off the outputs' path.
 constexpr int kMergeCached = 4;  // partials per lane of warp 0 kept in registers (P ≤ 128)
+constexpr int kMergePreload = 32;  // partial outputs per output thread loaded up front
+
+// The certificate of one cell from its P used partials (of `num_splits` stored: every load is
+// issued before P is known), by one warp; lane 0's result is the cell's. Lane l first merges
+// partials l, l + 32, ... in order (MergePartials). Across lanes the merge is flat: the max m
+// over the lanes (exact), each lane's z, b, c scaled to it by one ScaledTerm, then a shuffle
+// tree of sums. merges and chain are counted as the five-level MergePartials tree over the lanes
+// counts them, while every value here passes through at most one ScaledTerm where that tree
+// could apply five, and through the same five levels of additions: FinalizeCert's inflation
+// for those counts covers it. (The tree put every level's logf/expf on one chain.)
+__device__ __forceinline__ meter::CertBound MergeCertWarp(const meter::CertPartial* parts, int32_t num_splits,
+                                                         int32_t P, int lane) {
+  const unsigned full = 0xffffffffu;
+  meter::CertPartial mine;
+  for (int i = lane; i < num_splits; i += 32) {
+    const meter::CertPartial x = parts[i];
+    if (i < P) mine = meter::MergePartials(mine, x);
+  }
+  const bool live = mine.count > 0;
+  float m = live ? mine.m : -INFINITY;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(full, m, o));
+  const float shift = live ? mine.m - m : 0.0f;
+  meter::CertPartial r;
+  r.m = m;
+  r.z = live ? meter::ScaledTerm(mine.z, shift) : 0.0f;
+  r.b = live ? meter::ScaledTerm(mine.b, shift) : 0.0f;
+  r.c = live ? meter::ScaledTerm(mine.c, shift) : 0.0f;
+  r.eps_max = mine.eps_max;
+  r.vmax = mine.vmax;
+  r.eta_max = mine.eta_max;
+  r.count = mine.count;
+  r.chain = mine.chain;
+  r.merges = mine.merges;
+  r.bad = mine.bad;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    r.z += __shfl_xor_sync(full, r.z, o);
+    r.b += __shfl_xor_sync(full, r.b, o);
+    r.c += __shfl_xor_sync(full, r.c, o);
+    r.eps_max = fmaxf(r.eps_max, __shfl_xor_sync(full, r.eps_max, o));
+    r.vmax = fmaxf(r.vmax, __shfl_xor_sync(full, r.vmax, o));
+    r.eta_max = fmaxf(r.eta_max, __shfl_xor_sync(full, r.eta_max, o));
+    r.count += __shfl_xor_sync(full, r.count, o);
+    r.chain = max(r.chain, static_cast<int64_t>(__shfl_xor_sync(full, static_cast<long long>(r.chain), o)));
+    r.merges = max(r.merges, __shfl_xor_sync(full, r.merges, o));
+    r.bad = __any_sync(full, r.bad);
+  }
+  r.merges += 5;
+  return meter::FinalizeCert(r, P);
+}
 
 template <bool METER>
 __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts,  // [B, Hq, P]
@@ -65,29 +116,36 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   const int64_t base = cell * num_splits;
   if (tid >= head_dim) {  // the certificate warp
     if (!METER || cert == nullptr) return;
-    const int lane = tid - head_dim;
-    meter::CertPartial merged;
-    for (int i = lane; i < P; i += 32) merged = meter::MergePartials(merged, parts[base + i]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) merged = meter::MergePartials(merged, cuda_kv::ShflXorPartial(merged, o));
-    if (lane == 0) cert[cell] = meter::FinalizeCert(merged, P);
+    cert[cell] = MergeCertWarp(parts + base, num_splits, P, tid - head_dim);
     return;
   }
+  // Output thread c loads its channel of the first kMergePreload partial outputs now, so those
+  // loads are in flight while warp 0 computes the split weights (the sum below keeps its order).
+  float pre[kMergePreload];
+#pragma unroll
+  for (int k = 0; k < kMergePreload; ++k) pre[k] = k < num_splits ? part_acc[(base + k) * head_dim + tid] : 0.0f;
   if (tid < 32) {
     // One load of each partial's m, z and count (the first kMergeCached per lane stay in
     // registers). M as MergePartials finds it: the max m over the non-empty partials
     // (fmaxf is exact, so the order does not matter).
+    // The loads are bounded by the stored count, not P, so they need not wait for context_lens.
     float mi[kMergeCached], zi[kMergeCached];
-    float m = -INFINITY;
+    bool ne[kMergeCached];
 #pragma unroll
     for (int k = 0; k < kMergeCached; ++k) {
       const int i = tid + 32 * k;
       mi[k] = zi[k] = 0.0f;
-      if (i < P) {
+      ne[k] = false;
+      if (i < num_splits) {
         mi[k] = parts[base + i].m;
         zi[k] = parts[base + i].z;
-        if (parts[base + i].count > 0) m = fmaxf(m, mi[k]);
+        ne[k] = parts[base + i].count > 0;
       }
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kMergeCached; ++k) {
+      if (tid + 32 * k < P && ne[k]) m = fmaxf(m, mi[k]);
     }
     for (int i = tid + 32 * kMergeCached; i < P; i += 32) {
       if (parts[base + i].count > 0) m = fmaxf(m, parts[base + i].m);
@@ -116,8 +174,12 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   // The output threads only (the certificate warp never waits here).
   asm volatile("bar.sync 1, %0;" ::"r"(head_dim) : "memory");
   float o = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMergePreload; ++k) {
+    if (k < P) o += pre[k] * f[k];
+  }
 #pragma unroll 8
-  for (int i = 0; i < P; ++i) o += part_acc[(base + i) * head_dim + tid] * f[i];
+  for (int i = kMergePreload; i < P; ++i) o += part_acc[(base + i) * head_dim + tid] * f[i];
   o *= s_inv_z;
   out[cell * head_dim + tid] = o;
   if (out_norm == nullptr) return;
