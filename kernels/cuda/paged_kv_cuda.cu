@@ -9,6 +9,7 @@
 
 #include <cstdio>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/meter/bands.h"
 #include "kernels/meter/cert_math.h"
 #include "kernels/meter/float_formats.h"
@@ -120,6 +121,7 @@ struct WriteParams {
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WriteKvKernel(const WriteParams p) {
   __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel
+  cuda_launch::WaitForPreviousKernel();  // launched to overlap the RoPE kernel's tail
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   const PagedKvLayout& L = p.layout;
@@ -417,9 +419,8 @@ CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
   const int64_t warps = args.num_tokens * layout.num_kv_heads * 2;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffff) return CudaStatus::Error("WriteKvCuda: too many tokens in one call");
-  WriteKvKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return cuda_launch::Launch(WriteKvKernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * 32), 0,
+                             stream, /*overlap_previous=*/true, p);
 }
 
 CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,

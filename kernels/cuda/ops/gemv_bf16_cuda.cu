@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/ops/row_transforms.cuh"
 
 namespace witcert {
@@ -74,8 +75,8 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
   // Everything above reads only W. A programmatic dependent launch (GemvLaunch) may have started
   // this CTA before the previous kernel finished: wait for it before x and y are touched. (Without
   // that launch attribute both instructions are no-ops.) Let the next kernel launch early too.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
+  cuda_launch::WaitForPreviousKernel();
+  cuda_launch::AllowNextKernelToStart();
   if constexpr (IN == XIn::kBf16) {
     const uint4* xg = reinterpret_cast<const uint4*>(a.x_bf16);
     for (int64_t j = threadIdx.x; j < c8; j += kThreads) xs[j] = xg[j];
@@ -135,18 +136,8 @@ template <int R, XIn IN>
 CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
   const int64_t blocks = (a.rows + kWarps * R - 1) / (kWarps * R);
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(a.cols) * 2;
-  cfg.stream = stream;
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = pdl;
-  cfg.numAttrs = overlap_previous ? 1 : 0;
-  WITCERT_CUDA_CALL(cudaLaunchKernelEx(&cfg, GemvBf16Kernel<R, IN>, a));
-  return CudaStatus::Ok();
+  return cuda_launch::Launch(GemvBf16Kernel<R, IN>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                             static_cast<size_t>(a.cols) * 2, stream, overlap_previous, a);
 }
 
 template <XIn IN>

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/ops/row_transforms.cuh"
 
 namespace witcert {
@@ -122,6 +123,7 @@ __global__ void RopeSplitQkvKernel(const float* qkv, int64_t n, int64_t qkv_stri
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                    const int64_t* positions, float theta, bool interleaved,
                                    float* q, float* k, float* v) {
+  cuda_launch::WaitForPreviousKernel();  // launched to overlap the QKV projection's tail
   const int32_t half = head_dim / 2, heads = num_heads + num_kv_heads;
   const int64_t pairs = n * heads * half, kv_dim = int64_t{num_kv_heads} * head_dim;
   const int64_t total = pairs + n * kv_dim;
@@ -144,6 +146,7 @@ __global__ void RopeSplitQkvKernel(const float* qkv, int64_t n, int64_t qkv_stri
 
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, int64_t cols,
                              int64_t in_stride, float* out_f32, uint16_t* out_bf16) {
+  cuda_launch::WaitForPreviousKernel();  // launched to overlap the gate|up projection's tail
   const int64_t total = n * cols;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -278,19 +281,17 @@ CudaStatus RopeSplitQkvCuda(const float* qkv, int64_t n, int64_t qkv_stride, int
   }
   const int64_t total = n * (num_heads + num_kv_heads) * (head_dim / 2) +
                         n * int64_t{num_kv_heads} * head_dim;
-  RopeSplitQkvKernel<<<Blocks(total), kThreads, 0, stream>>>(qkv, n, qkv_stride, num_heads,
-                                                             num_kv_heads, head_dim, positions,
-                                                             theta, interleaved, q, k, v);
-  return LastLaunch("RopeSplitQkvKernel");
+  return cuda_launch::Launch(RopeSplitQkvKernel, dim3(Blocks(total)), dim3(kThreads), 0, stream,
+                             /*overlap_previous=*/true, qkv, n, qkv_stride, num_heads, num_kv_heads,
+                             head_dim, positions, theta, interleaved, q, k, v);
 }
 
 CudaStatus SwiGluCuda(const float* gate, const float* up, int64_t n, int64_t cols,
                       int64_t in_stride, float* out_f32, uint16_t* out_bf16,
                       cudaStream_t stream) {
   if (n <= 0) return CudaStatus::Ok();
-  SwiGluKernel<<<Blocks(n * cols), kThreads, 0, stream>>>(gate, up, n, cols, in_stride, out_f32,
-                                                          out_bf16);
-  return LastLaunch("SwiGluKernel");
+  return cuda_launch::Launch(SwiGluKernel, dim3(Blocks(n * cols)), dim3(kThreads), 0, stream,
+                             /*overlap_previous=*/true, gate, up, n, cols, in_stride, out_f32, out_bf16);
 }
 
 CudaStatus AddInPlaceCuda(float* y, const float* x, int64_t count, cudaStream_t stream) {
