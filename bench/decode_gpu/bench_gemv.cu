@@ -10,19 +10,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "bench/decode_gpu/bench_gpu_util.h"
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
-
-namespace {
-
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    if ((x) != 0) {                                                               \
-      std::fprintf(stderr, "%s failed at %s:%d\n", #x, __FILE__, __LINE__);     \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
@@ -43,12 +32,8 @@ int main(int argc, char** argv) {
   std::printf("| shape | rows x cols | cuBLAS (us) | GEMV R=1 | R=2 | R=4 | best TB/s |\n|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     const size_t bytes = static_cast<size_t>(s.rows) * s.cols * 2;
-    const int copies = static_cast<int>((size_t{256} << 20) / bytes + 1);
-    std::vector<uint16_t*> w(copies);
-    for (auto& p : w) {
-      CHECK(cudaMalloc(&p, bytes));
-      CHECK(cudaMemset(p, 0x3c, bytes));
-    }
+    const WeightCopies w(bytes);
+    const int copies = w.size();
     uint16_t* x;
     float* y;
     CHECK(cudaMalloc(&x, s.cols * 2));
@@ -60,11 +45,11 @@ int main(int argc, char** argv) {
         if (v == 0) {
           const float alpha = 1.0f, beta = 0.0f;
           CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.rows), 1,
-                             static_cast<int>(s.cols), &alpha, w[i % copies], CUDA_R_16BF,
+                             static_cast<int>(s.cols), &alpha, w[i], CUDA_R_16BF,
                              static_cast<int>(s.cols), x, CUDA_R_16BF, static_cast<int>(s.cols), &beta, y,
                              CUDA_R_32F, static_cast<int>(s.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         } else {
-          CHECK(!witcert::GemvBf16Cuda(x, s.cols, w[i % copies], s.rows, y, 0.0f, nullptr, {1 << (v - 1)}).ok);
+          CHECK(!witcert::GemvBf16Cuda(x, s.cols, w[i], s.rows, y, 0.0f, nullptr, {1 << (v - 1)}).ok);
         }
       };
       for (int i = 0; i < copies; ++i) run(i);  // warm-up
@@ -80,7 +65,6 @@ int main(int argc, char** argv) {
     for (double t : us) best = t < best ? t : best;
     std::printf("| %s | %ld x %ld | %.2f | %.2f | %.2f | %.2f | %.2f |\n", s.name, s.rows, s.cols, us[0], us[1],
                 us[2], us[3], bytes / best * 1e-6);
-    for (auto p : w) cudaFree(p);
     cudaFree(x);
     cudaFree(y);
   }

@@ -12,17 +12,11 @@
 
 #include <cuda_runtime.h>
 
+#include "bench/decode_gpu/bench_gpu_util.h"
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
 
 namespace {
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    if ((x) != 0) {                                                           \
-      std::fprintf(stderr, "%s failed at %s:%d\n", #x, __FILE__, __LINE__); \
-      std::exit(1);                                                           \
-    }                                                                         \
-  } while (0)
 
 // hint: 0 plain, 1 evict_last policy on the prefetch.
 __global__ void StandIn(const uint8_t* pf, uint64_t pf_bytes, uint64_t spin_ns, int hint) {
@@ -89,26 +83,20 @@ int main(int argc, char** argv) {
   std::printf("| shape | MB | prefetched MB | hint | stand-in + GEMV (us) | GEMV share (us) |\n|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     const size_t bytes = static_cast<size_t>(s.rows) * s.cols * 2;
-    const int copies = static_cast<int>((size_t{256} << 20) / bytes + 1);
-    std::vector<uint16_t*> w(copies);
-    for (auto& p : w) {
-      CHECK(cudaMalloc(&p, bytes));
-      CHECK(cudaMemset(p, 0x3c, bytes));
-    }
+    const WeightCopies w(bytes);
     const double fracs[] = {0.0, 0.25, 0.5, 0.75, 1.0};
     for (int hint = 0; hint < 2; ++hint) {
       for (double f : fracs) {
         if (hint && f == 0.0) continue;
         const uint64_t pf = static_cast<uint64_t>(bytes * f) & ~uint64_t{15};
         const double us = time_it([&](int i) {
-          uint16_t* wi = w[i % copies];
+          uint16_t* wi = w[i];
           StandIn<<<2 * sms, 256>>>(reinterpret_cast<const uint8_t*>(wi), pf, spin_ns, hint);
           CHECK(!witcert::GemvBf16Cuda(x, s.cols, wi, s.rows, y, 0.0f, nullptr, {2}).ok);
         });
         std::printf("| %s | %.1f | %.1f | %d | %.2f | %.2f |\n", s.name, bytes / 1e6, pf / 1e6, hint, us, us - alone);
       }
     }
-    for (auto p : w) cudaFree(p);
   }
   return 0;
 }
