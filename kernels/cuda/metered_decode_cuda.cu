@@ -52,10 +52,11 @@ constexpr int kMergeCached = 4;  // partials per lane of warp 0 kept in register
 constexpr int kMergePreload = 32;  // partial outputs per output thread loaded up front
 
 // The certificate of one cell from its P used partials (of `num_splits` stored: every load is
-// issued before P is known), by one warp; lane 0's result is the cell's. Lane l first merges
-// partials l, l + 32, ... in order (MergePartials). Across lanes the merge is flat: the max m
-// over the lanes (exact), each lane's z, b, c scaled to it by one ScaledTerm, then a shuffle
-// tree of sums. merges and chain are counted as the five-level MergePartials tree over the lanes
+// issued before P is known), by one warp. The cross-lane sums are a butterfly, so every lane
+// ends with the same sums and returns the same bound (the caller stores it from each).
+// Lane l first merges partials l, l + 32, ... in order (MergePartials). Across lanes the merge
+// is flat: the max m over the lanes (exact), each lane's z, b, c scaled to it by one
+// ScaledTerm, then a shuffle tree of sums. merges and chain are counted as the five-level MergePartials tree over the lanes
 // counts them, while every value here passes through at most one ScaledTerm where that tree
 // could apply five, and through the same five levels of additions: FinalizeCert's inflation
 // for those counts covers it. (The tree put every level's logf/expf on one chain.)

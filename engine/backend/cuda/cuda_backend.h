@@ -176,13 +176,13 @@ class CudaBackend : public Backend {
   // Samples the logits rows (logits order) that have a request, into sampled_host_ (queued on
   // stream_; valid after the stream syncs).
   absl::Status SampleOnDevice(const std::vector<const SampleRequest*>& rows);
-  // y [n, rows] (ld ldy) = x [n, cols] bf16 · W [rows, cols]ᵀ bf16 + beta · y.
   // y = W · bf16(x) from fp32 rows x [n, cols], RMS-normalized first when norm_weight is set:
   // one fused GEMV at batch 1 (GemvBf16FromF32Cuda, the same bits), else RmsNormCuda or
   // FloatToBf16Cuda into `staged` [n, cols] and Gemm.
   absl::Status GemmFromF32(const float* x, const float* norm_weight, int64_t n, int64_t cols,
                            uint16_t* staged, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                            float beta);
+  // y [n, rows] (ld ldy) = x [n, cols] bf16 · W [rows, cols]ᵀ bf16 + beta · y.
   absl::Status Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w, int64_t rows,
                     float* y, int64_t ldy, float beta);
 
