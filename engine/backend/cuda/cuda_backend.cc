@@ -160,6 +160,54 @@ absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, 
   return Gemm(staged, n, cols, w, rows, y, ldy, beta);
 }
 
+absl::Status CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
+                                     const int64_t* d_pos, float* k_rows, float* v_rows) {
+  const int64_t hidden = config_.hidden_dim, qkv_dim = config_.q_dim() + 2 * config_.kv_dim();
+  const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
+  if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.wqkv.get(), lw.attn_norm.get())) {
+    GemvRopeSplitOut out;
+    out.num_heads = config_.num_heads;
+    out.num_kv_heads = config_.num_kv_heads;
+    out.head_dim = config_.head_dim;
+    out.bias = config_.qkv_bias ? lw.bqkv.get() : nullptr;
+    out.position = d_pos;
+    out.theta = config_.rope_theta;
+    out.interleaved = interleaved;
+    out.q = q_.get();
+    out.k = k_rows;
+    out.v = v_rows;
+    WITCERT_KERNEL_OK(GemvBf16RopeSplitCuda(x, lw.attn_norm.get(), config_.rms_norm_eps, hidden,
+                                            lw.wqkv.get(), out, stream_,
+                                            kBatchOneGemv.overlap_previous));
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(GemmFromF32(x, lw.attn_norm.get(), n, hidden, xn_.get(), lw.wqkv.get(), qkv_dim,
+                              qkv_.get(), qkv_dim, 0.0f));
+  if (config_.qkv_bias) {
+    WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
+  }
+  WITCERT_KERNEL_OK(RopeSplitQkvCuda(qkv_.get(), n, qkv_dim, config_.num_heads,
+                                     config_.num_kv_heads, config_.head_dim, d_pos,
+                                     config_.rope_theta, interleaved, q_.get(), k_rows, v_rows,
+                                     stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ProjectGateUp(const DeviceLayerWeights& lw, const float* x, int64_t n) {
+  const int64_t hidden = config_.hidden_dim, ffn = config_.ffn_dim;
+  if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.w_gate_up.get(), lw.ffn_norm.get())) {
+    WITCERT_KERNEL_OK(GemvBf16SwiGluCuda(x, lw.ffn_norm.get(), config_.rms_norm_eps, hidden,
+                                         lw.w_gate_up.get(), ffn, act_.get(), stream_,
+                                         kBatchOneGemv.overlap_previous));
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(GemmFromF32(x, lw.ffn_norm.get(), n, hidden, xn_.get(), lw.w_gate_up.get(),
+                              2 * ffn, gate_up_.get(), 2 * ffn, 0.0f));
+  WITCERT_KERNEL_OK(SwiGluCuda(gate_up_.get(), gate_up_.get() + ffn, n, ffn, 2 * ffn, nullptr,
+                               act_.get(), stream_));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
                                int64_t rows, float* y, int64_t ldy, float beta) {
   if (UseGemv(n) && GemvBf16Supports(cols, x, w)) {
@@ -222,7 +270,7 @@ absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t m
 absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardResult* result) {
   WITCERT_CUDA_OK(cudaSetDevice(device_));
   const int64_t hidden = config_.hidden_dim, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
-  const int64_t qkv_dim = q_dim + 2 * kv_dim, ffn = config_.ffn_dim;
+  const int64_t ffn = config_.ffn_dim;
   const int32_t hq = config_.num_heads, hkv = config_.num_kv_heads, d = config_.head_dim;
   const int32_t layers = config_.num_layers, bs = layout_.block_size;
 
@@ -425,22 +473,14 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     float* x = x_.get();
     WITCERT_KERNEL_OK(EmbeddingCuda(w.token_embd.get(), config_.vocab_size, hidden, d_ids, n, x,
                                     stream_));
-    const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
     for (int32_t layer = 0; layer < layers; ++layer) {
       const DeviceLayerWeights& lw = w.layers[layer];
-      RETURN_IF_ERROR(GemmFromF32(x, lw.attn_norm.get(), n, hidden, xn_.get(), lw.wqkv.get(),
-                                  qkv_dim, qkv_.get(), qkv_dim, 0.0f));
-      if (config_.qkv_bias) {
-        WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
-      }
-      // q_ [N, q_dim], k and v [N, kv_dim] out of the fused rows, q and k rotated (repair
-      // steps: the layer's own slice, read later by the write-through stream).
+      // q_ [N, q_dim], k and v [N, kv_dim], q and k rotated (repair steps: the layer's own
+      // slice of k and v, read later by the write-through stream).
       const int64_t kv_slice = repair_step ? int64_t{layer} * n * kv_dim : 0;
       float* k_rows = k_.get() + kv_slice;
       float* v_rows = v_.get() + kv_slice;
-      WITCERT_KERNEL_OK(RopeSplitQkvCuda(qkv_.get(), n, qkv_dim, hq, hkv, d, d_pos,
-                                         config_.rope_theta, interleaved, q_.get(), k_rows,
-                                         v_rows, stream_));
+      RETURN_IF_ERROR(ProjectQkv(lw, x, n, d_pos, k_rows, v_rows));
       if (repair_step) {  // exact copies to the host store, off the critical path
         RepairState& r = *repair_;
         WITCERT_CUDA_OK(cudaEventRecord(r.kv_ready[layer], stream_));
@@ -524,10 +564,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       RETURN_IF_ERROR(GemmFromF32(attn_.get(), nullptr, n, q_dim, attn_bf_.get(), lw.wo.get(),
                                   hidden, x, hidden, 1.0f));
 
-      RETURN_IF_ERROR(GemmFromF32(x, lw.ffn_norm.get(), n, hidden, xn_.get(), lw.w_gate_up.get(),
-                                  2 * ffn, gate_up_.get(), 2 * ffn, 0.0f));
-      WITCERT_KERNEL_OK(SwiGluCuda(gate_up_.get(), gate_up_.get() + ffn, n, ffn, 2 * ffn, nullptr,
-                                   act_.get(), stream_));
+      RETURN_IF_ERROR(ProjectGateUp(lw, x, n));
       RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));
     }
 

@@ -182,6 +182,14 @@ class CudaBackend : public Backend {
   absl::Status GemmFromF32(const float* x, const float* norm_weight, int64_t n, int64_t cols,
                            uint16_t* staged, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                            float beta);
+  // The attention block's input: q [n, q_dim], k and v rows [n, kv_dim] (k_rows, v_rows), q and
+  // k rotated, from the residual x [n, hidden]: RMSNorm, the QKV projection (+ bias), RoPE. One
+  // GEMV whose epilogue rotates and splits at batch 1 (GemvBf16RopeSplitCuda, the same bits).
+  absl::Status ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
+                          const int64_t* d_pos, float* k_rows, float* v_rows);
+  // act_ [n, ffn] bf16 = SwiGLU of the FFN's gate|up projection of RMSNorm(x): one GEMV with
+  // SwiGLU in its epilogue at batch 1 (GemvBf16SwiGluCuda, the same bits).
+  absl::Status ProjectGateUp(const DeviceLayerWeights& lw, const float* x, int64_t n);
   // y [n, rows] (ld ldy) = x [n, cols] bf16 · W [rows, cols]ᵀ bf16 + beta · y.
   absl::Status Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w, int64_t rows,
                     float* y, int64_t ldy, float beta);

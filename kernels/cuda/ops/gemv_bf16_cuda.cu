@@ -34,6 +34,14 @@ enum class XIn { kBf16, kF32, kF32Norm };
 constexpr int64_t kMaxF32Cols = 8192;  // the fp32 prologue holds x in registers: 8 float4 per thread
 constexpr int kMaxVec4PerThread = kMaxF32Cols / 4 / kThreads;
 
+// What a warp does with its rows' sums.
+//  * kRows: y[row] = sum (+ beta·y[row]); a warp takes R consecutive rows.
+//  * kSwiGlu: W = [gate; up] [2·ffn, cols]; warp j takes rows j and ffn + j and writes
+//    act[j] = bf16(silu(gate_j)·up_j) (R = 2).
+//  * kRopeSplit: W = the fused QKV rows; a warp takes the two rows of one RoPE pair of a q or k
+//    head (or two adjacent v rows), adds the bias, rotates and writes q, k and v apart (R = 2).
+enum class YOut { kRows, kSwiGlu, kRopeSplit };
+
 struct GemvArgs {
   const uint16_t* x_bf16;
   const float* x_f32;
@@ -44,23 +52,92 @@ struct GemvArgs {
   int64_t rows;
   float* y;
   float beta;
+  uint16_t* act_bf16 = nullptr;  // kSwiGlu: [rows / 2]
+  GemvRopeSplitOut rope{};       // kRopeSplit
 };
+
+// The rows warp `wg` (a global warp index) computes, and whether it has any.
+template <int R, YOut OUT>
+__device__ __forceinline__ bool WarpRows(const GemvArgs& a, int64_t wg, int64_t (&row)[R]) {
+  if constexpr (OUT == YOut::kRows) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) row[r] = wg * R + r;
+    return wg * R < a.rows;
+  } else if constexpr (OUT == YOut::kSwiGlu) {
+    static_assert(R == 2, "SwiGLU pairs a gate row with its up row");
+    const int64_t ffn = a.rows / 2;
+    row[0] = wg;
+    row[1] = wg + ffn;
+    return wg < ffn;
+  } else {
+    static_assert(R == 2, "RoPE pairs the two rows of one rotation");
+    const GemvRopeSplitOut& t = a.rope;
+    const int32_t d = t.head_dim, half = d / 2;
+    const int64_t rot = int64_t{t.num_heads + t.num_kv_heads} * half;  // q and k pairs
+    if (wg < rot) {
+      const int64_t h = wg / half;
+      const int32_t p = static_cast<int32_t>(wg % half);
+      row[0] = h * d + cuda_ops::RopeDimA(p, d, t.interleaved);
+      row[1] = h * d + cuda_ops::RopeDimB(p, d, t.interleaved);
+    } else {
+      row[0] = 2 * rot + 2 * (wg - rot);
+      row[1] = row[0] + 1;
+    }
+    return row[0] < a.rows;
+  }
+}
+
+// Warp wg's rows' sums s [R] (every lane holds them) to the output.
+template <int R, YOut OUT>
+__device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const int64_t (&row)[R],
+                                          const float (&s)[R], int lane) {
+  if (lane != 0) return;
+  if constexpr (OUT == YOut::kRows) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (row[r] < a.rows) a.y[row[r]] = a.beta == 0.0f ? s[r] : fmaf(a.beta, a.y[row[r]], s[r]);
+    }
+  } else if constexpr (OUT == YOut::kSwiGlu) {
+    a.act_bf16[wg] = cuda_ops::ToBf16Bits(cuda_ops::SiluMul(s[0], s[1]));
+  } else {
+    const GemvRopeSplitOut& t = a.rope;
+    const int32_t d = t.head_dim, half = d / 2;
+    const int64_t rot = int64_t{t.num_heads + t.num_kv_heads} * half;
+    float xa = s[0], xb = s[1];
+    if (t.bias != nullptr) {  // AddBiasRowsCuda's fp32 add, before the rotation
+      xa = __fadd_rn(xa, t.bias[row[0]]);
+      xb = __fadd_rn(xb, t.bias[row[1]]);
+    }
+    if (wg >= rot) {  // v: two adjacent rows, as they are
+      const int64_t j = row[0] - 2 * rot;
+      t.v[j] = xa;
+      t.v[j + 1] = xb;
+      return;
+    }
+    const int64_t h = wg / half;
+    const int32_t p = static_cast<int32_t>(wg % half);
+    float* out = h < t.num_heads ? t.q + h * d : t.k + (h - t.num_heads) * d;  // [d]
+    cuda_ops::Rotate(cuda_ops::RopeAngle(p, d, *t.position, t.theta), xa, xb,
+                     &out[cuda_ops::RopeDimA(p, d, t.interleaved)], &out[cuda_ops::RopeDimB(p, d, t.interleaved)]);
+  }
+}
 
 // R output rows per warp: each 16-byte chunk of x (from shared memory) serves R rows, and a
 // lane keeps R · kUnroll weight loads in flight. A warp issues its first weight loads before
 // the CTA stages x, so they are in flight during that prologue (for kF32Norm a block-wide
 // reduction).
-template <int R, XIn IN>
+template <int R, XIn IN, YOut OUT>
 __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
   extern __shared__ uint4 xs[];  // [cols / 8]
   const int64_t cols = a.cols, rows = a.rows, c8 = cols / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
-  const bool live = row0 < rows;
+  const int64_t wg = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  int64_t row[R];
+  const bool live = WarpRows<R, OUT>(a, wg, row);
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // rows past the end re-read the last row; never stored
-    wr[r] = reinterpret_cast<const uint4*>(a.w + (row0 + r < rows ? row0 + r : rows - 1) * cols);
+    wr[r] = reinterpret_cast<const uint4*>(a.w + (row[r] < rows ? row[r] : rows - 1) * cols);
   }
   int64_t i = lane;
   uint4 wv[R][kUnroll];
@@ -122,21 +199,22 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r][0] = Dot8(__ldcs(wr[r] + i), xv, acc[r][0]);
   }
+  float sum[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float s = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    const int64_t row = row0 + r;
-    if (lane == 0 && row < rows) a.y[row] = a.beta == 0.0f ? s : fmaf(a.beta, a.y[row], s);
+    sum[r] = s;
   }
+  StoreRows<R, OUT>(a, wg, row, sum, lane);
 }
 
-template <int R, XIn IN>
+template <int R, XIn IN, YOut OUT = YOut::kRows>
 CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
-  const int64_t blocks = (a.rows + kWarps * R - 1) / (kWarps * R);
+  const int64_t blocks = (a.rows + kWarps * R - 1) / (kWarps * R);  // R = 2 pair epilogues: rows / 2 warps
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
-  return cuda_launch::Launch(GemvBf16Kernel<R, IN>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+  return cuda_launch::Launch(GemvBf16Kernel<R, IN, OUT>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
                              static_cast<size_t>(a.cols) * 2, stream, overlap_previous, a);
 }
 
@@ -148,6 +226,12 @@ CudaStatus LaunchRows(const GemvArgs& a, GemvLaunch launch, cudaStream_t stream)
     case 4: return Launch<4, IN>(a, launch.overlap_previous, stream);
     default: return CudaStatus::Error("GemvBf16Cuda: rows_per_warp must be 1, 2 or 4");
   }
+}
+
+template <YOut OUT>
+CudaStatus LaunchPaired(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
+  return a.norm_weight != nullptr ? Launch<2, XIn::kF32Norm, OUT>(a, overlap_previous, stream)
+                                  : Launch<2, XIn::kF32, OUT>(a, overlap_previous, stream);
 }
 
 }  // namespace
@@ -183,6 +267,38 @@ CudaStatus GemvBf16FromF32Cuda(const float* x, const float* norm_weight, float e
   const GemvArgs a{nullptr, x, norm_weight, eps, cols, w, rows, y, beta};
   return norm_weight != nullptr ? LaunchRows<XIn::kF32Norm>(a, launch, stream)
                                 : LaunchRows<XIn::kF32>(a, launch, stream);
+}
+
+CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
+                              const uint16_t* w_gate_up, int64_t ffn, uint16_t* act,
+                              cudaStream_t stream, bool overlap_previous) {
+  if (ffn <= 0) return CudaStatus::Ok();
+  if (!GemvBf16FromF32Supports(cols, x, w_gate_up, norm_weight) || act == nullptr) {
+    return CudaStatus::Error("GemvBf16SwiGluCuda: cols must be a multiple of 8 up to 8192, x, W "
+                             "and the norm weight 16-byte aligned, act set");
+  }
+  GemvArgs a{nullptr, x, norm_weight, eps, cols, w_gate_up, 2 * ffn, nullptr, 0.0f};
+  a.act_bf16 = act;
+  return LaunchPaired<YOut::kSwiGlu>(a, overlap_previous, stream);
+}
+
+CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
+                                 const uint16_t* w_qkv, const GemvRopeSplitOut& out,
+                                 cudaStream_t stream, bool overlap_previous) {
+  const int64_t rows = int64_t{out.num_heads + 2 * out.num_kv_heads} * out.head_dim;
+  if (rows <= 0) return CudaStatus::Ok();
+  if (!GemvBf16FromF32Supports(cols, x, w_qkv, norm_weight)) {
+    return CudaStatus::Error("GemvBf16RopeSplitCuda: cols must be a multiple of 8 up to 8192, x, W "
+                             "and the norm weight 16-byte aligned");
+  }
+  if (out.head_dim <= 0 || out.head_dim % 2 != 0 || out.num_heads <= 0 || out.num_kv_heads <= 0 ||
+      out.position == nullptr || out.q == nullptr || out.k == nullptr || out.v == nullptr) {
+    return CudaStatus::Error("GemvBf16RopeSplitCuda: needs an even head_dim, heads, the position "
+                             "and q, k, v");
+  }
+  GemvArgs a{nullptr, x, norm_weight, eps, cols, w_qkv, rows, nullptr, 0.0f};
+  a.rope = out;
+  return LaunchPaired<YOut::kRopeSplit>(a, overlap_previous, stream);
 }
 
 }  // namespace witcert

@@ -49,4 +49,32 @@ CudaStatus GemvBf16FromF32Cuda(const float* x, const float* norm_weight, float e
                                const uint16_t* w, int64_t rows, float* y, float beta,
                                cudaStream_t stream, GemvLaunch launch = {});
 
+// The same GEMV with the kernel that follows it at batch 1 folded into its epilogue: each warp
+// computes the two rows one output element needs, so that kernel's launch and its round trip
+// through memory go (x as in GemvBf16FromF32Cuda, the same constraints).
+//
+// act [ffn] = bf16(silu(g)·u) with [g; u] = W_gate_up [2·ffn, cols] · x: bit for bit
+// GemvBf16FromF32Cuda into [g; u] followed by SwiGluCuda(…, out_bf16 = act).
+CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
+                              const uint16_t* w_gate_up, int64_t ffn, uint16_t* act,
+                              cudaStream_t stream, bool overlap_previous = false);
+
+// The fused QKV projection of one token, split and rotated: W_qkv [(Hq + 2·Hkv)·d, cols] holds
+// the q heads' rows, then k's, then v's. q [Hq·d], k [Hkv·d], v [Hkv·d]; bias [(Hq + 2·Hkv)·d]
+// (or null) is added before the rotation. Bit for bit GemvBf16FromF32Cuda into qkv, then
+// AddBiasRowsCuda when there is a bias, then RopeSplitQkvCuda(n = 1) at *position (device).
+struct GemvRopeSplitOut {
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  const float* bias = nullptr;
+  const int64_t* position = nullptr;
+  float theta = 10000.0f;
+  bool interleaved = false;
+  float* q = nullptr;
+  float* k = nullptr;
+  float* v = nullptr;
+};
+CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
+                                 const uint16_t* w_qkv, const GemvRopeSplitOut& out,
+                                 cudaStream_t stream, bool overlap_previous = false);
+
 }  // namespace witcert

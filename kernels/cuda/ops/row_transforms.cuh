@@ -1,7 +1,8 @@
 // Row transforms shared by the standalone kernels (transformer_ops_cuda.h) and the batch-1
-// GEMV that prepares its own input (gemv_bf16_cuda.h): one row's RMSNorm in a 256-thread CTA and
-// the bf16 rounding. Both sides call these functions with the same thread mapping, so
-// their bf16 outputs are the same bits.
+// GEMV that prepares its own input or finishes its own output (gemv_bf16_cuda.h): one row's
+// RMSNorm in a 256-thread CTA, the bf16 rounding, one RoPE rotation and SwiGLU's product. Both
+// sides call these functions (the norm with the same thread mapping), so their outputs are the
+// same bits.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,34 @@ __device__ __forceinline__ uint2 PackBf16x4(const float4 y) {
   b.x = static_cast<uint32_t>(ToBf16Bits(y.x)) | (static_cast<uint32_t>(ToBf16Bits(y.y)) << 16);
   b.y = static_cast<uint32_t>(ToBf16Bits(y.z)) | (static_cast<uint32_t>(ToBf16Bits(y.w)) << 16);
   return b;
+}
+
+// RoPE pair p of a head of `head_dim`: the angle pos·theta^(−2p/d) in double (accurate at large
+// positions), then (xa, xb) → (xa·c − xb·s, xa·s + xb·c) with each rounding spelled out, so no
+// caller's contraction choices can change a bit.
+struct RopeRotation {
+  float c, s;
+};
+__device__ __forceinline__ RopeRotation RopeAngle(int32_t p, int32_t head_dim, int64_t pos, float theta) {
+  const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
+  const double angle = static_cast<double>(pos) * inv_freq;
+  return RopeRotation{static_cast<float>(cos(angle)), static_cast<float>(sin(angle))};
+}
+__device__ __forceinline__ void Rotate(RopeRotation r, float xa, float xb, float* oa, float* ob) {
+  *oa = __fsub_rn(__fmul_rn(xa, r.c), __fmul_rn(xb, r.s));
+  *ob = __fadd_rn(__fmul_rn(xa, r.s), __fmul_rn(xb, r.c));
+}
+// The dims of pair p: (2p, 2p+1) when interleaved, else (p, p + d/2).
+__device__ __forceinline__ int32_t RopeDimA(int32_t p, int32_t head_dim, bool interleaved) {
+  return interleaved ? 2 * p : p;
+}
+__device__ __forceinline__ int32_t RopeDimB(int32_t p, int32_t head_dim, bool interleaved) {
+  return interleaved ? 2 * p + 1 : p + head_dim / 2;
+}
+
+// SwiGLU's element: silu(g)·u = g / (1 + e^{−g}) · u.
+__device__ __forceinline__ float SiluMul(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
 }  // namespace witcert::cuda_ops

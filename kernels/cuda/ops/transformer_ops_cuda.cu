@@ -88,19 +88,11 @@ __global__ void RmsNormVec4Kernel(const float* x, const float* weight, int64_t d
   }
 }
 
-// One thread per (row, head, pair).
-// Pair p of one head: angle pos·theta^(−2p/d) in double, dims (2p, 2p+1) when interleaved,
-// else (p, p + d/2); reads `in`, writes `out` (which may be `in`).
+// Pair p of one head (row_transforms.cuh's rotation): reads `in`, writes `out` (which may be `in`).
 __device__ __forceinline__ void RotatePair(const float* in, float* out, int32_t p, int32_t head_dim,
                                            int64_t pos, float theta, bool interleaved) {
-  const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
-  const double angle = static_cast<double>(pos) * inv_freq;
-  const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
-  const int32_t a = interleaved ? 2 * p : p;
-  const int32_t b = interleaved ? 2 * p + 1 : p + head_dim / 2;
-  const float xa = in[a], xb = in[b];
-  out[a] = xa * c - xb * s;
-  out[b] = xa * s + xb * c;
+  const int32_t a = cuda_ops::RopeDimA(p, head_dim, interleaved), b = cuda_ops::RopeDimB(p, head_dim, interleaved);
+  cuda_ops::Rotate(cuda_ops::RopeAngle(p, head_dim, pos, theta), in[a], in[b], &out[a], &out[b]);
 }
 
 __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_heads,
@@ -151,8 +143,7 @@ __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, int6
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = e / cols, j = e % cols;
-    const float g = gate[i * in_stride + j];
-    const float y = g / (1.0f + expf(-g)) * up[i * in_stride + j];
+    const float y = cuda_ops::SiluMul(gate[i * in_stride + j], up[i * in_stride + j]);
     if (out_bf16 != nullptr) out_bf16[e] = ToBf16Bits(y);
     if (out_f32 != nullptr) out_f32[e] = y;
   }

@@ -163,6 +163,101 @@ TEST(GemvBf16Cuda, OverlappedChainIsThePlainChainBitForBit) {
   EXPECT_TRUE(finite);
 }
 
+std::vector<uint16_t> RandomBf16(int64_t count, uint32_t seed, float scale) {
+  const std::vector<float> f = RandomFloats(count, seed, -1, 1);
+  std::vector<uint16_t> b(count);
+  for (int64_t i = 0; i < count; ++i) b[i] = TruncBf16(f[i] * scale);
+  return b;
+}
+
+template <class T>
+void ExpectSameBits(const std::vector<T>& a, const std::vector<T>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(T)), 0) << "element " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+// The SwiGLU epilogue (warp j: gate row j and up row ffn + j) against the gate|up GEMV followed
+// by SwiGluCuda, bit for bit: the 8B and SmolLM shapes and a ragged one, normed and not.
+TEST(GemvBf16Cuda, SwiGluEpilogueIsTheTwoKernelPathBitForBit) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t ffn, cols;
+  };
+  for (const Shape s : {Shape{14336, 4096}, Shape{1536, 576}, Shape{37, 24}}) {
+    SCOPED_TRACE(std::to_string(s.ffn) + "x" + std::to_string(s.cols));
+    const std::vector<float> xf = RandomFloats(s.cols, 41 + s.cols, -8, 8);
+    const std::vector<float> nw = RandomFloats(s.cols, 43, 0.5, 1.5);
+    // Weights large enough that g spans silu's whole shape (e^{−g} over- and underflowing).
+    Dev<uint16_t> dw(RandomBf16(2 * s.ffn * s.cols, 47 + s.ffn, 4.0f / std::sqrt(double(s.cols))));
+    Dev<float> dx(xf), dn(nw);
+    for (bool norm : {false, true}) {
+      SCOPED_TRACE(norm ? "norm" : "cast");
+      const float* nwp = norm ? dn.get() : nullptr;
+      Dev<float> gate_up(static_cast<size_t>(2 * s.ffn));
+      Dev<uint16_t> two(static_cast<size_t>(s.ffn)), fused(static_cast<size_t>(s.ffn));
+      ASSERT_TRUE(GemvBf16FromF32Cuda(dx.get(), nwp, 1e-5f, s.cols, dw.get(), 2 * s.ffn, gate_up.get(), 0.0f,
+                                      nullptr, {2}).ok);
+      ASSERT_TRUE(SwiGluCuda(gate_up.get(), gate_up.get() + s.ffn, 1, s.ffn, 2 * s.ffn, nullptr, two.get(),
+                             nullptr).ok);
+      const CudaStatus st = GemvBf16SwiGluCuda(dx.get(), nwp, 1e-5f, s.cols, dw.get(), s.ffn, fused.get(), nullptr);
+      ASSERT_TRUE(st.ok) << st.message;
+      ExpectSameBits(two.Get(), fused.Get());
+    }
+  }
+}
+
+// The RoPE-split epilogue (warp: the two rows of one rotation pair, or two v rows) against the
+// QKV GEMV, the bias add and RopeSplitQkvCuda, bit for bit: 8B (GQA 32/8, d = 128), SmolLM
+// (9/3, d = 64) and a tiny shape, both pairings, with and without a bias, at a large position.
+TEST(GemvBf16Cuda, RopeSplitEpilogueIsTheThreeKernelPathBitForBit) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int32_t hq, hkv, d;
+    int64_t cols;
+  };
+  for (const Shape s : {Shape{32, 8, 128, 4096}, Shape{9, 3, 64, 576}, Shape{2, 1, 8, 16}}) {
+    const int64_t rows = int64_t{s.hq + 2 * s.hkv} * s.d, qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
+    SCOPED_TRACE(std::to_string(s.hq) + "/" + std::to_string(s.hkv) + " d " + std::to_string(s.d));
+    Dev<float> dx(RandomFloats(s.cols, 53 + s.cols, -4, 4)), dn(RandomFloats(s.cols, 59, 0.5, 1.5));
+    Dev<float> dbias(RandomFloats(rows, 61 + rows, -1, 1));
+    Dev<uint16_t> dw(RandomBf16(rows * s.cols, 67 + rows, 1.0f));
+    Dev<int64_t> dpos(std::vector<int64_t>{123457});
+    for (bool interleaved : {false, true}) {
+      for (bool bias : {false, true}) {
+        SCOPED_TRACE(std::string(interleaved ? "interleaved" : "halves") + (bias ? ", bias" : ""));
+        Dev<float> qkv(static_cast<size_t>(rows));
+        Dev<float> q2(static_cast<size_t>(qd)), k2(static_cast<size_t>(kvd)), v2(static_cast<size_t>(kvd));
+        Dev<float> q1(static_cast<size_t>(qd)), k1(static_cast<size_t>(kvd)), v1(static_cast<size_t>(kvd));
+        ASSERT_TRUE(GemvBf16FromF32Cuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), rows, qkv.get(), 0.0f, nullptr,
+                                        {2}).ok);
+        if (bias) {
+          ASSERT_TRUE(AddBiasRowsCuda(qkv.get(), 1, rows, rows, dbias.get(), nullptr).ok);
+        }
+        ASSERT_TRUE(RopeSplitQkvCuda(qkv.get(), 1, rows, s.hq, s.hkv, s.d, dpos.get(), 500000.0f, interleaved,
+                                     q2.get(), k2.get(), v2.get(), nullptr).ok);
+        GemvRopeSplitOut out;
+        out.num_heads = s.hq;
+        out.num_kv_heads = s.hkv;
+        out.head_dim = s.d;
+        out.bias = bias ? dbias.get() : nullptr;
+        out.position = dpos.get();
+        out.theta = 500000.0f;
+        out.interleaved = interleaved;
+        out.q = q1.get();
+        out.k = k1.get();
+        out.v = v1.get();
+        const CudaStatus st = GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, nullptr);
+        ASSERT_TRUE(st.ok) << st.message;
+        ExpectSameBits(q2.Get(), q1.Get());
+        ExpectSameBits(k2.Get(), k1.Get());
+        ExpectSameBits(v2.Get(), v1.Get());
+      }
+    }
+  }
+}
+
 TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
   SKIP_WITHOUT_GPU();
   Dev<uint16_t> x(std::vector<uint16_t>(24584)), w(std::vector<uint16_t>(24584));
@@ -176,6 +271,19 @@ TEST(GemvBf16Cuda, RejectsShapesItDoesNotTake) {
   EXPECT_FALSE(GemvBf16FromF32Supports(8200, xf.get(), w.get(), nullptr));    // x beyond registers
   EXPECT_FALSE(GemvBf16FromF32Supports(16, xf.get(), w.get(), xf.get() + 1));  // misaligned norm
   EXPECT_FALSE(GemvBf16FromF32Cuda(xf.get(), nullptr, 1e-5f, 8200, w.get(), 1, y.get(), 0.0f, nullptr).ok);
+  Dev<uint16_t> act(std::vector<uint16_t>(4));
+  EXPECT_FALSE(GemvBf16SwiGluCuda(xf.get(), nullptr, 1e-5f, 8200, w.get(), 1, act.get(), nullptr).ok);
+  EXPECT_FALSE(GemvBf16SwiGluCuda(xf.get(), nullptr, 1e-5f, 16, w.get(), 1, nullptr, nullptr).ok);
+  GemvRopeSplitOut odd;  // an odd head_dim has no RoPE pairs
+  odd.num_heads = odd.num_kv_heads = 1;
+  odd.head_dim = 3;
+  Dev<int64_t> pos(std::vector<int64_t>{0});
+  odd.position = pos.get();
+  odd.q = odd.k = odd.v = y.get();
+  EXPECT_FALSE(GemvBf16RopeSplitCuda(xf.get(), nullptr, 1e-5f, 16, w.get(), odd, nullptr).ok);
+  odd.head_dim = 2;
+  odd.position = nullptr;
+  EXPECT_FALSE(GemvBf16RopeSplitCuda(xf.get(), nullptr, 1e-5f, 16, w.get(), odd, nullptr).ok);
 }
 
 }  // namespace
