@@ -178,15 +178,12 @@ struct QueryDigitScalars {
   bool bad = false;     // not finite, or k outside [kDigitExpMin, kDigitExpMax]
   float qscale = 0.0f;  // 2^{k−6}·fl(1/√d), 0 for a zero or bad query
 };
-__device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float* qg, bool live, int lane,
-                                                              float inv_sqrt_d, int8_t* digits,
-                                                              int digit_stride) {
-  float qv[4];
+__device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float (&qv)[4], int lane, float inv_sqrt_d,
+                                                              int8_t* digits, int digit_stride) {
   float amax = 0.0f;
   double a1 = 0.0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    qv[i] = live ? qg[lane * 4 + i] : 0.0f;
     amax = fmaxf(amax, fabsf(qv[i]));
     if (!(fabsf(qv[i]) <= 3.0e38f)) amax = INFINITY;  // NaN or inf
     a1 += fabs(static_cast<double>(qv[i]));
@@ -214,11 +211,23 @@ __device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float* qg, b
   r.qscale = amax > 0.0f && !r.bad ? meter::DigitQueryScale(r.exp, inv_sqrt_d) : 0.0f;
   return r;
 }
+// Lane l's channels 4l..4l+3 of qg (zeros when not live), as SplitQueryDigits takes them.
+__device__ __forceinline__ void LoadQueryLane(const float* qg, bool live, int lane, float (&qv)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) qv[i] = live ? qg[lane * 4 + i] : 0.0f;
+}
+__device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float* qg, bool live, int lane,
+                                                              float inv_sqrt_d, int8_t* digits,
+                                                              int digit_stride) {
+  float qv[4];
+  LoadQueryLane(qg, live, lane, qv);
+  return SplitQueryDigits(qv, lane, inv_sqrt_d, digits, digit_stride);
+}
 
-// Query digits and the split's scalars: warp g < 4 owns query head g.
-__device__ __forceinline__ void MmaQueryPrologue(const float* qg, bool live, int lane, int g, float inv_sqrt_d,
+// Query digits and the split's scalars: warp g < 4 owns query head g (its lane's channels qv).
+__device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane, int g, float inv_sqrt_d,
                                                  MmaSmem& sm) {
-  const QueryDigitScalars r = SplitQueryDigits(qg, live, lane, inv_sqrt_d, &sm.qdig[0][g][0], kMmaG * kMmaD);
+  const QueryDigitScalars r = SplitQueryDigits(qv, lane, inv_sqrt_d, &sm.qdig[0][g][0], kMmaG * kMmaD);
   if (lane == 0) {
     sm.q1[g] = r.q1;
     sm.qexp[g] = r.exp;
@@ -239,6 +248,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const PagedKvLayout& L = p.layout;
   constexpr int32_t nb = 8;  // witness bands (TensorCoreDecodeSupports)
   const int32_t hkv = L.num_kv_heads, bs = L.block_size, G = p.q_per_kv;
+  const int h0 = kvh * G;
+  // The query's loads first: nothing they read depends on the split, so their latency overlaps
+  // the context length's and the block table's.
+  float qv[4];
+  if (warp < G4) {
+    const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (warp < G ? warp : 0)) * D;
+    LoadQueryLane(qg, warp < G, lane, qv);
+  }
   const SplitRange range = BeginSplit<D>(p, seq, split, kvh, tid);
   if (!range.run) return;
   const int64_t begin = range.begin, end = range.end;
@@ -258,26 +275,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     for (int i = tid; i < nblk; i += kMmaThreads) btl[i] = bt[blk0 + i];
   }
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
-  const int h0 = kvh * G;
-
-  // ---- prologue: query digits (warps 0-3), band norms (meter)
-  if (warp < G4) {
-    const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (warp < G ? warp : 0)) * D;
-    MmaQueryPrologue(qg, warp < G, lane, warp, inv_sqrt_d, sm);
-  }
-  if constexpr (METER) {
-    for (int gi = tid; gi < G4 * nb; gi += kMmaThreads) {
-      const int g = gi / nb, b = gi % nb;
-      float norm = 0.0f;
-      if (g < G) {
-        const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-        double a1 = 0.0;
-        norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
-      }
-      sm.qbn[g][b] = norm;
-    }
-  }
-  __syncthreads();  // btl, qdig, qbn, qscale
+  __syncthreads();  // btl
 
   // ---- the stage loader: stage k < n_st reads K (+ K and V scales), k ≥ n_st reads V
   // (+ witnesses). 16 threads per 8-token group (16 groups = 256 threads): thread (grp, q)
@@ -319,6 +317,22 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   };
 #pragma unroll
   for (int k = 0; k < kMmaRing - 1; ++k) issue(k);
+
+  // ---- prologue, while the first stages load: query digits (warps 0-3), band norms (meter)
+  if (warp < G4) MmaQueryPrologue(qv, lane, warp, inv_sqrt_d, sm);
+  if constexpr (METER) {
+    for (int gi = tid; gi < G4 * nb; gi += kMmaThreads) {
+      const int g = gi / nb, b = gi % nb;
+      float norm = 0.0f;
+      if (g < G) {
+        const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+        double a1 = 0.0;
+        norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
+      }
+      sm.qbn[g][b] = norm;
+    }
+  }
+  __syncthreads();  // qdig, qbn, qscale
 
   // Query A fragments for the 4 k-steps (see the header for the row/channel mapping).
   uint32_t qa[4][4];

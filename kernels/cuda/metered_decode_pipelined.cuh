@@ -91,34 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   const uint64_t h1 = meter::Mix64(meter::Mix64(p.seed) ^
                                    ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
 
-  // ---- meter prologue: query band norms and the Tier B coefficient (CPU: PrepareMeteredQuery)
-  if constexpr (METER) {
-    for (int gi = tid; kWit && gi < G * nb; gi += kThreads) {
-      const int g = gi / nb, b = gi % nb;
-      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-      double a1 = 0.0;
-      const float norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
-      sm.qbn[g][b] = norm;
-      sm.q1[g][b] = a1;
-    }
-  }
-  __syncthreads();  // btl, qbn
-  if constexpr (METER) {
-    if (tid < GMAX) {
-      float coef = 0.0f;
-      if (C::kTierB && p.delta_loc > 0.0 && tid < G) {
-        float s2 = 0.0f;
-        double n1 = 0.0;
-        for (int b = 0; b < nb; ++b) {
-          s2 += sm.qbn[tid][b] * sm.qbn[tid][b];
-          n1 += sm.q1[tid][b];
-        }
-        const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
-        coef = meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, Sctx, p.delta_loc);
-      }
-      sm.tierb[tid] = coef;  // read after the next barrier
-    }
-  }
+  __syncthreads();  // btl
 
   // ---- the stage loader: stage k < n_st reads K, k ≥ n_st reads V (+ witnesses, K scales)
   const int64_t cbytes = CB;
@@ -179,6 +152,36 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) issue(k);
+
+  // ---- meter prologue, while the first stages load: query band norms and the Tier B
+  // coefficient (CPU: PrepareMeteredQuery)
+  if constexpr (METER) {
+    for (int gi = tid; kWit && gi < G * nb; gi += kThreads) {
+      const int g = gi / nb, b = gi % nb;
+      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+      double a1 = 0.0;
+      const float norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
+      sm.qbn[g][b] = norm;
+      sm.q1[g][b] = a1;
+    }
+  }
+  if constexpr (METER) __syncthreads();  // qbn
+  if constexpr (METER) {
+    if (tid < GMAX) {
+      float coef = 0.0f;
+      if (C::kTierB && p.delta_loc > 0.0 && tid < G) {
+        float s2 = 0.0f;
+        double n1 = 0.0;
+        for (int b = 0; b < nb; ++b) {
+          s2 += sm.qbn[tid][b] * sm.qbn[tid][b];
+          n1 += sm.q1[tid][b];
+        }
+        const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
+        coef = meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, Sctx, p.delta_loc);
+      }
+      sm.tierb[tid] = coef;  // read after the next barrier
+    }
+  }
 
   // ---- pass 1: logits of the whole split -------------------------------------------------
   float q[GMAX][8];
