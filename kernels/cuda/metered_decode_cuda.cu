@@ -53,7 +53,7 @@ constexpr int kMergePreload = 32;  // partial outputs per output thread loaded u
 
 // The certificate of one cell from its P used partials (of `num_splits` stored: every load is
 // issued before P is known), by one warp. The cross-lane sums are a butterfly, so every lane
-// ends with the same sums and returns the same bound (the caller stores it from each).
+// ends with the same sums and returns the same bound (the caller stores it from lane 0).
 // Lane l first merges partials l, l + 32, ... in order (MergePartials). Across lanes the merge
 // is flat: the max m over the lanes (exact), each lane's z, b, c scaled to it by one
 // ScaledTerm, then a shuffle tree of sums. merges and chain are counted as the five-level MergePartials tree over the lanes
@@ -117,7 +117,8 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   const int64_t base = cell * num_splits;
   if (tid >= head_dim) {  // the certificate warp
     if (!METER || cert == nullptr) return;
-    cert[cell] = MergeCertWarp(parts + base, num_splits, P, tid - head_dim);
+    const meter::CertBound bound = MergeCertWarp(parts + base, num_splits, P, tid - head_dim);
+    if (tid == head_dim) cert[cell] = bound;  // every lane holds the same bound
     return;
   }
   // Output thread c loads its channel of the first kMergePreload partial outputs now, so those
