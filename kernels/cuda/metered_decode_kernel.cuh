@@ -197,6 +197,38 @@ __device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, b
   return norm;
 }
 
+// The meter's query prologue (CPU: PrepareMeteredQuery), shared by the decode kernels: the band
+// norms ‖q_b‖ and per-band Σ|q_c| of the G query heads into sm.qbn / sm.q1, by `threads` threads.
+template <int D, class Smem>
+__device__ __forceinline__ void QueryBandPrologue(const DecodeParams& p, int seq, int h0, int G, int nb, int tid,
+                                                  int threads, Smem& sm) {
+  for (int gi = tid; gi < G * nb; gi += threads) {
+    const int g = gi / nb, b = gi % nb;
+    const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+    double a1 = 0.0;
+    const float norm = QueryBandNorm<D>(qg, b, nb, p.layout.interleaved, &a1);
+    sm.qbn[g][b] = norm;
+    sm.q1[g][b] = a1;
+  }
+}
+
+// Head g's Tier B coefficient from the prologue's band sums (after a barrier), 0 when the
+// codec is not Tier B or δ_loc ≤ 0: ‖q‖₂ from the band norms (each ≤ (d/B+5)u off, the
+// combination ≤ (B+3)u more) and ‖q‖₁ rounded up.
+template <int D, bool TIER_B, class Smem>
+__device__ __forceinline__ float TierBCoefficientOfHead(const Smem& sm, int g, int nb, int64_t context,
+                                                        double delta_loc) {
+  if (!TIER_B || !(delta_loc > 0.0)) return 0.0f;
+  float s2 = 0.0f;
+  double n1 = 0.0;
+  for (int b = 0; b < nb; ++b) {
+    s2 += sm.qbn[g][b] * sm.qbn[g][b];
+    n1 += sm.q1[g][b];
+  }
+  const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
+  return meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, context, delta_loc);
+}
+
 // ε̂ of one token for one query head (CPU: MeteredSplit). NB = 8 unrolls the witness.
 template <int NB>
 __device__ __forceinline__ float TokenEpsilon(const uint16_t* kw, int32_t nb, const float* qbn,
@@ -286,30 +318,9 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
   // ---- meter prologue: query band norms and the Tier B coefficient (CPU: PrepareMeteredQuery)
   const bool has_w = !C::kExact;
   if constexpr (METER) {
-    for (int gi = tid; has_w && gi < G * nb; gi += kThreads) {
-      const int g = gi / nb, b = gi % nb;
-      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-      double a1 = 0.0;
-      const float norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
-      sm.qbn[g][b] = norm;
-      sm.q1[g][b] = a1;
-    }
+    if (has_w) QueryBandPrologue<D>(p, seq, h0, G, nb, tid, kThreads, sm);
     __syncthreads();
-    if (tid < GMAX) {
-      float coef = 0.0f;
-      if (C::kTierB && p.delta_loc > 0.0 && tid < G) {
-        // ‖q‖₂ from the band norms: each ≤ (d/B+5)u off, the combination ≤ (B+3)u more.
-        float s2 = 0.0f;
-        double n1 = 0.0;
-        for (int b = 0; b < nb; ++b) {
-          s2 += sm.qbn[tid][b] * sm.qbn[tid][b];
-          n1 += sm.q1[tid][b];
-        }
-        const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
-        coef = meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, S, p.delta_loc);
-      }
-      sm.tierb[tid] = coef;
-    }
+    if (tid < GMAX) sm.tierb[tid] = tid < G ? TierBCoefficientOfHead<D, C::kTierB>(sm, tid, nb, S, p.delta_loc) : 0.0f;
   }
 
   // ---- pass 1: logits of the whole split ------------------------------------------------

@@ -156,30 +156,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // ---- meter prologue, while the first stages load: query band norms and the Tier B
   // coefficient (CPU: PrepareMeteredQuery)
   if constexpr (METER) {
-    for (int gi = tid; kWit && gi < G * nb; gi += kThreads) {
-      const int g = gi / nb, b = gi % nb;
-      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-      double a1 = 0.0;
-      const float norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
-      sm.qbn[g][b] = norm;
-      sm.q1[g][b] = a1;
-    }
-  }
-  if constexpr (METER) __syncthreads();  // qbn
-  if constexpr (METER) {
-    if (tid < GMAX) {
-      float coef = 0.0f;
-      if (C::kTierB && p.delta_loc > 0.0 && tid < G) {
-        float s2 = 0.0f;
-        double n1 = 0.0;
-        for (int b = 0; b < nb; ++b) {
-          s2 += sm.qbn[tid][b] * sm.qbn[tid][b];
-          n1 += sm.q1[tid][b];
-        }
-        const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
-        coef = meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, Sctx, p.delta_loc);
-      }
-      sm.tierb[tid] = coef;  // read after the next barrier
+    if (kWit) QueryBandPrologue<D>(p, seq, h0, G, nb, tid, kThreads, sm);
+    __syncthreads();  // qbn
+    if (tid < GMAX) {  // read after the next barrier
+      sm.tierb[tid] = tid < G ? TierBCoefficientOfHead<D, C::kTierB>(sm, tid, nb, Sctx, p.delta_loc) : 0.0f;
     }
   }
 
