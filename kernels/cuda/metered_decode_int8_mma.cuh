@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     }
     // Σ_j d_j·2^{−7j} as one integer in units of 2^{−21} (|d_j| < 2^33, so |T| < 2^55): one
     // conversion and one power-of-two scaling instead of four conversions and three fmas
-    // (ncu: that double-precision tail was ~12% of a batch-1 CTA's stall samples).
+    // (ncu: that double-precision tail had ~12% of a batch-1 × 8k launch's stall samples).
     const long long t = d0 * (1LL << 21) + d1 * (1LL << 14) + d2 * (1LL << 7) + d3;
     p.part_acc[(cell0 + static_cast<int64_t>(g) * p.num_splits) * D + c] =
         static_cast<float>(static_cast<double>(t) * vout21);

@@ -121,7 +121,7 @@ struct WriteParams {
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WriteKvKernel(const WriteParams p) {
   __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel
-  cuda_launch::WaitForPreviousKernel();  // launched to overlap the RoPE kernel's tail
+  cuda_launch::WaitForPreviousKernel();  // launched to overlap the tail of the kernel writing k, v
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   const PagedKvLayout& L = p.layout;

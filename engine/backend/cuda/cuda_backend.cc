@@ -11,7 +11,6 @@
 #include "engine/common/status.h"
 #include "kernels/cuda/metered_decode_cuda.h"
 #include "kernels/cuda/metered_prefill_cuda.h"
-#include "kernels/cuda/ops/gemv_bf16_cuda.h"
 #include "kernels/cuda/ops/prefill_attention_cuda.h"
 #include "kernels/cuda/ops/transformer_ops_cuda.h"
 
@@ -133,96 +132,6 @@ void CudaBackend::DropGraphs() {
 void CudaBackend::set_cuda_graphs(bool on) {
   DropGraphs();
   cuda_graphs_ = on;
-}
-
-// Batch 1: every projection through the GEMV (2 rows per warp), launched to overlap the kernel
-// before it (gemv_bf16_cuda.h). On the H200, bench_decode_gpu llama-3.1-8b 8192 20 1 (graphs
-// on, int8-rtn, meter off), alternated twice in one call: the attention projections and head
-// only on the GEMV 5.07 / 5.08 ms, every projection 4.94 / 4.94, with the overlap 4.91 / 4.88
-// (bench/RESULTS.md, 2026-12-01 21:45 UTC). Larger batches keep cuBLAS.
-static bool UseGemv(int64_t n) { return n == 1; }
-static constexpr GemvLaunch kBatchOneGemv{/*rows_per_warp=*/2, /*overlap_previous=*/true};
-
-absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, int64_t n,
-                                      int64_t cols, uint16_t* staged, const uint16_t* w,
-                                      int64_t rows, float* y, int64_t ldy, float beta) {
-  if (UseGemv(n) && GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
-    WITCERT_KERNEL_OK(GemvBf16FromF32Cuda(x, norm_weight, config_.rms_norm_eps, cols, w, rows, y,
-                                          beta, stream_, kBatchOneGemv));
-    return absl::OkStatus();
-  }
-  if (norm_weight != nullptr) {
-    WITCERT_KERNEL_OK(RmsNormCuda(x, norm_weight, n, cols, config_.rms_norm_eps, nullptr, staged,
-                                  stream_));
-  } else {
-    WITCERT_KERNEL_OK(FloatToBf16Cuda(x, n * cols, staged, stream_));
-  }
-  return Gemm(staged, n, cols, w, rows, y, ldy, beta);
-}
-
-absl::Status CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
-                                     const int64_t* d_pos, float* k_rows, float* v_rows) {
-  const int64_t hidden = config_.hidden_dim, qkv_dim = config_.q_dim() + 2 * config_.kv_dim();
-  const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
-  if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.wqkv.get(), lw.attn_norm.get())) {
-    GemvRopeSplitOut out;
-    out.num_heads = config_.num_heads;
-    out.num_kv_heads = config_.num_kv_heads;
-    out.head_dim = config_.head_dim;
-    out.bias = config_.qkv_bias ? lw.bqkv.get() : nullptr;
-    out.position = d_pos;
-    out.theta = config_.rope_theta;
-    out.interleaved = interleaved;
-    out.q = q_.get();
-    out.k = k_rows;
-    out.v = v_rows;
-    WITCERT_KERNEL_OK(GemvBf16RopeSplitCuda(x, lw.attn_norm.get(), config_.rms_norm_eps, hidden,
-                                            lw.wqkv.get(), out, stream_,
-                                            kBatchOneGemv.overlap_previous));
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(GemmFromF32(x, lw.attn_norm.get(), n, hidden, xn_.get(), lw.wqkv.get(), qkv_dim,
-                              qkv_.get(), qkv_dim, 0.0f));
-  if (config_.qkv_bias) {
-    WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
-  }
-  WITCERT_KERNEL_OK(RopeSplitQkvCuda(qkv_.get(), n, qkv_dim, config_.num_heads,
-                                     config_.num_kv_heads, config_.head_dim, d_pos,
-                                     config_.rope_theta, interleaved, q_.get(), k_rows, v_rows,
-                                     stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::ProjectGateUp(const DeviceLayerWeights& lw, const float* x, int64_t n) {
-  const int64_t hidden = config_.hidden_dim, ffn = config_.ffn_dim;
-  if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.w_gate_up.get(), lw.ffn_norm.get())) {
-    WITCERT_KERNEL_OK(GemvBf16SwiGluCuda(x, lw.ffn_norm.get(), config_.rms_norm_eps, hidden,
-                                         lw.w_gate_up.get(), ffn, act_.get(), stream_,
-                                         kBatchOneGemv.overlap_previous));
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(GemmFromF32(x, lw.ffn_norm.get(), n, hidden, xn_.get(), lw.w_gate_up.get(),
-                              2 * ffn, gate_up_.get(), 2 * ffn, 0.0f));
-  WITCERT_KERNEL_OK(SwiGluCuda(gate_up_.get(), gate_up_.get() + ffn, n, ffn, 2 * ffn, nullptr,
-                               act_.get(), stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
-                               int64_t rows, float* y, int64_t ldy, float beta) {
-  if (UseGemv(n) && GemvBf16Supports(cols, x, w)) {
-    WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_, kBatchOneGemv));
-    return absl::OkStatus();
-  }
-  const float alpha = 1.0f;
-  // Row-major y [n, rows] is column-major yᵀ [rows, n] = W · xᵀ, with W row-major [rows, cols]
-  // read as column-major [cols, rows] and transposed.
-  WITCERT_CUBLAS_OK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
-                                 static_cast<int>(n), static_cast<int>(cols), &alpha, w,
-                                 CUDA_R_16BF, static_cast<int>(cols), x, CUDA_R_16BF,
-                                 static_cast<int>(cols), &beta, y, CUDA_R_32F,
-                                 static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t max_blocks,

@@ -176,6 +176,7 @@ class CudaBackend : public Backend {
   // Samples the logits rows (logits order) that have a request, into sampled_host_ (queued on
   // stream_; valid after the stream syncs).
   absl::Status SampleOnDevice(const std::vector<const SampleRequest*>& rows);
+  // The projections (cuda_projections.cc).
   // y = W · bf16(x) from fp32 rows x [n, cols], RMS-normalized first when norm_weight is set:
   // one fused GEMV at batch 1 (GemvBf16FromF32Cuda, the same bits), else RmsNormCuda or
   // FloatToBf16Cuda into `staged` [n, cols] and Gemm.
