@@ -87,6 +87,7 @@ def DescribeError(e):
 
 async def run_level(base_url, concurrency, tokens):
     limits = httpx.Limits(max_connections=256)
+    cpu0 = os.times()
     t0 = time.perf_counter()
     if CLIENT == "httpx":
         async with httpx.AsyncClient(timeout=600, limits=limits) as client:
@@ -99,6 +100,8 @@ async def run_level(base_url, concurrency, tokens):
             results = await asyncio.gather(*(one_stream(client, tokens, i) for i in range(concurrency)),
                                            return_exceptions=True)
     wall = time.perf_counter() - t0
+    cpu1 = os.times()
+    client_cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     errors = [r for r in results if isinstance(r, Exception)]
     ok = [r for r in results if not isinstance(r, Exception)]
     chunks = sum(len(s) for _, s in ok)
@@ -108,6 +111,7 @@ async def run_level(base_url, concurrency, tokens):
             "chunks": chunks, "tok_s": chunks / wall,
             "ttft_p50": statistics.median(ttft) if ttft else float("nan"),
             "itl_p50": statistics.median(itl) if itl else float("nan"),
+            "client_cores": client_cpu / wall,
             "first_error": DescribeError(errors[0]) if errors else ""}
 
 
@@ -137,6 +141,10 @@ def main():
     ap.add_argument("--serve-arg", action="append", default=[])
     ap.add_argument("--no-overhead", action="store_true")
     ap.add_argument("--server-log", default="", help="keep the server's output in this file")
+    ap.add_argument("--client-nice", type=int, default=0,
+                    help="lower this client's CPU priority by N once the server is up (the server "
+                         "keeps its own): on a small host the load generator then takes the cycles "
+                         "the server leaves, as a load generator on another machine would")
     ap.add_argument("--repeats", type=int, default=1,
                     help="run the whole level list this many times, alternating; the table then "
                          "shows each level's median run and the gain of medians (plus min-max)")
@@ -160,6 +168,8 @@ def main():
             time.sleep(0.1)
     global MODEL
     MODEL = httpx.get(base + "/v1/models", timeout=5).json()["data"][0]["id"]
+    if args.client_nice:
+        os.nice(args.client_nice)
     rows = []
     http_itl, engine_step = [], []
     try:
@@ -172,7 +182,8 @@ def main():
             for level in levels:
                 runs[level].append(asyncio.run(run_level(base + "/v1", level, args.tokens)))
                 r = runs[level][-1]
-                print(f"[{level} streams: {r['tok_s']:.1f} tok/s, {r['errors']} errors]",
+                print(f"[{level} streams: {r['tok_s']:.1f} tok/s, {r['errors']} errors, "
+                      f"client CPU {r['client_cores']:.2f} cores]",
                       file=sys.stderr, flush=True)
         for level in levels:  # the median run by tok/s; errors summed over all runs
             ordered = sorted(runs[level], key=lambda r: r["tok_s"])
@@ -194,12 +205,12 @@ def main():
         proc.terminate()
         proc.wait(timeout=30)
     print("| concurrent streams | errors | aggregate tok/s | vs 1 stream | TTFT p50 (ms) | "
-          "ITL p50 (ms) |\n| --- | --- | --- | --- | --- | --- |")
+          "ITL p50 (ms) | client CPU (cores) |\n| --- | --- | --- | --- | --- | --- | --- |")
     single = rows[0]["tok_s"] or float("nan")
     for r in rows:
         spread = f" ({r['spread'][0]:.1f}–{r['spread'][1]:.1f})" if args.repeats > 1 else ""
         print(f"| {r['concurrency']} | {r['errors']} | {r['tok_s']:.1f}{spread} | {r['tok_s'] / single:.2f}× "
-              f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} |")
+              f"| {1e3 * r['ttft_p50']:.0f} | {1e3 * r['itl_p50']:.1f} | {r['client_cores']:.2f} |")
         if r["errors"]:
             print(f"first error: {r['first_error']}")
     if args.repeats > 1 and len(levels) > 1:
