@@ -10,9 +10,8 @@
 //
 // ResidualNormFromWitness: ‖ρ‖ from B band norms, rounded up (the CPU reference uses it too).
 //
-// DitherTokenHash / DitherFromTokenHash: DitherValue (dither_hash.h) split into its
-// per-vector prefix and per-channel suffix, so a kernel hashes a token once and each
-// channel once; the composition is the very same arithmetic (tested bit for bit).
+// (The dither's DitherTokenHash / DitherFromTokenHash live in dither_hash.h, which this
+// header includes for the kernels that use them.)
 #pragma once
 
 #include <math.h>
@@ -137,19 +136,6 @@ WITCERT_HD inline float ResidualNormFromWitness(const float* w, int32_t num_band
   float s = 0.0f;
   for (int32_t b = 0; b < num_bands; ++b) s += w[b] * w[b];
   return sqrtf(s) * (1.0f + 2.0f * static_cast<float>(num_bands + 4) * kUnitRoundoff);
-}
-
-// The part of DitherValue's hash shared by every channel of one cached vector.
-WITCERT_HD inline uint64_t DitherTokenHash(uint64_t seed, uint32_t layer, uint32_t kv_head,
-                                           uint64_t pos) {
-  uint64_t h = Mix64(seed);
-  h = Mix64(h ^ ((static_cast<uint64_t>(layer) << 32) | kv_head));
-  return Mix64(h ^ pos);
-}
-
-WITCERT_HD inline float DitherFromTokenHash(uint64_t token_hash, uint32_t channel, bool is_value) {
-  uint64_t h = Mix64(token_hash ^ ((static_cast<uint64_t>(channel) << 1) | (is_value ? 1u : 0u)));
-  return static_cast<float>(h >> 40) * 5.9604644775390625e-8f - 0.5f;
 }
 
 }  // namespace witcert::meter

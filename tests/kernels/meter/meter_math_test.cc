@@ -2,6 +2,7 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/meter/bands.h"
@@ -79,6 +80,38 @@ TEST(DitherHash, UniformOnHalfOpenInterval) {
   EXPECT_EQ(DitherValue(1, 2, 3, 4, 5, false), DitherValue(1, 2, 3, 4, 5, false));
   EXPECT_NE(DitherValue(1, 2, 3, 4, 5, false), DitherValue(1, 2, 3, 4, 5, true));
   EXPECT_NE(DitherValue(1, 2, 3, 4, 5, false), DitherValue(2, 2, 3, 4, 5, false));
+}
+
+// Tier B treats the channels of one vector (and its K and V) as independent uniforms. The
+// per-channel step is a 32-bit finalizer over a Weyl sequence; check what a weak mixer of
+// structured inputs would get wrong: uniformity per bin, and correlation between neighbouring
+// channels, between channels 64 apart and between K and V of one channel.
+TEST(DitherHash, ChannelsOfOneVectorLookIndependent) {
+  const int vectors = 4000, d = 128;
+  std::vector<int> bins(64, 0);
+  double adj = 0, far = 0, kv = 0;
+  int64_t n = 0, pairs_adj = 0, pairs_far = 0;
+  for (int t = 0; t < vectors; ++t) {
+    std::vector<float> k(d), v(d);
+    for (int c = 0; c < d; ++c) {
+      k[c] = DitherValue(7, t % 30, t % 8, t, c, false);
+      v[c] = DitherValue(7, t % 30, t % 8, t, c, true);
+      ++bins[static_cast<int>((k[c] + 0.5f) * 64)];
+      ++n;
+    }
+    for (int c = 0; c + 1 < d; ++c, ++pairs_adj) adj += k[c] * k[c + 1];
+    for (int c = 0; c + 64 < d; ++c, ++pairs_far) far += k[c] * k[c + 64];
+    for (int c = 0; c < d; ++c) kv += k[c] * v[c];
+  }
+  double chi2 = 0;
+  const double expect = static_cast<double>(n) / 64;
+  for (int b : bins) chi2 += (b - expect) * (b - expect) / expect;
+  EXPECT_LT(chi2, 63 + 6 * std::sqrt(2.0 * 63)) << "63 degrees of freedom";
+  // E[ξ ξ'] = 0 for independent centred uniforms; one product has sd 1/12.
+  const double sd = 1.0 / 12.0;
+  EXPECT_LT(std::fabs(adj / pairs_adj), 5 * sd / std::sqrt(static_cast<double>(pairs_adj)));
+  EXPECT_LT(std::fabs(far / pairs_far), 5 * sd / std::sqrt(static_cast<double>(pairs_far)));
+  EXPECT_LT(std::fabs(kv / n), 5 * sd / std::sqrt(static_cast<double>(n)));
 }
 
 TEST(Bands, EachBandHoldsWholePairs) {
