@@ -83,26 +83,31 @@ class Int8DitherCodec final : public KvCodec {
   Tier tier() const override { return Tier::kB; }
   void Encode(const float* x, int32_t d, const CodecContext& ctx, uint8_t* out) const override {
     float s = WriteScale(AbsMax(x, d), 126.0f, out);
+    const uint64_t th = TokenHash(ctx);
     for (int32_t c = 0; c < d; ++c) {
       int8_t m = 0;
-      if (s > 0.0f) m = static_cast<int8_t>(RoundClamp(x[c] / s + Xi(ctx, c), 127));
+      if (s > 0.0f) m = static_cast<int8_t>(RoundClamp(x[c] / s + Xi(th, ctx, c), 127));
       std::memcpy(out + 2 + c, &m, 1);
     }
   }
   void Decode(const uint8_t* in, int32_t d, const CodecContext& ctx, float* x) const override {
     float s = ReadScale(in);
+    const uint64_t th = TokenHash(ctx);
     for (int32_t c = 0; c < d; ++c) {
       float m = static_cast<float>(static_cast<int8_t>(in[2 + c]));
-      x[c] = s > 0.0f ? s * (m - Xi(ctx, c)) : 0.0f;
+      x[c] = s > 0.0f ? s * (m - Xi(th, ctx, c)) : 0.0f;
     }
   }
   float DitherScale(const uint8_t* in, int32_t d) const override { return ReadScale(in); }
 
  private:
-  static float Xi(const CodecContext& ctx, int32_t c) {
-    return meter::DitherValue(ctx.seed, static_cast<uint32_t>(ctx.layer),
-                              static_cast<uint32_t>(ctx.kv_head), static_cast<uint64_t>(ctx.pos),
-                              static_cast<uint32_t>(c), ctx.is_value);
+  // DitherValue, its per-vector part hashed once per vector (the same bits).
+  static uint64_t TokenHash(const CodecContext& ctx) {
+    return meter::DitherTokenHash(ctx.seed, static_cast<uint32_t>(ctx.layer),
+                                  static_cast<uint32_t>(ctx.kv_head), static_cast<uint64_t>(ctx.pos));
+  }
+  static float Xi(uint64_t token_hash, const CodecContext& ctx, int32_t c) {
+    return meter::DitherFromTokenHash(token_hash, static_cast<uint32_t>(c), ctx.is_value);
   }
 };
 
