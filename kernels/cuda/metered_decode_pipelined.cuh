@@ -176,10 +176,24 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) admax[g] = 0.0f;
   int my_h = 0;
+  // int8-dither: each stage's token hashes Mix64(h1 ^ t), computed once per token by the first
+  // kStageTokens threads instead of by each of the token's LPT lanes. K pass: double-buffered,
+  // stage k+1's written during stage k (published by the next stage's barrier); V pass: one
+  // buffer, written in the weights step and read after its barrier.
+  __shared__ uint64_t thash[C::kTierB ? 2 : 1][C::kTierB ? kStageTokens : 1];
+  auto stage_hashes = [&](int stage, int buf) {
+    if constexpr (C::kTierB) {
+      if (tid < kStageTokens) {
+        thash[buf][tid] = meter::Mix64(h1 ^ static_cast<uint64_t>(begin_al + int64_t{kStageTokens} * stage + tid));
+      }
+    }
+  };
+  stage_hashes(0, 0);
   for (int k = 0; k < n_st; ++k) {
     CpAsyncWait<S - 2>();
     __syncthreads();
     issue(k + S - 1);
+    if (k + 1 < n_st) stage_hashes(k + 1, (k + 1) & 1);
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * k;
     const bool edge = sb < begin || sb + kStageTokens > end;
@@ -193,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
       bool valid = true;
       if (edge) valid = t >= begin && t < end;
-      DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, false};
+      DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
       float x[8];
       C::Decode8(raw, ctx, x);
       if (!valid) {
@@ -283,6 +297,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
     const bool edge = sb < begin || sb + kStageTokens > end;
+    stage_hashes(k - n_st, 0);  // read in (b)
     // (a) weights and certificate terms: thread = (head g, tokens jj0 + TPH·r)
 #pragma unroll
     for (int r = 0; r < NP; ++r) {
@@ -344,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
       bool valid = true;
       if (edge) valid = t >= begin && t < end;
-      DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, true};
+      DecodeCtx ctx{C::kTierB ? thash[0][j] : 0ull, ch0, true};
       float x[8];
       C::Decode8(raw, ctx, x);
       if (!valid) {
