@@ -288,8 +288,28 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
   meter::CertPartial cp;  // head tid / TPH: warp-uniform
   float vmax = 0.0f;
+  // ‖ṽ_t‖ without a butterfly per token (formats whose squares cannot overflow, one scale per
+  // vector): each lane leaves its 8 channels' Σx² in vss, lane 0 of the token its scale (−1:
+  // masked) and ‖ρ_t‖; after the next barrier thread t < 64 sums its token's LPT partials. The
+  // partials are the butterfly's, summed in another order: γ_D (in vn_infl) covers any order.
+  constexpr bool kSmemNorm = METER && !C::kWideRange && !C::kGroupScale;
+  __shared__ float vss[kSmemNorm ? kStageTokens : 1][kSmemNorm ? LPT + 1 : 1];  // +1: no bank conflicts
+  __shared__ float2 vrec[kSmemNorm ? kStageTokens : 1];                          // (scale or −1, ‖ρ‖)
   const float infl = meter::EpsInflation(D, nb);
   const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+  auto flush_norms = [&] {  // the last V stage's candidates max(‖ṽ_t‖ + ‖ρ_t‖) (kSmemNorm)
+    if constexpr (kSmemNorm) {
+      if (tid < kStageTokens) {
+        const float2 r = vrec[tid];
+        if (r.x >= 0.0f) {
+          float ss = 0.0f;
+#pragma unroll
+          for (int i = 0; i < LPT; ++i) ss += vss[tid][i];
+          vmax = meter::MaxAcc(vmax, sqrtf(ss) * r.x * vn_infl + r.y);  // NaN ignored
+        }
+      }
+    }
+  };
   for (int k = n_st; k < 2 * n_st; ++k) {
     CpAsyncWait<S - 2>();
     __syncthreads();
@@ -298,6 +318,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
     const bool edge = sb < begin || sb + kStageTokens > end;
     stage_hashes(k - n_st, 0);  // read in (b)
+    if (k > n_st) flush_norms();  // stage k−1's, written in its (b): before this stage's (b)
     // (a) weights and certificate terms: thread = (head g, tokens jj0 + TPH·r)
 #pragma unroll
     for (int r = 0; r < NP; ++r) {
@@ -373,7 +394,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
       }
-      if constexpr (METER) {
+      if constexpr (kSmemNorm) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss = fmaf(x[i], x[i], ss);
+        vss[j][part] = ss;
+        if (part == 0) vrec[j] = make_float2(valid ? sc : -1.0f, sm.rho[j]);
+      } else if constexpr (METER) {
         float amax = 1.0f, inv = 1.0f;
         if constexpr (C::kWideRange) {  // bf16/fp32 squares can overflow or underflow
           amax = 0.0f;
@@ -407,6 +434,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
   }
   CpAsyncWait<0>();
+  if constexpr (kSmemNorm) {
+    __syncthreads();  // the last stage's vss / vrec
+    flush_norms();
+  }
 
   // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
 #pragma unroll
