@@ -9,8 +9,8 @@
 //    token hash's low half, xored with its high half, through murmur3's 32-bit finalizer.
 //    Distinct channels of one vector give distinct finalizer inputs (the Weyl step is odd and
 //    the key is < 2^32), and the finalizer is a bijection with full avalanche. This step runs
-//    for every channel of every token the decode kernel reads; at about half of Mix64's integer
-//    work it is what makes the dithered decode cheaper (bench/RESULTS.md, 2026-12-02).
+//    for every channel of every token the decode kernel reads: two 32-bit multiplies and three
+//    xor-shifts instead of Mix64's 64-bit ones (the decode's speed-up: bench/RESULTS.md, 2026-12-02).
 // ξ has a 2^-24 grid on [−½, ½): every value is exact in fp32; the deviation from a continuous
 // uniform is ≤ 2^-24 of a quantization step and is covered by the fp slack of u_t.
 #pragma once
