@@ -2,12 +2,15 @@
 //
 // Why this shape: a decode step issues a few hundred ParallelFor calls of 10-100 µs each on
 // a machine whose cores are often shared, so (1) dispatch must not cost a condition-variable
-// round trip — workers spin ~kSpinMicros on the job word before sleeping, and the caller
-// touches the mutex only when a worker is asleep; (2) the caller must never wait for a
+// round trip — workers wait on the job word (spin, then yield, see (3)) before sleeping, and
+// the caller touches the mutex only when a worker is asleep; (2) the caller must never wait for a
 // worker that has not started: the loop is cut into up to kChunksPerThread·N contiguous
 // chunks that every participant claims from the shared word, so a descheduled worker's
 // share is simply taken by whoever is running. Which thread runs a chunk never changes its
-// result, so outputs do not depend on the thread count.
+// result, so outputs do not depend on the thread count. (3) A waiting thread spins kSpinMicros,
+// then yields the core for up to kYieldMicros, and only then sleeps: on a machine shared with
+// the HTTP threads and the clients, a yield lets them run without the futex sleep and wake-up
+// that a sleep would cost on the next loop (measured in bench/RESULTS.md, 2026-12-02).
 //
 // Memory ordering: `job` packs (num_chunks << 32 | next_chunk). The caller writes fn/n and
 // resets `done`, then publishes `job` (seq_cst store, a release). A participant owns chunk k
@@ -33,6 +36,7 @@ namespace witcert {
 namespace {
 
 constexpr int64_t kSpinMicros = 30;
+constexpr int64_t kYieldMicros = 1000;  // from the start of the wait
 constexpr int64_t kChunksPerThread = 4;
 
 inline void CpuRelax() {
@@ -42,6 +46,29 @@ inline void CpuRelax() {
   std::this_thread::yield();
 #endif
 }
+
+// One wait: Step() spins, then yields; it returns false once the waiter should block.
+class Backoff {
+ public:
+  bool Step() {
+    using std::chrono::microseconds;
+    if (!yielding_) {
+      CpuRelax();
+      if ((++spins_ & 63) == 0 && Clock::now() - start_ > microseconds(kSpinMicros)) {
+        yielding_ = true;
+      }
+      return true;
+    }
+    std::this_thread::yield();
+    return Clock::now() - start_ <= microseconds(kYieldMicros);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start_ = Clock::now();
+  uint32_t spins_ = 0;
+  bool yielding_ = false;
+};
 
 inline bool HasWork(uint64_t word) {
   return static_cast<uint32_t>(word) < static_cast<uint32_t>(word >> 32);
@@ -89,11 +116,8 @@ struct ThreadPool::Impl {
 
   void WorkerLoop() {
     for (;;) {
-      const auto deadline =
-          std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
-      for (int i = 0; !HasWork(job.load()) && !stop.load(); ++i) {
-        CpuRelax();
-        if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) {
+      for (Backoff wait; !HasWork(job.load()) && !stop.load();) {
+        if (!wait.Step()) {
           std::unique_lock<std::mutex> lock(mu);
           sleepers.fetch_add(1);
           work_cv.wait(lock, [&] { return HasWork(job.load()) || stop.load(); });
@@ -150,10 +174,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
     s.work_cv.notify_all();
   }
   s.RunChunks();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
-  for (int i = 0; s.done.load(std::memory_order_acquire) != num_chunks; ++i) {
-    CpuRelax();
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) {
+  for (Backoff wait; s.done.load(std::memory_order_acquire) != num_chunks;) {
+    if (!wait.Step()) {
       std::unique_lock<std::mutex> lock(s.mu);
       s.caller_sleeping.store(true);
       s.done_cv.wait(lock, [&] { return s.done.load() == num_chunks; });

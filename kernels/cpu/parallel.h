@@ -1,7 +1,7 @@
 // A fixed pool of worker threads for data-parallel loops over independent rows.
 //
 // The forward pass calls ParallelFor a few hundred times per token, so dispatch must be
-// cheap: workers spin briefly on a generation counter before sleeping.
+// cheap: workers spin briefly, then yield, on a generation counter before sleeping.
 #pragma once
 
 #include <cstdint>
