@@ -53,12 +53,18 @@ constexpr int64_t kMinMacsPerChunk = 1 << 16;
 
 // The packed kernel when every matrix has an x8 copy and a SIMD variant is selected (the
 // scalar variant keeps the plain rows: DotQ4_*Scalar computes the same bits anyway).
+// The packed kernel of the selected variant (the VNNI builds give the AVX2 build's bits).
 matmul_internal::PackedDotFn PackedDotFor(const QuantMatrix* const* ws, int count) {
-  if (matmul_internal::SelectedCpuKernel() == matmul_internal::CpuKernel::kScalar) return nullptr;
+  using matmul_internal::CpuKernel;
+  const CpuKernel k = matmul_internal::SelectedCpuKernel();
+  if (k == CpuKernel::kScalar) return nullptr;
   for (int m = 0; m < count; ++m) {
     if (ws[m]->packed_x8 == nullptr) return nullptr;
   }
-  return matmul_internal::DotPackedX8Avx2();
+  matmul_internal::PackedDotFn dot = nullptr;
+  if (k == CpuKernel::kAvx512Vnni) dot = matmul_internal::DotPackedX8Avx512Vnni();
+  if (k == CpuKernel::kAvxVnni) dot = matmul_internal::DotPackedX8AvxVnni();
+  return dot != nullptr ? dot : matmul_internal::DotPackedX8Avx2();
 }
 
 // y_k for the packed matrices: work units are 8-row groups, stacked over the matrices like

@@ -10,14 +10,15 @@
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/packed_x8_group.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace witcert {
 namespace {
 
-constexpr size_t kScaleBytes = kPackRows * sizeof(uint16_t);  // d[8] (and m[8])
-constexpr size_t kQ4QsOffset = 2 * kScaleBytes;               // Q4: after d[8], m[8]
-constexpr size_t kQ8QsOffset = kScaleBytes;                   // Q8_0: after d[8]
+constexpr size_t kScaleBytes = kPackedScaleBytes;
+constexpr size_t kQ4QsOffset = kPackedQ4QsOffset;
+constexpr size_t kQ8QsOffset = kPackedQ8QsOffset;
 
 // A 4-bit block's 32 values in element order: low nibbles are elements 0..15, high 16..31.
 void UnpackNibbles(const uint8_t* qs, uint8_t q[kQk]) {
@@ -148,134 +149,35 @@ void DotPackedX8Scalar(const uint8_t* group, const uint8_t* x, size_t stride, in
 #ifdef WITCERT_MATMUL_AVX2
 namespace {
 
-template <int N, typename Fn>
-inline void Unrolled(Fn&& fn) {
-  [&]<int... J>(std::integer_sequence<int, J...>) {
-    (fn(std::integral_constant<int, J>{}), ...);
-  }(std::make_integer_sequence<int, N>{});
-}
-
-inline __m256i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-inline __m256i LoadVec(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-enum class Fmt { kQ4_0, kQ4_1, kQ8_0 };
-
-// One group against NX activation rows. Per block, `isum[j]` ends as the 8 rows' exact
-// Σ q_w·q_x (int32 lanes); the fp32 tail is the scalar kernels' fma sequence per lane.
-template <Fmt F, int NX>
-void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t cols, float* out) {
-  constexpr size_t kBlockBytes = F == Fmt::kQ8_0 ? kQ8QsOffset + 256 : kQ4QsOffset + 128;
-  const int64_t nb = cols / kQk;
-  Q8_1Row xr[NX];
-  __m256 acc[NX];
-  Unrolled<NX>([&](auto jc) {
-    constexpr int j = decltype(jc)::value;
-    xr[j] = ViewQ8_1Row(x + j * stride, cols);
-    acc[j] = _mm256_setzero_ps();
-  });
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + static_cast<size_t>(b) * kBlockBytes;
-    __m256i isum[NX];
-    if constexpr (F == Fmt::kQ8_0) {
-      // Signed × signed: |w| · sign(x, w), each maddubs widened at once (2·128·127 < 2^15
-      // but two of them would not fit int16).
-      Unrolled<8>([&](auto vc) {
-        constexpr int v = decltype(vc)::value;
-        const __m256i w = LoadVec(blk + kQ8QsOffset + 32 * v);
-        const __m256i aw = _mm256_sign_epi8(w, w);
-        Unrolled<NX>([&](auto jc) {
-          constexpr int j = decltype(jc)::value;
-          const __m256i xv = Broadcast4(xr[j].qs + b * kQk + 4 * v);
-          const __m256i part = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
-          isum[j] = v == 0 ? part : _mm256_add_epi32(isum[j], part);
-        });
-      });
-    } else {
-      // The block's 8 unpacked chunk vectors stay in registers; each activation row then sums
-      // its 8 products in one int16 chain (elements 4v.. in lo[v], 4(v+4).. in hi[v]).
-      __m256i lo[4], hi[4];
-      Unrolled<4>([&](auto vc) {
-        constexpr int v = decltype(vc)::value;
-        const __m256i packed = LoadVec(blk + kQ4QsOffset + 32 * v);
-        lo[v] = _mm256_and_si256(packed, nibble);
-        hi[v] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
-      });
-      Unrolled<NX>([&](auto jc) {
-        constexpr int j = decltype(jc)::value;
-        const int8_t* xq = xr[j].qs + b * kQk;
-        __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[0], Broadcast4(xq)),
-                                         _mm256_maddubs_epi16(hi[0], Broadcast4(xq + 16)));
-        Unrolled<3>([&](auto vc) {
-          constexpr int v = decltype(vc)::value + 1;
-          sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(lo[v], Broadcast4(xq + 4 * v)));
-          sum16 =
-              _mm256_add_epi16(sum16, _mm256_maddubs_epi16(hi[v], Broadcast4(xq + 4 * (v + 4))));
-        });
-        isum[j] = _mm256_madd_epi16(sum16, ones);
-      });
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-    Unrolled<NX>([&](auto jc) {
+// AVX2: a Q8_0 chunk's maddubs is widened at once (2·128·127 < 2^15, but two of them would
+// not fit int16); a Q4 block's 8 maddubs sum in int16 (≤ 8·15·127·2 < 2^15), widened once.
+struct Avx2PackedOps {
+  static __m256i Q8Chunk(__m256i isum, bool first, __m256i aw, __m256i sx) {
+    const __m256i part = DotU8I8(aw, sx);
+    return first ? part : _mm256_add_epi32(isum, part);
+  }
+  template <int NX>
+  static void Q4Rows(const __m256i (&lo)[4], const __m256i (&hi)[4], const Q8_1Row (&xr)[NX],
+                     int64_t b, __m256i (&isum)[NX]) {
+    Unrolled<NX>([&](auto jc) WITCERT_INLINE_LAMBDA {
       constexpr int j = decltype(jc)::value;
-      acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xr[j].d[b])),
-                               _mm256_cvtepi32_ps(isum[j]), acc[j]);
-    });
-    if constexpr (F != Fmt::kQ8_0) {
-      const __m256 mw =
-          F == Fmt::kQ4_0
-              ? _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f))
-              : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kScaleBytes)));
-      Unrolled<NX>([&](auto jc) {
-        constexpr int j = decltype(jc)::value;
-        acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xr[j].s[b]), acc[j]);
+      const int8_t* xq = xr[j].qs + b * kQk;
+      __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[0], Broadcast4(xq)),
+                                       _mm256_maddubs_epi16(hi[0], Broadcast4(xq + 16)));
+      Unrolled<3>([&](auto vc) WITCERT_INLINE_LAMBDA {
+        constexpr int v = decltype(vc)::value + 1;
+        sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(lo[v], Broadcast4(xq + 4 * v)));
+        sum16 =
+            _mm256_add_epi16(sum16, _mm256_maddubs_epi16(hi[v], Broadcast4(xq + 4 * (v + 4))));
       });
-    }
+      isum[j] = _mm256_madd_epi16(sum16, _mm256_set1_epi16(1));
+    });
   }
-  Unrolled<NX>([&](auto jc) {
-    constexpr int j = decltype(jc)::value;
-    _mm256_storeu_ps(out + kPackRows * j, acc[j]);
-  });
-}
-
-// DotGroup for nx activation rows, 1 ≤ nx ≤ kPackedMaxTile (a table of the tile widths).
-template <Fmt F, int... W>
-constexpr auto DotGroupWidths(std::integer_sequence<int, W...>) {
-  return std::array<void (*)(const uint8_t*, const uint8_t*, size_t, int64_t, float*),
-                    sizeof...(W)>{&DotGroup<F, W + 1>...};
-}
-
-template <Fmt F>
-void DotGroupAnyWidth(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
-                      float* out) {
-  static constexpr auto kByWidth =
-      DotGroupWidths<F>(std::make_integer_sequence<int, kPackedMaxTile>{});
-  kByWidth[std::clamp(nx, 1, kPackedMaxTile) - 1](group, x, stride, cols, out);
-}
-
-void DotPackedX8Impl(const uint8_t* group, const uint8_t* x, size_t stride, int nx, int64_t cols,
-                     GgmlType type, float* out) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-      return DotGroupAnyWidth<Fmt::kQ4_0>(group, x, stride, nx, cols, out);
-    case GgmlType::kQ4_1:
-      return DotGroupAnyWidth<Fmt::kQ4_1>(group, x, stride, nx, cols, out);
-    default:
-      return DotGroupAnyWidth<Fmt::kQ8_0>(group, x, stride, nx, cols, out);
-  }
-}
+};
 
 }  // namespace
 
-PackedDotFn DotPackedX8Avx2() { return DotPackedX8Impl; }
+PackedDotFn DotPackedX8Avx2() { return DotPackedX8With<Avx2PackedOps>; }
 #else
 PackedDotFn DotPackedX8Avx2() { return nullptr; }
 #endif

@@ -21,8 +21,8 @@
 // Arithmetic, per (row, activation row): for each block b in order,
 //   acc = fma(d_w·d_x, Σ q_w·q_x, acc);  Q4: acc = fma(m_w, s_x, acc)   (Q4_0: m_w = −8·d_w)
 // which is exactly the plain scalar kernels' (DotQ4_0Scalar, DotQ4_1Scalar, DotQ8_0Scalar)
-// op sequence: the AVX2 kernel here and those give the same bits, for any number of
-// activation rows.
+// op sequence: the AVX2 kernel here, its VNNI builds (packed_x8_vnni.cc, one vpdpbusd where
+// AVX2 needs maddubs + madd) and those give the same bits, for any number of activation rows.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +33,10 @@
 namespace witcert {
 
 inline constexpr int kPackRows = 8;
+// Byte offsets in a packed block: d[8] fp16, (Q4) m[8] fp16, then qs.
+inline constexpr size_t kPackedScaleBytes = kPackRows * sizeof(uint16_t);
+inline constexpr size_t kPackedQ4QsOffset = 2 * kPackedScaleBytes;
+inline constexpr size_t kPackedQ8QsOffset = kPackedScaleBytes;
 
 // 8-row groups holding `rows` rows (the last one zero-padded).
 inline int64_t PackedX8Groups(int64_t rows) { return (rows + kPackRows - 1) / kPackRows; }
@@ -60,6 +64,11 @@ void DotPackedX8Scalar(const uint8_t* group, const uint8_t* x, size_t stride, in
                        int64_t cols, GgmlType type, float* out);
 // nullptr when the build has no AVX2.
 PackedDotFn DotPackedX8Avx2();
+// The same kernel on vpdpbusd (packed_x8_vnni.cc): AVX-VNNI's VEX form, AVX512-VNNI's 256-bit
+// EVEX form. Bit-identical to the AVX2 one; null where not built. Callers check the CPU
+// (CpuKernelAvailable(kAvxVnni / kAvx512Vnni)).
+PackedDotFn DotPackedX8AvxVnni();
+PackedDotFn DotPackedX8Avx512Vnni();
 
 }  // namespace matmul_internal
 }  // namespace witcert

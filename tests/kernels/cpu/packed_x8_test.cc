@@ -95,23 +95,69 @@ class PackedX8Test : public ::testing::TestWithParam<GgmlType> {
   }
 };
 
+// Every packed build this CPU runs (AVX2, and the VNNI ones where present), selected the way
+// Matmul selects it.
 TEST_P(PackedX8Test, MatchesScalarKernelBitForBit) {
-  std::mt19937 rng(11);
-  ThreadPool pool(2);
-  for (int64_t rows : {8, 37, 64, 203}) {
-    for (int64_t cols : {32, 96, 576}) {
-      const PackedMatrix m = MakeMatrix(GetParam(), rows, cols, rng, false);
-      for (int64_t n : {1, 2, 3, 4, 5, 9, 16, 17}) {
-        const std::vector<float> x = Activations(n, cols, rng, false);
-        const std::vector<float> want = ScalarMatmul(x, n, m.plain);
-        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          std::vector<float> got(n * rows, -1.0f);
-          Matmul(x.data(), n, m.packed_view, got.data(), p);
-          ExpectSameBits(got, want, "packed vs scalar");
+  int variants = 0;
+  using mi::CpuKernel;
+  for (CpuKernel k : {CpuKernel::kAvx2, CpuKernel::kAvxVnni, CpuKernel::kAvx512Vnni}) {
+    if (!mi::CpuKernelAvailable(k)) continue;
+    ++variants;
+    SCOPED_TRACE(mi::CpuKernelName(k));
+    std::mt19937 rng(11);
+    ThreadPool pool(2);
+    for (int64_t rows : {8, 37, 64, 203}) {
+      for (int64_t cols : {32, 96, 576}) {
+        const PackedMatrix m = MakeMatrix(GetParam(), rows, cols, rng, false);
+        for (int64_t n : {1, 2, 3, 4, 5, 9, 16, 17}) {
+          const std::vector<float> x = Activations(n, cols, rng, false);
+          const std::vector<float> want = ScalarMatmul(x, n, m.plain);
+          mi::SetCpuKernelOverride(k);
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> got(n * rows, -1.0f);
+            Matmul(x.data(), n, m.packed_view, got.data(), p);
+            ExpectSameBits(got, want, "packed vs scalar");
+          }
+          mi::ClearCpuKernelOverride();
         }
       }
     }
   }
+  EXPECT_GE(variants, 1);
+}
+
+// The VNNI builds are the AVX2 build's bits on the extremes of the codes too: the weights at
+// their largest magnitude (nibble 15; Q8_0 −128) against activation codes of ±127.
+TEST_P(PackedX8Test, VnniBuildsMatchAvx2OnExtremeCodes) {
+  const std::pair<mi::CpuKernel, mi::PackedDotFn> builds[] = {
+      {mi::CpuKernel::kAvxVnni, mi::DotPackedX8AvxVnni()},
+      {mi::CpuKernel::kAvx512Vnni, mi::DotPackedX8Avx512Vnni()}};
+  std::mt19937 rng(3);
+  const int64_t cols = 128;
+  const PackedMatrix m = MakeMatrix(GetParam(), 16, cols, rng, true);
+  std::vector<float> x(8 * cols);  // [8, cols]: ±3 in every block, so codes ±127
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i * 7 + i / cols) % 3 == 0 ? -3.0f : 3.0f;
+  std::vector<uint8_t> act(8 * mi::Q8_1RowBytes(cols));
+  for (int j = 0; j < 8; ++j)
+    mi::QuantizeRowQ8_1(x.data() + j * cols, cols, act.data() + j * mi::Q8_1RowBytes(cols));
+  const size_t group_bytes = (cols / 32) * PackedX8BlockBytes(GetParam());
+  int ran = 0;
+  for (const auto& [kernel, dot] : builds) {
+    if (dot == nullptr || !mi::CpuKernelAvailable(kernel)) continue;
+    ++ran;
+    SCOPED_TRACE(mi::CpuKernelName(kernel));
+    for (int g = 0; g < 2; ++g) {
+      for (int nx = 1; nx <= mi::kPackedMaxTile; ++nx) {
+        std::vector<float> want(nx * kPackRows), got(nx * kPackRows, -1.0f);
+        const uint8_t* group = m.packed.data() + g * group_bytes;
+        const size_t stride = mi::Q8_1RowBytes(cols);
+        mi::DotPackedX8Avx2()(group, act.data(), stride, nx, cols, GetParam(), want.data());
+        dot(group, act.data(), stride, nx, cols, GetParam(), got.data());
+        ExpectSameBits(got, want, "vnni vs avx2");
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no VNNI build runs on this CPU";
 }
 
 TEST_P(PackedX8Test, ScalarPackedDotMatchesPlainScalarDot) {
