@@ -51,9 +51,9 @@ Plan PlanFor(GgmlType type) {
 // Work (multiply-adds) below which a chunk is not worth a thread hand-off (~10 µs).
 constexpr int64_t kMinMacsPerChunk = 1 << 16;
 
-// The packed kernel when every matrix has an x8 copy and a SIMD variant is selected (the
-// scalar variant keeps the plain rows: DotQ4_*Scalar computes the same bits anyway).
-// The packed kernel of the selected variant (the VNNI builds give the AVX2 build's bits).
+// The packed kernel when every matrix has an x8 copy and a SIMD variant is selected: the
+// selected variant's build (the VNNI builds give the AVX2 build's bits). The scalar variant
+// keeps the plain rows: DotQ4_*Scalar computes the same bits anyway.
 matmul_internal::PackedDotFn PackedDotFor(const QuantMatrix* const* ws, int count) {
   using matmul_internal::CpuKernel;
   const CpuKernel k = matmul_internal::SelectedCpuKernel();
