@@ -16,10 +16,6 @@
 namespace witcert {
 namespace {
 
-constexpr size_t kScaleBytes = kPackedScaleBytes;
-constexpr size_t kQ4QsOffset = kPackedQ4QsOffset;
-constexpr size_t kQ8QsOffset = kPackedQ8QsOffset;
-
 // A 4-bit block's 32 values in element order: low nibbles are elements 0..15, high 16..31.
 void UnpackNibbles(const uint8_t* qs, uint8_t q[kQk]) {
   for (int e = 0; e < kQk / 2; ++e) {
@@ -64,10 +60,6 @@ bool PackableX8(const QuantMatrix& w) {
   return format && w.cols % kQk == 0 && w.cols > 0 && w.rows > 0 && !w.empty();
 }
 
-size_t PackedX8BlockBytes(GgmlType type) {
-  return type == GgmlType::kQ8_0 ? kQ8QsOffset + 8 * 32 : kQ4QsOffset + 4 * 32;
-}
-
 size_t PackedX8Bytes(GgmlType type, int64_t rows, int64_t cols) {
   return static_cast<size_t>(PackedX8Groups(rows) * (cols / kQk)) * PackedX8BlockBytes(type);
 }
@@ -88,10 +80,10 @@ void PackX8(const QuantMatrix& w, uint8_t* out) {
         uint8_t q[kQk];
         UnpackBlock(w, row, b, q, &d[r], &m[r]);
         if (q8) {
-          uint8_t* qs = dst + kQ8QsOffset;  // [8][32]
+          uint8_t* qs = dst + kPackedQ8QsOffset;  // [8][32]
           for (int v = 0; v < 8; ++v) std::memcpy(qs + 32 * v + 4 * r, q + 4 * v, 4);
         } else {
-          uint8_t* qs = dst + kQ4QsOffset;  // [4][32]
+          uint8_t* qs = dst + kPackedQ4QsOffset;  // [4][32]
           for (int v = 0; v < 4; ++v) {
             for (int e = 0; e < 4; ++e) {
               qs[32 * v + 4 * r + e] = static_cast<uint8_t>(q[4 * v + e] | (q[4 * (v + 4) + e] << 4));
@@ -99,8 +91,8 @@ void PackX8(const QuantMatrix& w, uint8_t* out) {
           }
         }
       }
-      std::memcpy(dst, d, kScaleBytes);
-      if (!q8) std::memcpy(dst + kScaleBytes, m, kScaleBytes);
+      std::memcpy(dst, d, kPackedScaleBytes);
+      if (!q8) std::memcpy(dst + kPackedScaleBytes, m, kPackedScaleBytes);
     }
   }
 }
@@ -123,15 +115,15 @@ void DotPackedX8Scalar(const uint8_t* group, const uint8_t* x, size_t stride, in
         int isum = 0;
         const float dw = F16ToF32(d16);
         if (type == GgmlType::kQ8_0) {
-          const int8_t* qs = reinterpret_cast<const int8_t*>(blk + kQ8QsOffset);
+          const int8_t* qs = reinterpret_cast<const int8_t*>(blk + kPackedQ8QsOffset);
           for (int v = 0; v < 8; ++v) {
             for (int e = 0; e < 4; ++e) isum += qs[32 * v + 4 * r + e] * xq[4 * v + e];
           }
           acc = std::fma(dw * xr.d[b], static_cast<float>(isum), acc);
           continue;
         }
-        std::memcpy(&m16, blk + kScaleBytes + 2 * r, 2);
-        const uint8_t* qs = blk + kQ4QsOffset;
+        std::memcpy(&m16, blk + kPackedScaleBytes + 2 * r, 2);
+        const uint8_t* qs = blk + kPackedQ4QsOffset;
         for (int v = 0; v < 4; ++v) {
           for (int e = 0; e < 4; ++e) {
             const uint8_t byte = qs[32 * v + 4 * r + e];

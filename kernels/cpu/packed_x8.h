@@ -43,7 +43,9 @@ inline int64_t PackedX8Groups(int64_t rows) { return (rows + kPackRows - 1) / kP
 // True for the formats PackX8 takes (Q4_0, Q4_1, Q8_0) with cols % 32 == 0.
 bool PackableX8(const QuantMatrix& w);
 // Bytes per packed (group, block): 160 for the 4-bit formats, 272 for Q8_0.
-size_t PackedX8BlockBytes(GgmlType type);
+constexpr size_t PackedX8BlockBytes(GgmlType type) {
+  return type == GgmlType::kQ8_0 ? kPackedQ8QsOffset + 8 * 32 : kPackedQ4QsOffset + 4 * 32;
+}
 // Bytes of the packed copy: ceil(rows / 8) groups × cols / 32 blocks × PackedX8BlockBytes.
 size_t PackedX8Bytes(GgmlType type, int64_t rows, int64_t cols);
 // Writes the packed copy of `w` (PackableX8) into out [PackedX8Bytes].

@@ -58,7 +58,7 @@ enum class Fmt { kQ4_0, kQ4_1, kQ8_0 };
 template <Fmt F, class Ops, int NX>
 void DotGroup(const uint8_t* group, const uint8_t* x, size_t stride, int64_t cols, float* out) {
   constexpr size_t kBlockBytes =
-      F == Fmt::kQ8_0 ? kPackedQ8QsOffset + 256 : kPackedQ4QsOffset + 128;
+      PackedX8BlockBytes(F == Fmt::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_1);
   const int64_t nb = cols / kQk;
   Q8_1Row xr[NX];
   __m256 acc[NX];
