@@ -75,8 +75,8 @@ inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
   MmaSmemPlan p;
   p.stage = MakeMmaStageLayout(L.num_bands);
   p.logits_off = kMmaRing * p.stage.bytes;
-  // logits [G, lcap] fp32; later the output reduction [warps, 8 tiles, 32 lanes, 4] int32.
-  const int64_t lf = std::max<int64_t>(int64_t{kMmaG} * lcap, int64_t{kMmaWarps} * 8 * 32 * 4);
+  // logits [G, lcap] fp32 (the output reduction goes in the ring).
+  const int64_t lf = int64_t{kMmaG} * lcap;
   p.bt_off = p.logits_off + static_cast<int32_t>(4 * lf);
   p.bt_entries = (lcap + 2 * kMmaStageTokens) / L.block_size + 2;
   p.bytes = static_cast<size_t>(p.bt_off) + 4 * static_cast<size_t>(p.bt_entries);
@@ -138,10 +138,33 @@ struct MmaHeadSums {
     if (!(fabsf(logit) <= 3.0e38f)) { bad = true; return; }
     z += w;
     if (eps_hat > 0.0f) b += meter::WeightedEpsTerm<meter::Expm1Form::kUpperSmall>(logit, m, w, eps_hat);
-    if (rho > 0.0f) c += w * rho;
+    if (rho > 0.0f) c = fmaf(w, rho, c);  // one rounding (AddCommon's too)
     eps_max = meter::MaxAcc(eps_max, eps_hat);
     if (!(eps_hat == eps_hat)) eps_max = INFINITY;
     count += 1;
+  }
+  // Whether Add takes its common case for this token: a finite logit, 0 ≤ ε̂ ≤ ½ and, where
+  // ε̂ > 0, a weight in the direct form (WeightedEpsTerm's w ≥ 2^-100, not its log form).
+  // NaN fails every comparison, so a NaN ε̂ or logit is never the common case.
+  __device__ __forceinline__ static bool CommonCase(float logit, float w, float eps_hat) {
+    return fabsf(logit) <= 3.0e38f && eps_hat >= 0.0f && eps_hat <= 0.5f &&
+           (eps_hat == 0.0f || w >= meter::kMinDirectWeight);
+  }
+  // Add's arithmetic for a token where CommonCase holds, or nothing where !active, without
+  // branches: a skipped term is selected to +0 instead, and x + 0 = x for the non-negative sums
+  // (the A−1 term is rounded alone, as WeightedEpsTerm returns it; ε̂ = 0 gives
+  // w·Expm1UpperSmall(0) = 0, the term Add skips).
+  // (An inactive token's ε̂ and ρ may be garbage, inf or NaN: they are selected away before
+  // any product, so no 0·inf can reach the sums.)
+  __device__ __forceinline__ void AddCommon(bool active, float w, float eps_hat, float rho) {
+    const float wz = active ? w : 0.0f;
+    const float ez = active ? eps_hat : 0.0f;
+    const float rz = active && rho > 0.0f ? rho : 0.0f;
+    z += wz;
+    b += __fmul_rn(wz, meter::Expm1UpperSmall(ez));
+    c = fmaf(wz, rz, c);
+    eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
+    count += active ? 1 : 0;
   }
   // += the sums of lane (lane ^ o): a re-association of non-negative sums (SumPartialsSameMax).
   __device__ __forceinline__ void AddShfl(int o) {
@@ -283,18 +306,26 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   // witness chunk q (K for q < 8, V else) and, for q < 2, the scale chunk(s).
   const int ld_grp = tid >> 4, ld_q = tid & 15;
   const int ld_tb = ld_q >> 3, ld_r = ld_q & 7;
+  // Vector index of the thread's group's first token in stage k (< 2^31: TensorCoreDecodeSupports),
+  // 0 where the group is outside the split. issue(k) takes it from the previous call, which
+  // looked it up, so the block-table read's latency is off the path from barrier to copies
+  // (ncu: the loader's longest stall was that read).
+  auto group_vector = [&](int k) -> int32_t {
+    const int32_t t0 = ST * (k >= n_st ? k - n_st : k) + ld_grp * 8;
+    if (k >= 2 * n_st || !(t0 < t_hi && t0 + 8 > t_lo)) return 0;
+    const int32_t pos = base + t0;
+    const int32_t blk = btl[(pos >> p.bs_shift) - blk0_in];
+    return ((blk * hkv + kvh) << p.bs_shift) + (pos & bmask);
+  };
+  int32_t v0_next = 0;  // group_vector(k) for the next issue(k); set once btl is loaded
   auto issue = [&](int k) {
+    const int32_t v0 = v0_next;
+    v0_next = group_vector(k + 1);
     if (k < 2 * n_st) {
       const bool isv = k >= n_st;
       const int32_t t0 = ST * (isv ? k - n_st : k) + ld_grp * 8;  // offset from begin_al
       uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
       const bool ok = t0 < t_hi && t0 + 8 > t_lo;
-      int32_t v0 = 0;  // vector index of the group's first token (< 2^31: TensorCoreDecodeSupports)
-      if (ok) {
-        const int32_t pos = base + t0;
-        const int32_t blk = btl[(pos >> p.bs_shift) - blk0_in];
-        v0 = ((blk * hkv + kvh) << p.bs_shift) + (pos & bmask);
-      }
       const uint8_t* src = (isv ? p.kv.v_codes : p.kv.k_codes) + static_cast<int64_t>(v0) * D + ld_tb * D + ld_r * 16;
       uint8_t* dst = st + sl.codes + ld_grp * 8 * D;
 #pragma unroll
@@ -315,13 +346,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     }
     CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
   };
+  v0_next = group_vector(0);
 #pragma unroll
   for (int k = 0; k < kMmaRing - 1; ++k) issue(k);
 
-  // ---- prologue, while the first stages load: query digits (warps 0-3), band norms (meter)
+  // ---- prologue, while the first stages load: query digits (warps 0-3), band norms (meter,
+  // warp 4, beside them rather than after head 0's digits on warp 0)
   if (warp < G4) MmaQueryPrologue(qv, lane, warp, inv_sqrt_d, sm);
+  static_assert(G4 * nb <= 32 && kMmaWarps > G4, "one warp after the digit warps holds the band norms");
   if constexpr (METER) {
-    for (int gi = tid; gi < G4 * nb; gi += kMmaThreads) {
+    const int gi = tid - 32 * G4;
+    if (gi >= 0 && gi < G4 * nb) {
       const int g = gi / nb, b = gi % nb;
       float norm = 0.0f;
       if (g < G) {
@@ -465,60 +500,75 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     issue(k + kMmaRing - 1);
     const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
     const int32_t sb = ST * (k - n_st);
-    {  // (a)
+    {  // (a), branch-free but for the rare tokens that need Add's general arithmetic (ncu: the
+      // branches of the per-token sums were most of this step's stalls). Every shared-memory
+      // read below stays inside the stage and the logits, so masked tokens (not `in`) compute
+      // on stale or zero-filled bytes and their results are selected away.
       const int32_t t = sb + tok;
       const bool in = t >= t_lo && t < t_hi;
+      const bool act_a = in && ha < G, act_b = in && hb < G;
       const float sv = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc0)[tok]);
-      int32_t s2 = 0;  // Σx² of the token's channel half hp (meter): exact by dp4a
-      if (METER && in) {
+      const int32_t li = min(max(t - t_lo, 0), p.lcap - 1);
+      const float la = logits[ha * p.lcap + li];
+      const float lb = logits[hb * p.lcap + li];
+      const float wa = act_a ? expf(la - ma) : 0.0f;
+      const float wb = act_b ? expf(lb - mb) : 0.0f;
+      if constexpr (METER) {
+        // Σx² of the token's channel half hp, exact by dp4a on four chains, + the pair lane's half.
         const uint8_t* rp = st + sl.codes + tok * D;
         const int sw = MmaSwizzle(tok);
+        int32_t s2p[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const uint4 x = *reinterpret_cast<const uint4*>(rp + (((4 * hp + c) ^ sw) << 4));
-          s2 = __dp4a(static_cast<int32_t>(x.x), static_cast<int32_t>(x.x), s2);
-          s2 = __dp4a(static_cast<int32_t>(x.y), static_cast<int32_t>(x.y), s2);
-          s2 = __dp4a(static_cast<int32_t>(x.z), static_cast<int32_t>(x.z), s2);
-          s2 = __dp4a(static_cast<int32_t>(x.w), static_cast<int32_t>(x.w), s2);
+          s2p[0] = __dp4a(static_cast<int32_t>(x.x), static_cast<int32_t>(x.x), s2p[0]);
+          s2p[1] = __dp4a(static_cast<int32_t>(x.y), static_cast<int32_t>(x.y), s2p[1]);
+          s2p[2] = __dp4a(static_cast<int32_t>(x.z), static_cast<int32_t>(x.z), s2p[2]);
+          s2p[3] = __dp4a(static_cast<int32_t>(x.w), static_cast<int32_t>(x.w), s2p[3]);
         }
-      }
-      if constexpr (METER) s2 += __shfl_xor_sync(0xffffffffu, s2, 1);  // + the pair lane's half
-      float wa = 0.0f, wb = 0.0f;
-      if (in) {
-        const float la = logits[ha * p.lcap + (t - t_lo)];
-        const float lb = logits[hb * p.lcap + (t - t_lo)];
-        if (ha < G) wa = expf(la - ma);
-        if (hb < G) wb = expf(lb - mb);
-        if constexpr (METER) {
-          const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + tok * nb;
-          const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + tok * nb;
-          float w8[8];
-          Half8(kw, w8);
-          const float ea = meter::TierAEpsilon(sm.qbn[ha], w8, 8, inv_sqrt_d, infl);
-          const float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
-          Half8(vw, w8);
-          const float rho = meter::ResidualNormFromWitness(w8, 8);
-          if (ha < G) cpa.Add(la, wa, ma, ea, rho);
-          if (hb < G) cpb.Add(lb, wb, mb, eb, rho);
-          // ‖ṽ‖ + ‖ρ‖ with ‖ṽ‖ = s·‖x‖: (1+4u)² covers sqrt and ×s; the last (1+4u) the sum's
-          // rounding ((1−u)²(1+4u) > 1).
-          const float cand = (sqrtf(static_cast<float>(s2)) * sv * vn_infl + rho) * (1.0f + 4.0f * meter::kUnitRoundoff);
-          vmax = meter::MaxAcc(vmax, cand);  // NaN ignored, as PartialAddToken does
+        int32_t s2 = (s2p[0] + s2p[1]) + (s2p[2] + s2p[3]);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, 1);
+        const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + tok * nb;
+        const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + tok * nb;
+        float w8[8];
+        Half8(kw, w8);
+        const float ea = meter::TierAEpsilon(sm.qbn[ha], w8, 8, inv_sqrt_d, infl);
+        const float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
+        Half8(vw, w8);
+        const float rho = meter::ResidualNormFromWitness(w8, 8);
+        const bool rare = (act_a && !MmaHeadSums::CommonCase(la, wa, ea)) ||
+                          (act_b && !MmaHeadSums::CommonCase(lb, wb, eb));
+        if (rare) {
+          if (act_a) cpa.Add(la, wa, ma, ea, rho);
+          if (act_b) cpb.Add(lb, wb, mb, eb, rho);
         } else {
-          if (ha < G) { cpa.z += wa; cpa.count += 1; }
-          if (hb < G) { cpb.z += wb; cpb.count += 1; }
+          cpa.AddCommon(act_a, wa, ea, rho);
+          cpb.AddCommon(act_b, wb, eb, rho);
         }
+        // ‖ṽ‖ + ‖ρ‖ with ‖ṽ‖ = s·‖x‖: (1+4u)² covers sqrt and ×s; the last (1+4u) the sum's
+        // rounding ((1−u)²(1+4u) > 1).
+        const float cand = (sqrtf(static_cast<float>(s2)) * sv * vn_infl + rho) * (1.0f + 4.0f * meter::kUnitRoundoff);
+        vmax = in ? meter::MaxAcc(vmax, cand) : vmax;  // NaN ignored, as PartialAddToken does
+      } else {
+        cpa.z += wa;
+        cpa.count += act_a ? 1 : 0;
+        cpb.z += wb;
+        cpb.count += act_b ? 1 : 0;
       }
-      // Digits of w·s_v relative to 2^{kV−6}.
+      // Digits of w·s_v relative to 2^{kV−6}. Rounding by the 1.5·2^23 shift (exact for
+      // |x| < 2^22, ties to even as rintf) keeps it on the FMA pipe; the int8 digit is the low
+      // byte of the shifted value's bits (two's complement of a small integer).
       int8_t* pd = reinterpret_cast<int8_t*>(&sm.pdig[pks][0][0][0]);
       float xa = wa * sv * vmul, xb = wb * sv * vmul;
       if (!(xa >= 0.0f && xa < 64.0f)) xa = 0.0f;  // NaN (bad partial) or an empty slot
       if (!(xb >= 0.0f && xb < 64.0f)) xb = 0.0f;
+      constexpr float kShift = 12582912.0f;  // 1.5·2^23
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float da = rintf(xa), db = rintf(xb);
-        pd[(j * G4 + ha) * 32 + ppos] = static_cast<int8_t>(da);
-        pd[(j * G4 + hb) * 32 + ppos] = static_cast<int8_t>(db);
+        const float ya = __fadd_rn(xa, kShift), yb = __fadd_rn(xb, kShift);
+        const float da = __fsub_rn(ya, kShift), db = __fsub_rn(yb, kShift);
+        pd[(j * G4 + ha) * 32 + ppos] = static_cast<int8_t>(__float_as_uint(ya) & 0xffu);
+        pd[(j * G4 + hb) * 32 + ppos] = static_cast<int8_t>(__float_as_uint(yb) & 0xffu);
         xa = (xa - da) * 128.0f;
         xb = (xb - db) * 128.0f;
       }
@@ -566,10 +616,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     sm.wpart(warp, lane, 1) = cpb.ToPartial(mb);
   }
   if (lane == 0) sm.vmax[warp] = vmax;
-  int32_t* red = reinterpret_cast<int32_t*>(logits);  // [warps, 8 tiles, 32 lanes, 4]
+  // The output reduction in the ring (free now: every copy has landed and every thread is past
+  // the last stage): red [warps, 32 lanes, kRedRow] int32, lane row = 8 tiles × {acc 0, 2, 1, 3}
+  // + 4 words of padding. The int4 stores of 8 consecutive lanes then cover all 32 banks, and
+  // the reads below take {acc[par], acc[2 + par]} as one 8-byte word, a half-warp's 16 of them
+  // in distinct banks (with [warps, tiles, lanes, 4] every read was an 8-way conflict: ncu, the
+  // MIO stalls of a batch-1 epilogue).
+  constexpr int kRedRow = 8 * 4 + 4;
+  static_assert(kMmaWarps * 32 * kRedRow * 4 <= kMmaRing * kMmaCodeBytes, "the ring holds the reduction");
+  int32_t* red = reinterpret_cast<int32_t*>(ring);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    *reinterpret_cast<int4*>(&red[((warp * 8 + i) * 32 + lane) * 4]) = make_int4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    *reinterpret_cast<int4*>(&red[(warp * 32 + lane) * kRedRow + i * 4]) =
+        make_int4(acc[i][0], acc[i][2], acc[i][1], acc[i][3]);
   }
   __syncthreads();
   const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
@@ -593,14 +652,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     const int half = c >> 6, n = (c >> 3) & 7, i = c & 7, tg = n >> 1, par = n & 1;
     const int lane_lo = g * 4 + tg, lane_hi = (g + 4) * 4 + tg;
     long long d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+#pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       const int w = half * 4 + ks;
-      const int32_t* lo = &red[((w * 8 + i) * 32 + lane_lo) * 4];
-      const int32_t* hi = &red[((w * 8 + i) * 32 + lane_hi) * 4];
-      d0 += lo[par];
-      d1 += lo[2 + par];
-      d2 += hi[par];
-      d3 += hi[2 + par];
+      const int2 lo = *reinterpret_cast<const int2*>(&red[(w * 32 + lane_lo) * kRedRow + i * 4 + 2 * par]);
+      const int2 hi = *reinterpret_cast<const int2*>(&red[(w * 32 + lane_hi) * kRedRow + i * 4 + 2 * par]);
+      d0 += lo.x;
+      d1 += lo.y;
+      d2 += hi.x;
+      d3 += hi.y;
     }
     // Σ_j d_j·2^{−7j} as one integer in units of 2^{−21} (|d_j| < 2^33, so |T| < 2^55): one
     // conversion and one power-of-two scaling instead of four conversions and three fmas
