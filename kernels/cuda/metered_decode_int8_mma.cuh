@@ -143,12 +143,9 @@ struct MmaHeadSums {
     if (!(eps_hat == eps_hat)) eps_max = INFINITY;
     count += 1;
   }
-  // Whether Add takes its common case for this token: a finite logit, 0 ≤ ε̂ ≤ ½ and, where
-  // ε̂ > 0, a weight in the direct form (WeightedEpsTerm's w ≥ 2^-100, not its log form).
-  // NaN fails every comparison, so a NaN ε̂ or logit is never the common case.
+  // Whether Add takes its common case for this token (partial_sum.h).
   __device__ __forceinline__ static bool CommonCase(float logit, float w, float eps_hat) {
-    return fabsf(logit) <= 3.0e38f && eps_hat >= 0.0f && eps_hat <= 0.5f &&
-           (eps_hat == 0.0f || w >= meter::kMinDirectWeight);
+    return meter::WeightedTokenIsCommon(logit, w, eps_hat);
   }
   // Add's arithmetic for a token where CommonCase holds, or nothing where !active, without
   // branches: a skipped term is selected to +0 instead, and x + 0 = x for the non-negative sums

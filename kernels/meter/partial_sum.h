@@ -131,6 +131,30 @@ WITCERT_HD inline void PartialAddTokenWeighted(CertPartial* p, float logit, floa
   p->chain += 1;
 }
 
+// Whether a token takes WeightedEpsTerm's common case: a finite logit, 0 ≤ ε̂ ≤ ½ and, where
+// ε̂ > 0, a weight in the direct form (w ≥ 2^-100, not the log form). NaN fails every comparison.
+WITCERT_HD inline bool WeightedTokenIsCommon(float logit, float w, float eps_hat) {
+  return fabsf(logit) <= 3.0e38f && eps_hat >= 0.0f && eps_hat <= 0.5f &&
+         (eps_hat == 0.0f || w >= kMinDirectWeight);
+}
+
+// PartialAddTokenWeighted<kUpperSmall>(p, logit, w, eps_hat, rho, 0) for a token where
+// WeightedTokenIsCommon holds, or nothing where !active, without branches (the GPU kernels'
+// per-token step): a skipped term is selected to +0, and x + 0 = x for the non-negative sums.
+// An inactive token's ε̂ and ρ may be garbage (inf, NaN): they are selected away before any
+// product, so no 0·inf reaches the sums.
+WITCERT_HD inline void PartialAddTokenCommon(CertPartial* p, bool active, float w, float eps_hat, float rho) {
+  const float wz = active ? w : 0.0f;
+  const float ez = active ? eps_hat : 0.0f;
+  const float rz = active && rho > 0.0f ? rho : 0.0f;
+  p->z += wz;
+  p->b += wz * Expm1UpperSmall(ez);
+  p->c += wz * rz;
+  p->eps_max = active ? MaxAcc(p->eps_max, eps_hat) : p->eps_max;
+  p->count += active ? 1 : 0;
+  p->chain += active ? 1 : 0;
+}
+
 // ‖ρ‖₂ ≤ sqrt(Σ_b w_b²)·(1 + 2(B+4)u): the band witnesses already bound each band's norm.
 WITCERT_HD inline float ResidualNormFromWitness(const float* w, int32_t num_bands) {
   float s = 0.0f;

@@ -8,6 +8,7 @@
 #include "kernels/meter/bands.h"
 #include "kernels/meter/dither_hash.h"
 #include "kernels/meter/float_formats.h"
+#include "kernels/meter/partial_sum.h"
 
 namespace witcert::meter {
 namespace {
@@ -128,6 +129,45 @@ TEST(Bands, EachBandHoldsWholePairs) {
     }
     for (int b = 0; b < nb; ++b) EXPECT_EQ(count[b], d / nb);
   }
+}
+
+// The GPU kernels' branch-free per-token step: on common tokens it is
+// PartialAddTokenWeighted<kUpperSmall>, and an inactive token, whatever garbage its ε̂ and ρ
+// hold, leaves the partial exactly as it was.
+TEST(PartialSum, CommonTokenStepMatchesTheGeneralAdd) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> logit(-30.0f, 0.0f), eps(0.0f, 0.5f), rho(0.0f, 4.0f);
+  CertPartial general, common;
+  general.m = common.m = 0.0f;
+  const float garbage[] = {INFINITY, -INFINITY, NAN, 1e30f, -1.0f};
+  int added = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const float l = logit(rng), w = std::exp(l);
+    const float e = (i % 5 == 0) ? 0.0f : eps(rng), r = (i % 7 == 0) ? 0.0f : rho(rng);
+    ASSERT_TRUE(WeightedTokenIsCommon(l, w, e)) << l << " " << e;
+    PartialAddTokenWeighted<Expm1Form::kUpperSmall>(&general, l, w, e, r, 0.0f);
+    PartialAddTokenCommon(&common, true, w, e, r);
+    ++added;
+    // A masked token between every two, with garbage inputs.
+    const float g = garbage[i % 5];
+    PartialAddTokenCommon(&common, false, g, g, g);
+  }
+  // z and the maxima are the same additions; b and c may differ by the contraction of a
+  // term's product into its add (-ffp-contract, FMA), one rounding per term at most.
+  EXPECT_EQ(common.z, general.z);
+  EXPECT_NEAR(common.b, general.b, 1e-5 * general.b);
+  EXPECT_NEAR(common.c, general.c, 1e-5 * general.c);
+  EXPECT_EQ(common.eps_max, general.eps_max);
+  EXPECT_EQ(common.count, added);
+  EXPECT_EQ(common.chain, general.chain);
+  EXPECT_FALSE(common.bad);
+  EXPECT_GT(common.b, 0.0f);
+  // What is not common: NaN or a large ε̂, a non-finite logit, a log-form weight.
+  EXPECT_FALSE(WeightedTokenIsCommon(0.0f, 1.0f, NAN));
+  EXPECT_FALSE(WeightedTokenIsCommon(0.0f, 1.0f, 0.75f));
+  EXPECT_FALSE(WeightedTokenIsCommon(INFINITY, 1.0f, 0.1f));
+  EXPECT_FALSE(WeightedTokenIsCommon(-80.0f, 1e-35f, 0.1f));
+  EXPECT_TRUE(WeightedTokenIsCommon(-80.0f, 1e-35f, 0.0f));
 }
 
 }  // namespace
