@@ -607,7 +607,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
   }
-  __syncthreads();  // every thread is done with logits / pdig
+  __syncthreads();  // every thread is done with the ring, logits and pdig
   if (lane < 2) {
     sm.wpart(warp, lane, 0) = cpa.ToPartial(ma);
     sm.wpart(warp, lane, 1) = cpb.ToPartial(mb);
