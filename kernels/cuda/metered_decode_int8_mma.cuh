@@ -143,11 +143,7 @@ struct MmaHeadSums {
     if (!(eps_hat == eps_hat)) eps_max = INFINITY;
     count += 1;
   }
-  // Whether Add takes its common case for this token (partial_sum.h).
-  __device__ __forceinline__ static bool CommonCase(float logit, float w, float eps_hat) {
-    return meter::WeightedTokenIsCommon(logit, w, eps_hat);
-  }
-  // Add's arithmetic for a token where CommonCase holds, or nothing where !active, without
+  // Add's arithmetic for a token where meter::WeightedTokenIsCommon holds, or nothing where !active, without
   // branches: a skipped term is selected to +0 instead, and x + 0 = x for the non-negative sums
   // (the A−1 term is rounded alone, as WeightedEpsTerm returns it; ε̂ = 0 gives
   // w·Expm1UpperSmall(0) = 0, the term Add skips).
@@ -533,8 +529,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
         Half8(vw, w8);
         const float rho = meter::ResidualNormFromWitness(w8, 8);
-        const bool rare = (act_a && !MmaHeadSums::CommonCase(la, wa, ea)) ||
-                          (act_b && !MmaHeadSums::CommonCase(lb, wb, eb));
+        const bool rare = (act_a && !meter::WeightedTokenIsCommon(la, wa, ea)) ||
+                          (act_b && !meter::WeightedTokenIsCommon(lb, wb, eb));
         if (rare) {
           if (act_a) cpa.Add(la, wa, ma, ea, rho);
           if (act_b) cpb.Add(lb, wb, mb, eb, rho);
@@ -617,8 +613,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   // the last stage): red [warps, 32 lanes, kRedRow] int32, lane row = 8 tiles × {acc 0, 2, 1, 3}
   // + 4 words of padding. The int4 stores of 8 consecutive lanes then cover all 32 banks, and
   // the reads below take {acc[par], acc[2 + par]} as one 8-byte word, a half-warp's 16 of them
-  // in distinct banks (with [warps, tiles, lanes, 4] every read was an 8-way conflict: ncu, the
-  // MIO stalls of a batch-1 epilogue).
+  // in distinct banks (with [warps, tiles, lanes, 4] every read was, by that layout, an 8-way
+  // conflict; ncu showed MIO as the batch-1 epilogue's largest stall).
   constexpr int kRedRow = 8 * 4 + 4;
   static_assert(kMmaWarps * 32 * kRedRow * 4 <= kMmaRing * kMmaCodeBytes, "the ring holds the reduction");
   int32_t* red = reinterpret_cast<int32_t*>(ring);
