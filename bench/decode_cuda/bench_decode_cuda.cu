@@ -216,7 +216,8 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
         BENCH_CHECK(cudaGetLastError());
         // The stored bytes per token (kivi2's key groups amortized over the block), less the
         // witnesses when the meter does not read them.
-        const double per_tok = L.BytesPerTokenPerHead() - (!meter && L.has_witness() ? 4.0 * L.num_bands : 0.0);
+        const double per_tok =
+            L.BytesPerTokenPerHead() - (meter ? 0.0 : L.key_witness_bytes() + L.value_summary_bytes());
         const double bytes = per_tok * hkv * static_cast<double>(batch) * ctx;
         const double sec = Median(ms) * 1e-3;
         rows->push_back({label, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12});

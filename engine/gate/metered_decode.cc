@@ -13,21 +13,18 @@
 namespace witcert {
 namespace {
 
-// ‖ṽ_t‖ and ‖ρ_t‖ of every gathered row, once per KV head (its query heads share the
-// values); ρ only where the values have witnesses.
-void ValueNorms(const GatheredHead& head, int32_t d, int32_t nb, std::vector<float>* v_norm,
-                std::vector<float>* v_rho) {
-  v_norm->resize(head.num_tokens);
-  for (int64_t t = 0; t < head.num_tokens; ++t) (*v_norm)[t] = StoredValueNorm(&head.v[t * d], d);
-  v_rho->clear();
-  if (head.v_witness.empty()) return;
-  v_rho->resize(head.num_tokens);
-  for (int64_t t = 0; t < head.num_tokens; ++t)
-    (*v_rho)[t] = meter::ResidualNormFromWitness(&head.v_witness[t * nb], nb);
+// StoredValueNorm of the rows the value summary does not cover (values exact, or an exact
+// copy), once per KV head (its query heads share the values); 0 elsewhere (not read).
+void ValueNorms(const GatheredHead& head, int32_t d, std::vector<float>* v_norm) {
+  v_norm->assign(head.num_tokens, 0.0f);
+  const bool summary = !head.v_bound.empty();
+  for (int64_t t = 0; t < head.num_tokens; ++t) {
+    if (!summary || head.token_exact[t] != 0) (*v_norm)[t] = StoredValueNorm(&head.v[t * d], d);
+  }
 }
 
 MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head,
-                         const std::vector<float>& v_norm, const std::vector<float>& v_rho) {
+                         const std::vector<float>& v_norm) {
   MeteredHeadInputs in;
   in.head_dim = kv.options().head_dim;
   in.num_bands = kv.options().num_bands;
@@ -36,11 +33,11 @@ MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head,
   in.k = head.k.data();
   in.v = head.v.data();
   in.k_witness = head.k_witness.empty() ? nullptr : head.k_witness.data();
-  in.v_witness = head.v_witness.empty() ? nullptr : head.v_witness.data();
+  in.v_rho = head.v_rho.empty() ? nullptr : head.v_rho.data();
+  in.v_bound = head.v_bound.empty() ? nullptr : head.v_bound.data();
   in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
   in.token_exact = head.token_exact.data();
   in.v_norm = v_norm.empty() ? nullptr : v_norm.data();
-  in.v_rho = v_rho.empty() ? nullptr : v_rho.data();
   return in;
 }
 
@@ -78,15 +75,14 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
     thread_local std::vector<float> risk, block_risk;  // [S], [blocks]
     thread_local std::vector<uint8_t> unrepairable;    // [blocks] exact copy evicted
     thread_local std::vector<float> ek, ev;            // [S, d] exact rows (audit)
-    thread_local std::vector<float> v_norm, v_rho;     // [S] each
+    thread_local std::vector<float> v_norm;            // [S]
     risk.assign(s, 0.0f);
     block_risk.assign(num_blocks, 0.0f);
     unrepairable.assign(num_blocks, 0);
     {
       RETURN_IF_ERROR(kv.GatherHead(req.seq, req.layer, g, s, &head));
       v_norm.clear();
-      v_rho.clear();
-      if (meter) ValueNorms(head, d, o.num_bands, &v_norm, &v_rho);
+      if (meter) ValueNorms(head, d, &v_norm);
       for (int32_t j = 0; j < group; ++j) {
         const int32_t h = g * group + j;
         const float* q = req.q + static_cast<int64_t>(h) * d;
@@ -97,7 +93,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
         opt.delta_loc = req.delta_loc;
         MeteredAttentionResult res;
         // Per-token risk (each token's share of A − 1) only ranks blocks for repair.
-        MeteredAttention(Inputs(kv, head, v_norm, v_rho), q, opt, out, &res,
+        MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res,
                          repair ? risk.data() : nullptr);
         if (!meter) continue;
         CellRecord cell;
@@ -129,8 +125,8 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
             continue;
           }
           ++cell.pageins;
-          ValueNorms(head, d, o.num_bands, &v_norm, &v_rho);  // promoted rows are exact now
-          MeteredAttention(Inputs(kv, head, v_norm, v_rho), q, opt, out, &res, risk.data());
+          ValueNorms(head, d, &v_norm);  // promoted rows are exact now
+          MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res, risk.data());
         }
         cell.tv_after = res.bound.tv;
         cell.v_after = RelV(res);

@@ -19,6 +19,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
     return absl::InvalidArgumentError(absl::StrCat("num_bands ", o.num_bands,
                                                    " must divide head_dim/2 = ", o.head_dim / 2));
   }
+  if (o.head_dim > 512) {
+    return absl::InvalidArgumentError(absl::StrCat("head_dim ", o.head_dim, " above 512"));
+  }
   if (o.outlier_channels < 0 || o.outlier_channels >= o.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat("outlier_channels ", o.outlier_channels,
                                                    " must be in [0, head_dim = ", o.head_dim,
@@ -51,7 +54,8 @@ KvCache::KvCache(const KvCacheOptions& o, const KvCodec* k_codec, const KvCodec*
     sl.offset = offset;
     sl.code_bytes = c->BytesPerVector(o.head_dim);
     sl.outlier_bytes = c->is_exact() ? 0 : 4 * o.outlier_channels;
-    sl.witness_bytes = c->is_exact() ? 0 : bands_.witness_bytes();
+    sl.witness_bytes =
+        c->is_exact() ? 0 : (side == 0 ? bands_.key_witness_bytes() : BandLayout::value_summary_bytes());
     sl.param_offset = param_offset;
     sl.param_bytes = c->group_encoded() ? c->GroupParamBytes(o.head_dim, o.block_size) : 0;
     offset += sl.slot_bytes();
@@ -407,9 +411,12 @@ void KvCache::EncodeRows(int32_t layer, int32_t block, int32_t kv_head, int side
       xhat[channels[j]] = xi[channels[j]];
       std::memcpy(codes + sl.code_bytes + 4 * j, &xi[channels[j]], 4);
     }
-    uint16_t w[64];
-    ComputeWitness(xi, xhat.data(), bands_, w);
-    std::memcpy(codes + sl.code_bytes + sl.outlier_bytes, w, sl.witness_bytes);
+    uint8_t* wit = codes + sl.code_bytes + sl.outlier_bytes;
+    if (is_value) {
+      ComputeValueSummary(xi, xhat.data(), bands_, wit);
+    } else {
+      ComputeKeyWitness(xi, xhat.data(), bands_, wit);
+    }
   }
 }
 
@@ -425,8 +432,11 @@ void KvCache::DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t 
     const int32_t m = sl.outlier_bytes / 4;
     const int32_t* channels = m > 0 ? outliers_.channels(layer, kv_head, side == 1) : nullptr;
     float* x = (side == 0 ? out->k.data() : out->v.data()) + row0 * d;  // [n, d]
-    float* w = nullptr;  // [n, B] witness bands, where this side has them
-    if (sl.witness_bytes > 0) w = (side == 0 ? out->k_witness : out->v_witness).data() + row0 * nb;
+    // Where this side has witnesses: key band bounds [n, B], or value ρ and ν [n].
+    const bool wit = sl.witness_bytes > 0;
+    float* kw = wit && side == 0 ? out->k_witness.data() + row0 * nb : nullptr;
+    float* vrho = wit && side == 1 ? out->v_rho.data() + row0 : nullptr;
+    float* vbound = wit && side == 1 ? out->v_bound.data() + row0 : nullptr;
     float* dither_scale =
         side == 0 && !out->k_dither_scale.empty() ? &out->k_dither_scale[row0] : nullptr;
     const uint8_t* codes = slot0 + sl.offset;
@@ -435,10 +445,9 @@ void KvCache::DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t 
       sl.codec->DecodeInGroup(codes, params, d, ctx, x);
       for (int32_t j = 0; j < m; ++j)
         std::memcpy(&x[channels[j]], codes + sl.code_bytes + 4 * j, 4);
-      if (w != nullptr) {  // fp16 bands after the codes and outliers (2-byte aligned)
-        DecodeWitness(reinterpret_cast<const uint16_t*>(codes + sl.code_bytes + sl.outlier_bytes),
-                      nb, w + static_cast<int64_t>(r) * nb);
-      }
+      const uint8_t* stored = codes + sl.code_bytes + sl.outlier_bytes;  // after codes, outliers
+      if (kw != nullptr) DecodeKeyWitness(stored, nb, kw + static_cast<int64_t>(r) * nb);
+      if (vrho != nullptr) DecodeValueSummary(stored, &vrho[r], &vbound[r]);
       if (dither_scale != nullptr) dither_scale[r] = sl.codec->DitherScale(codes, d);
     }
   }
@@ -458,7 +467,8 @@ absl::Status KvCache::GatherHead(SeqId seq, int32_t layer, int32_t kv_head, int6
   out->k.resize(context_len * d);
   out->v.resize(context_len * d);
   out->k_witness.assign(side_[0].witness_bytes > 0 ? context_len * nb : 0, 0.0f);
-  out->v_witness.assign(side_[1].witness_bytes > 0 ? context_len * nb : 0, 0.0f);
+  out->v_rho.assign(side_[1].witness_bytes > 0 ? context_len : 0, 0.0f);
+  out->v_bound.assign(side_[1].witness_bytes > 0 ? context_len : 0, 0.0f);
   out->k_dither_scale.assign(k_codec_->tier() == Tier::kB ? context_len : 0, 0.0f);
   out->token_exact.assign(context_len, 0);
   for (int64_t lb = 0; lb * bs < context_len; ++lb) {

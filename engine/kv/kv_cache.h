@@ -2,8 +2,9 @@
 // backing store + exact-block cache, behind one object.
 //
 // Storage: one byte array per layer, [num_blocks, block_size, num_kv_heads, slot] with
-// slot = K codes | K outliers (fp32 × m) | K witness (fp16 × B) | V codes | V outliers |
-// V witness; exact codecs carry neither outliers nor witness (m = 0: no outlier fields).
+// slot = K codes | K outliers (fp32 × m) | K witness (bf16 unit + B codes) | V codes |
+// V outliers | V summary (bf16 ρ, ν); exact codecs carry neither outliers nor witness (m = 0:
+// no outlier fields). Formats: engine/kv/witness.h.
 // Group-encoded codecs (kivi2 keys) add one per-layer array of group parameters,
 // [num_blocks, num_kv_heads, K params | V params]; other schemes have none.
 //
@@ -73,7 +74,11 @@ using SeqId = int64_t;
 struct GatheredHead {
   int64_t num_tokens = 0;
   std::vector<float> k, v;                  // [S, d]
-  std::vector<float> k_witness, v_witness;  // [S, B]; empty when that side's codec is exact
+  // Key band bounds c_b·U [S, B]; empty when the key codec is exact.
+  std::vector<float> k_witness;
+  // Value summary: ρ_t ≥ ‖ρ_t‖ and ν_t ≥ ‖ṽ_t‖ + ‖ρ_t‖ [S]; empty when the value codec is exact.
+  // Rows with token_exact set carry neither (0): readers use ρ = 0 and the row's own norm.
+  std::vector<float> v_rho, v_bound;
   std::vector<float> k_dither_scale;        // [S]; empty unless the K codec is Tier B
   std::vector<uint8_t> token_exact;         // [S]; 1 where the row is an exact copy
 };
@@ -207,7 +212,7 @@ class KvCache {
     int32_t offset = 0;         // of the codes inside the slot
     int32_t code_bytes = 0;     // BytesPerVector(d)
     int32_t outlier_bytes = 0;  // 4·m (0 for exact codecs)
-    int32_t witness_bytes = 0;  // 2·B (0 for exact codecs)
+    int32_t witness_bytes = 0;  // keys B + 2, values 4 (0 for exact codecs)
     int32_t param_offset = 0;   // inside one (block, head) record of the group-parameter array
     int32_t param_bytes = 0;    // GroupParamBytes(d, block_size)
     int32_t slot_bytes() const { return code_bytes + outlier_bytes + witness_bytes; }

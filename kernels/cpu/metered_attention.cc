@@ -207,42 +207,31 @@ void AMinusOneTerms(const float* lg, const float* wt, const float* ep, float m, 
 // in eight lanes and then across them. That is a re-association of sums of
 // non-negative terms: every lane chain plus the combine is at most `count` additions long,
 // so chain = count keeps SumInflation's γ_chain an upper bound. The maxima are exact in any
-// order. Returns false (nothing touched) where it does not apply: no AVX2, fewer than 8
-// tokens, per-row norms not supplied by the caller, or a non-finite logit in the split.
-bool MeterSumsVector(const MeteredHeadInputs& in, int64_t begin, int64_t n, const float* lg,
-                     const float* wt, const float* ep, const float* eta, meter::CertPartial* p) {
+// order. `rho` and `vb` [n] are each row's ρ and ν (RowValueBounds). Returns false (nothing
+// touched) where it does not apply: no AVX2, fewer than 8 tokens, or a non-finite logit in
+// the split.
+bool MeterSumsVector(int64_t n, const float* lg, const float* wt, const float* ep, const float* eta,
+                     const float* rho, const float* vb, meter::CertPartial* p) {
 #ifdef __AVX2__
-  if (n < 8 || in.v_norm == nullptr || (in.v_witness != nullptr && in.v_rho == nullptr))
-    return false;
+  if (n < 8) return false;
   for (int64_t t = 0; t < n; ++t) {
     if (!(std::fabs(lg[t]) <= 3.0e38f)) return false;  // the scalar path marks the partial bad
   }
   thread_local std::vector<float> bt;  // [n] A−1 terms
   bt.resize(n);
   AMinusOneTerms(lg, wt, ep, p->m, n, bt.data());
-  const bool has_rho = in.v_witness != nullptr;
-  const float* rho_row = has_rho ? in.v_rho + begin : nullptr;
-  const uint8_t* exact_row = in.token_exact != nullptr ? in.token_exact + begin : nullptr;
-  const float* vn_row = in.v_norm + begin;
   const __m256 zero = _mm256_setzero_ps();
   __m256 b8 = zero, c8 = zero, emax8 = zero, etamax8 = zero, vmax8 = zero, nan8 = zero;
   int64_t t = 0;
   for (; t + 8 <= n; t += 8) {
     const __m256 w = _mm256_loadu_ps(wt + t);
-    __m256 rho = has_rho ? _mm256_loadu_ps(rho_row + t) : zero;
-    if (exact_row != nullptr) {  // exact rows carry no residual
-      const __m128i e8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(exact_row + t));
-      const __m256i e32 = _mm256_cvtepu8_epi32(e8);
-      const __m256 is_exact = _mm256_castsi256_ps(_mm256_cmpgt_epi32(e32, _mm256_setzero_si256()));
-      rho = _mm256_andnot_ps(is_exact, rho);
-    }
     const __m256 e = _mm256_loadu_ps(ep + t);
     b8 = _mm256_add_ps(b8, _mm256_loadu_ps(bt.data() + t));
-    c8 = _mm256_add_ps(c8, _mm256_mul_ps(w, rho));
+    c8 = _mm256_add_ps(c8, _mm256_mul_ps(w, _mm256_loadu_ps(rho + t)));
     emax8 = _mm256_max_ps(e, emax8);  // NaN lanes of e keep emax8 (MaxAcc)
     nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
     etamax8 = _mm256_max_ps(_mm256_loadu_ps(eta + t), etamax8);
-    vmax8 = _mm256_max_ps(_mm256_add_ps(_mm256_loadu_ps(vn_row + t), rho), vmax8);
+    vmax8 = _mm256_max_ps(_mm256_loadu_ps(vb + t), vmax8);
   }
   alignas(32) float lb[8], lc[8], le[8], leta[8], lv[8];
   _mm256_store_ps(lb, b8);
@@ -259,14 +248,12 @@ bool MeterSumsVector(const MeteredHeadInputs& in, int64_t begin, int64_t n, cons
   }
   if (_mm256_movemask_ps(nan8) != 0) p->eps_max = INFINITY;
   for (; t < n; ++t) {  // the tail, token by token
-    const bool exact = exact_row != nullptr && exact_row[t] != 0;
-    const float rho = has_rho && !exact ? rho_row[t] : 0.0f;
     p->b += bt[t];
-    if (rho > 0.0f) p->c += wt[t] * rho;
+    if (rho[t] > 0.0f) p->c += wt[t] * rho[t];
     p->eps_max = meter::MaxAcc(p->eps_max, ep[t]);
     if (!(ep[t] == ep[t])) p->eps_max = INFINITY;
     p->eta_max = meter::MaxAcc(p->eta_max, eta[t]);
-    p->vmax = meter::MaxAcc(p->vmax, vn_row[t] + rho);
+    p->vmax = meter::MaxAcc(p->vmax, vb[t]);
   }
   p->count += n;
   p->chain += n;
@@ -276,12 +263,30 @@ bool MeterSumsVector(const MeteredHeadInputs& in, int64_t begin, int64_t n, cons
 #endif
 }
 
+// ρ_t and ν_t of rows [begin, begin + n): the stored value summary, or (rows without one:
+// values exact, or an exact copy) ρ = 0 and ν = the row's own StoredValueNorm.
+void RowValueBounds(const MeteredHeadInputs& in, int64_t begin, int64_t n, float* rho, float* vb) {
+  const int32_t d = in.head_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t r = begin + t;
+    const bool exact = in.token_exact != nullptr && in.token_exact[r] != 0;
+    if (in.v_bound != nullptr && !exact) {
+      rho[t] = in.v_rho[r];
+      vb[t] = in.v_bound[r];
+    } else {
+      rho[t] = 0.0f;
+      vb[t] = in.v_norm != nullptr ? in.v_norm[r] : StoredValueNorm(in.v + r * d, d);
+    }
+  }
+}
+
 }  // namespace
 
-void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter, int64_t begin,
-                  int64_t end, meter::CertPartial* partial, float* acc, float* logit, float* eps) {
+void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const MeteredAttentionOptions& options,
+                  int64_t begin, int64_t end, meter::CertPartial* partial, float* acc, float* logit, float* eps) {
   const int32_t d = in.head_dim;
   const int32_t nb = in.num_bands;
+  const bool meter = options.meter;
   const int64_t n = end - begin;
   std::memset(acc, 0, sizeof(float) * d);
   *partial = meter::CertPartial();
@@ -354,20 +359,18 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool mete
   if (!meter) {
     partial->count += n;
     partial->chain += n;
-  } else if (!MeterSumsVector(in, begin, n, lg.data(), wt.data(), ep.data(), eta.data(), partial)) {
-    for (int64_t t = 0; t < n; ++t) {
-      const bool exact = in.token_exact != nullptr && in.token_exact[begin + t] != 0;
-      float rho = 0.0f;
-      if (!exact && in.v_witness != nullptr) {
-        rho = in.v_rho != nullptr
-                  ? in.v_rho[begin + t]
-                  : meter::ResidualNormFromWitness(in.v_witness + (begin + t) * nb, nb);
+  } else {
+    thread_local std::vector<float> rho, vb;  // [n] each
+    rho.resize(n);
+    vb.resize(n);
+    RowValueBounds(in, begin, n, rho.data(), vb.data());
+    if (!options.vector_sums ||
+        !MeterSumsVector(n, lg.data(), wt.data(), ep.data(), eta.data(), rho.data(), vb.data(), partial)) {
+      for (int64_t t = 0; t < n; ++t) {
+        // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
+        meter::PartialAddTokenWeighted<kReferenceExpm1>(partial, lg[t], wt[t], ep[t], rho[t], eta[t]);
+        partial->vmax = meter::MaxAcc(partial->vmax, vb[t]);
       }
-      const float vn =
-          in.v_norm != nullptr ? in.v_norm[begin + t] : StoredValueNorm(in.v + (begin + t) * d, d);
-      // Same arithmetic as meter::PartialAddToken, reusing w (the GPU kernels do the same).
-      meter::PartialAddTokenWeighted<kReferenceExpm1>(partial, lg[t], wt[t], ep[t], rho, eta[t]);
-      partial->vmax = meter::MaxAcc(partial->vmax, vn + rho);
     }
   }
   partial->z = z;
@@ -399,7 +402,7 @@ void MeteredAttention(const MeteredHeadInputs& in, const float* q,
   std::vector<float>& ep = token_eps;
   for (int64_t i = 0; i < splits; ++i) {
     int64_t b = s * i / splits, e = s * (i + 1) / splits;
-    MeteredSplit(in, mq, options.meter, b, e, &parts[i], &acc[i * d],
+    MeteredSplit(in, mq, options, b, e, &parts[i], &acc[i * d],
                  want_tokens ? &lg[b] : nullptr, want_tokens ? &ep[b] : nullptr);
   }
   // Log-sum-exp merge (§5): the bound's partials and the output accumulators.

@@ -4,7 +4,7 @@
 // Math (certificates.md): ℓ̂_t = q·k̃_t/√d, p̂ = softmax(ℓ̂), õ = Σ p̂_t ṽ_t, and next to it
 // the certificate: ε̂_t = min(ε_t (Tier A band witness), u_t (Tier B dither scale)),
 // A − 1 = Σ p̂_t(e^{ε̂_t} − 1), TV ≤ min(1, (A²−1)/2, tanh(ε̂_max/2)),
-// ‖o − õ‖ ≤ 2·TV·max_t(‖ṽ_t‖+‖ρ_t‖) + Σ p̂_t‖ρ_t‖. The context is cut into `num_splits`
+// ‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ p̂_t ρ_t (ν_t ≥ ‖ṽ_t‖+‖ρ_t‖, ρ_t ≥ ‖ρ_t‖). The context is cut into `num_splits`
 // contiguous splits, each reduced on its own (two passes: max, then sums) and merged by
 // log-sum-exp exactly as a flash-decoding kernel does; all bound arithmetic lives in
 // kernels/meter/cert_math.h, shared with CUDA.
@@ -24,16 +24,17 @@ struct MeteredHeadInputs {
   int64_t num_tokens = 0;           // S
   const float* k = nullptr;         // [S, d] stored keys k̃ (decode(encode(k)))
   const float* v = nullptr;         // [S, d] stored values ṽ
-  const float* k_witness = nullptr; // [S, B] key residual band norms (null: keys exact)
-  const float* v_witness = nullptr; // [S, B] value residual band norms (null: values exact)
+  const float* k_witness = nullptr; // [S, B] key band bounds c_b·U (null: keys exact)
+  // Value summary [S] each (null: values exact): ρ_t ≥ ‖ρ_t‖ and ν_t ≥ ‖ṽ_t‖ + ‖ρ_t‖
+  // (engine/kv/witness.h). Not read on token_exact rows: ρ = 0 there, and ν is the row's norm.
+  const float* v_rho = nullptr;
+  const float* v_bound = nullptr;
   const float* k_dither_scale = nullptr;  // [S] Tier B dither scale s_t (null: no Tier B)
   const uint8_t* token_exact = nullptr;   // [S] 1: row is an exact copy (ε̂ = 0, ρ = 0)
-  // [S] optional ‖ṽ_t‖ already inflated by StoredValueNormInflation (the query heads of a GQA
-  // group share their values, so the caller computes these once); null → computed here.
+  // [S] optional StoredValueNorm(ṽ_t) of the rows without a summary (values exact, or
+  // token_exact rows): the query heads of a GQA group share their values, so the caller
+  // computes these once; null → computed here. Other rows' entries are not read.
   const float* v_norm = nullptr;
-  // [S] optional ‖ρ_t‖ = meter::ResidualNormFromWitness of each row's value witness, shared
-  // by the GQA group like v_norm (only read for rows that are not exact); null → computed here.
-  const float* v_rho = nullptr;
 };
 
 // ‖ṽ_t‖ as the meter uses it: the fp32 scaled norm, inflated to cover its rounding.
@@ -43,6 +44,9 @@ struct MeteredAttentionOptions {
   int32_t num_splits = 1;  // ≥ 1; clipped to S
   bool meter = true;       // false: plain attention, no certificate
   double delta_loc = 0.0;  // Tier B failure probability per cell; 0 disables Tier B
+  // false: the certificate sums token by token (the scalar path, which the eight-lane one
+  // must agree with; tests compare them). The output is the same either way.
+  bool vector_sums = true;
 };
 
 struct MeteredAttentionResult {
@@ -71,7 +75,7 @@ MeteredQuery PrepareMeteredQuery(const MeteredHeadInputs& in, const float* q,
 
 // One split [begin, end): partial sums plus the unnormalised output accumulator
 // acc [d] = Σ e^{ℓ̂_t − m}·ṽ_t. `logit`/`eps` [end−begin] (optional) receive ℓ̂_t and ε̂_t.
-void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, bool meter,
+void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const MeteredAttentionOptions& options,
                   int64_t begin, int64_t end, meter::CertPartial* partial, float* acc,
                   float* logit = nullptr, float* eps = nullptr);
 

@@ -166,8 +166,10 @@ __global__ void __launch_bounds__(kThreads) BlockRiskKernel(const PagedKvLayout 
       const int64_t t1 = (j + 1) * L.block_size < S ? (j + 1) * L.block_size : S;
       for (int64_t t = j * L.block_size; t < t1; ++t) {
         const int64_t vec = ((blk * L.num_kv_heads + kvh) << bs_shift) + (static_cast<int32_t>(t) & (L.block_size - 1));
-        const float eps = nb == 8 ? cuda_kv::TokenEpsilon<8>(kv.k_witness + vec * 8, 8, qbn, inv_sqrt_d, infl, true, 0.0f, 0.0f)
-                                  : cuda_kv::TokenEpsilon<0>(kv.k_witness + vec * nb, nb, qbn, inv_sqrt_d, infl, true, 0.0f, 0.0f);
+        const float eps = nb == 8 ? cuda_kv::TokenEpsilon<8>(kv.k_witness + vec * 8, kv.k_witness_unit + vec, 8, qbn,
+                                                             inv_sqrt_d, infl, true, 0.0f, 0.0f)
+                                  : cuda_kv::TokenEpsilon<0>(kv.k_witness + vec * nb, kv.k_witness_unit + vec, nb, qbn,
+                                                             inv_sqrt_d, infl, true, 0.0f, 0.0f);
         if (!(eps > 0.0f)) continue;
         const float l = StoredLogit<C, D>(L, kv, q, bt, bs_shift, kvh, t, h1, inv_sqrt_d, cb, nscale);
         if (l > mb) {

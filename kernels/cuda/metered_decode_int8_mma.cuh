@@ -28,9 +28,10 @@
 //  * V pass: warp w takes k-step w%4 (32 tokens) and channel half w/4; logical k ↔ token
 //    (k%16/4) + 4·(k%4) + 16·(k/16), column n of tile i ↔ channel 64·half + 8n + i. Lane
 //    (n, tig) reads 8 channels of 8 tokens and transposes bytes with prmt (8 per 4 registers).
-//  * Weights step: thread = (token, head pair): ρ and ‖ṽ‖ (exact Σx² by dp4a, halves summed
-//    over the lane pair) once per token, ε̂ / weight / digits / certificate terms per head.
-//    The value loop then does nothing but MMAs.
+//  * Weights step: thread = (token, head pair): the token's key band bounds c_b·U, and ρ and
+//    the vmax candidate ν ≥ ‖ṽ‖ + ρ read from its value summary (kernels/meter/witness_format.h:
+//    no per-token ‖ṽ‖), then ε̂ / weight / digits / certificate terms per head. The value loop
+//    then does nothing but MMAs.
 //  * A rows: row gid (gid < 4: head gid digit 0, else head gid−4 digit 2), row gid+8 the next
 //    digit, so lane gid holds digits {0,1} and lane gid+4 digits {2,3} of one head.
 #pragma once
@@ -50,9 +51,10 @@ constexpr int kMmaD = 128, kMmaG = 4;
 constexpr int kMmaCodeBytes = kMmaStageTokens * kMmaD;  // int8 codes of one stage
 static_assert(kSplitAlignTokens % kMmaStageTokens == 0, "splits start on a stage");
 
-// Byte offsets inside one stage (the host plan and the kernel agree on them).
+// Byte offsets inside one stage (the host plan and the kernel agree on them; each 16-byte
+// aligned, B = 8).
 struct MmaStageLayout {
-  int32_t codes, sc0, sc1, kwit, vwit, bytes;
+  int32_t codes, sc0, sc1, kwit, kunit, vsum, bytes;
 };
 __host__ __device__ inline MmaStageLayout MakeMmaStageLayout(int32_t nb) {
   MmaStageLayout s;
@@ -60,8 +62,9 @@ __host__ __device__ inline MmaStageLayout MakeMmaStageLayout(int32_t nb) {
   s.codes = o; o += kMmaCodeBytes;               // [128, 128] int8, swizzled chunks
   s.sc0 = o;   o += kMmaStageTokens * 2;         // [128] bf16: K scales (K stage), V (V stage)
   s.sc1 = o;   o += kMmaStageTokens * 2;         // [128] bf16: V scales (K stage)
-  s.kwit = o;  o += kMmaStageTokens * 2 * nb;    // [128, B] fp16 (V stage, meter)
-  s.vwit = o;  o += kMmaStageTokens * 2 * nb;    // [128, B] fp16 (V stage, meter)
+  s.kwit = o;  o += kMmaStageTokens * nb;        // [128, B] uint8 K band codes (V stage, meter)
+  s.kunit = o; o += kMmaStageTokens * 2;         // [128] bf16 K band units (V stage, meter)
+  s.vsum = o;  o += kMmaStageTokens * 4;         // [128, 2] bf16 V summaries ρ, ν (V stage, meter)
   s.bytes = o;
   return s;
 }
@@ -294,9 +297,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   __syncthreads();  // btl
 
   // ---- the stage loader: stage k < n_st reads K (+ K and V scales), k ≥ n_st reads V
-  // (+ witnesses). 16 threads per 8-token group (16 groups = 256 threads): thread (grp, q)
-  // looks its group up once and copies code chunks q + 16i (token 2i + q/8, chunk q%8), the
-  // witness chunk q (K for q < 8, V else) and, for q < 2, the scale chunk(s).
+  // (+ the K band witnesses and V summaries). 16 threads per 8-token group (16 groups = 256
+  // threads): thread (grp, q) looks its group up once and copies code chunks q + 16i (token
+  // 2i + q/8, chunk q%8), for q < 2 the scale chunk(s), and for 8 ≤ q < 15 one witness chunk:
+  // the group's band codes (64 bytes, q 8-11), units (16 bytes, q 12) or summaries (32 bytes,
+  // q 13-14).
   const int ld_grp = tid >> 4, ld_q = tid & 15;
   const int ld_tb = ld_q >> 3, ld_r = ld_q & 7;
   // Vector index of the thread's group's first token in stage k (< 2^31: TensorCoreDecodeSupports),
@@ -331,10 +336,21 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         CpAsync16(st + (ld_q == 0 ? sl.sc0 : sl.sc1) + ld_grp * 16,
                   reinterpret_cast<const uint8_t*>(sc) + static_cast<int64_t>(v0) * 2, ok);
       }
-      if (METER && isv) {
-        const uint16_t* w = ld_tb ? p.kv.v_witness : p.kv.k_witness;
-        CpAsync16(st + (ld_tb ? sl.vwit : sl.kwit) + ld_grp * 16 * nb + ld_r * 16,
-                  reinterpret_cast<const uint8_t*>(w) + static_cast<int64_t>(v0) * (2 * nb) + ld_r * 16, ok);
+      if (METER && isv && ld_tb && ld_r < 7) {
+        const int64_t v = v0;
+        const uint8_t* src;
+        uint8_t* dst;
+        if (ld_r < 4) {
+          src = p.kv.k_witness + v * nb + ld_r * 16;
+          dst = st + sl.kwit + ld_grp * 8 * nb + ld_r * 16;
+        } else if (ld_r == 4) {
+          src = reinterpret_cast<const uint8_t*>(p.kv.k_witness_unit) + v * 2;
+          dst = st + sl.kunit + ld_grp * 16;
+        } else {
+          src = reinterpret_cast<const uint8_t*>(p.kv.v_summary) + v * 4 + (ld_r - 5) * 16;
+          dst = st + sl.vsum + ld_grp * 32 + (ld_r - 5) * 16;
+        }
+        CpAsync16(dst, src, ok);
       }
     }
     CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
@@ -479,9 +495,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
   MmaHeadSums cpa, cpb;  // heads ha, hb
-  float vmax = 0.0f;
+  float vmax = 0.0f;     // max over the thread's tokens in the split of ν
   const float infl = meter::EpsInflation(D, nb);
-  const float vn_infl = (1.0f + 4.0f * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
   const int vks = warp & 3, vhalf = warp >> 2;  // value loop: k-step, channel half
   // The value loop's byte offsets of row tig (+4e) in a k-step, for even and odd e.
   const int vchunk = (vhalf * 4 + (gid >> 1)) ^ (tig << 1);
@@ -507,28 +522,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       const float wa = act_a ? expf(la - ma) : 0.0f;
       const float wb = act_b ? expf(lb - mb) : 0.0f;
       if constexpr (METER) {
-        // Σx² of the token's channel half hp, exact by dp4a on four chains, + the pair lane's half.
-        const uint8_t* rp = st + sl.codes + tok * D;
-        const int sw = MmaSwizzle(tok);
-        int32_t s2p[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const uint4 x = *reinterpret_cast<const uint4*>(rp + (((4 * hp + c) ^ sw) << 4));
-          s2p[0] = __dp4a(static_cast<int32_t>(x.x), static_cast<int32_t>(x.x), s2p[0]);
-          s2p[1] = __dp4a(static_cast<int32_t>(x.y), static_cast<int32_t>(x.y), s2p[1]);
-          s2p[2] = __dp4a(static_cast<int32_t>(x.z), static_cast<int32_t>(x.z), s2p[2]);
-          s2p[3] = __dp4a(static_cast<int32_t>(x.w), static_cast<int32_t>(x.w), s2p[3]);
-        }
-        int32_t s2 = (s2p[0] + s2p[1]) + (s2p[2] + s2p[3]);
-        s2 += __shfl_xor_sync(0xffffffffu, s2, 1);
-        const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + tok * nb;
-        const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + tok * nb;
+        // The token's key band bounds c_b·U and value summary (ρ, ν); both lanes of the pair
+        // read the same words (a broadcast). A masked token's bytes (zero-filled or stale) only
+        // reach results that are selected away below.
+        const uint2 kc = *reinterpret_cast<const uint2*>(st + sl.kwit + tok * nb);
+        const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[tok]);
+        const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[tok];
         float w8[8];
-        Half8(kw, w8);
+        DecodeBandCodes8(kc.x, kc.y, unit, w8);
         const float ea = meter::TierAEpsilon(sm.qbn[ha], w8, 8, inv_sqrt_d, infl);
         const float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
-        Half8(vw, w8);
-        const float rho = meter::ResidualNormFromWitness(w8, 8);
+        const float rho = SummaryRho(vsum);
         const bool rare = (act_a && !meter::WeightedTokenIsCommon(la, wa, ea)) ||
                           (act_b && !meter::WeightedTokenIsCommon(lb, wb, eb));
         if (rare) {
@@ -538,10 +542,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
           cpa.AddCommon(act_a, wa, ea, rho);
           cpb.AddCommon(act_b, wb, eb, rho);
         }
-        // ‖ṽ‖ + ‖ρ‖ with ‖ṽ‖ = s·‖x‖: (1+4u)² covers sqrt and ×s; the last (1+4u) the sum's
-        // rounding ((1−u)²(1+4u) > 1).
-        const float cand = (sqrtf(static_cast<float>(s2)) * sv * vn_infl + rho) * (1.0f + 4.0f * meter::kUnitRoundoff);
-        vmax = in ? meter::MaxAcc(vmax, cand) : vmax;  // NaN ignored, as PartialAddToken does
+        vmax = in ? meter::MaxAcc(vmax, SummaryNu(vsum)) : vmax;  // NaN ignored, as PartialAddToken does
       } else {
         cpa.z += wa;
         cpa.count += act_a ? 1 : 0;

@@ -8,16 +8,21 @@
 // a token's vector is read by LPT = D/8 lanes, 8 channels each (one load of C::kBytes), so
 // a warp reads TPW = 32/LPT consecutive tokens of one block per instruction, coalesced.
 // Tokens are walked in tiles of 128: pass 1 (K) stores logits for the whole split in shared
-// memory; pass 2 per tile (a) weights w = e^{ℓ̂−m}, (b) V read: output accumulators and ‖ṽ‖,
-// (c) meter: ε̂ (Tier A witness, Tier B scale), ‖ρ‖ (V witness), PartialAddToken — one thread
+// memory; pass 2 per tile (a) weights w = e^{ℓ̂−m}, (b) V read: output accumulators, and ‖ṽ‖
+// of the rows without a value summary only, (c) meter: ε̂ (Tier A band witness, Tier B scale),
+// ρ and ν from the value summary (kernels/meter/witness_format.h), PartialAddToken — one thread
 // per (query head, token), each thread holding one CertPartial, summed with
 // SumPartialsSameMax. η: see kernels/cuda/metered_decode_cuda.cu.
+// A stored row's vmax candidate is its summary's ν ≥ ‖ṽ‖ + ρ (no per-token norm). A row without
+// a summary — an exact scheme's, or an exact copy (EXACT) — has ρ = 0 and its own ‖ṽ‖, computed
+// in (b) by the wide-range path (fp32 squares can overflow or underflow).
 // EXACT (the gate's repair path): a token whose (block, layer, KV head) has a slot in the exact
 // block cache (DecodeParams::exact_slot) is read from there as fp32 K/V and contributes
-// ε̂ = 0, ρ = 0 (certificates.md §6); its ‖ṽ‖ takes the wide-range path. Only this kernel
-// reads promoted blocks; the engine routes rows with promoted blocks here. It is also the
-// kernel of the outlier channel bypass: every other token is decoded to its stored values with
-// the exact outlier values put back (scale 1, the wide-range norm), and keeps its witness.
+// ε̂ = 0, ρ = 0 and its own ‖ṽ‖ (certificates.md §6). Only this kernel reads promoted blocks;
+// the engine routes rows with promoted blocks here. It is also the kernel of the outlier
+// channel bypass: every other token is decoded to its stored values with the exact outlier
+// values put back (scale 1), and keeps its witnesses (the write path computed them on those
+// very values: ν covers their norm).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +31,7 @@
 #include "kernels/cuda/metered_decode_cuda.h"
 #include "kernels/meter/cert_math.h"
 #include "kernels/meter/partial_sum.h"
+#include "kernels/meter/witness_format.h"
 
 namespace witcert::cuda_kv {
 
@@ -108,7 +114,7 @@ __device__ __forceinline__ int32_t ExactSlotOf(const DecodeParams& p, int64_t bl
 template <int GMAX>
 struct DecodeSmem {
   float wt[GMAX][kTile];        // weights of the current tile
-  float vn[kTile];              // ‖ṽ‖ of the current tile (meter)
+  float vn[kTile];              // ‖ṽ‖ of the current tile's rows without a value summary (meter)
   float m[GMAX];                // split max per query head
   float eta[GMAX];
   float red[kWarps][GMAX];      // scratch for max / eta reductions
@@ -136,6 +142,22 @@ __device__ __forceinline__ meter::CertPartial ShflXorPartial(const meter::CertPa
 }
 
 __device__ __forceinline__ float Bf16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+// The bounds w_b = c_b·U of 8 key band codes (bytes of lo, then hi, in band order) with the
+// vector's unit U: meter::BandWitnessBound's exact values. A code byte becomes a float by prmt
+// into the mantissa of 2^23 and one exact subtraction (ALU and FMA pipes, no conversion).
+__device__ __forceinline__ void DecodeBandCodes8(uint32_t lo, uint32_t hi, float unit, float (&w)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t bits = __byte_perm(i < 4 ? lo : hi, 0x4b000000u, 0x7650u | (i & 3));  // 2^23 + c_b
+    w[i] = (__uint_as_float(bits) - 8388608.0f) * unit;
+  }
+}
+
+// A value summary read as one 32-bit word (witness_format.h: word 0 ρ, word 1 ν, bf16 bits;
+// little-endian, so ρ is the low half). Both exact.
+__device__ __forceinline__ float SummaryRho(uint32_t s) { return __uint_as_float(s << 16); }
+__device__ __forceinline__ float SummaryNu(uint32_t s) { return __uint_as_float(s & 0xffff0000u); }
 
 // This CTA's token range [begin, end) of sequence `seq`'s split `split` (SplitTokens: whole
 // 128-token stages; the last used split takes the rest). run = false: nothing left to do —
@@ -229,23 +251,24 @@ __device__ __forceinline__ float TierBCoefficientOfHead(const Smem& sm, int g, i
   return meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, context, delta_loc);
 }
 
-// ε̂ of one token for one query head (CPU: MeteredSplit). NB = 8 unrolls the witness.
+// ε̂ of one token for one query head (CPU: MeteredSplit) from its key band witness: `codes`
+// [nb] and `unit` (PagedKvLayer::k_witness / k_witness_unit at the token's vector), read only
+// when has_w. NB = 8 reads the codes as one 8-byte load.
 template <int NB>
-__device__ __forceinline__ float TokenEpsilon(const uint16_t* kw, int32_t nb, const float* qbn,
-                                              float inv_sqrt_d, float infl, bool has_w,
+__device__ __forceinline__ float TokenEpsilon(const uint8_t* codes, const uint16_t* unit, int32_t nb,
+                                              const float* qbn, float inv_sqrt_d, float infl, bool has_w,
                                               float tierb, float kscale) {
   float e = 0.0f;
   if (has_w) {
+    const float u = Bf16Bits(__ldg(unit));
     if constexpr (NB == 8) {
-      uint4 raw = __ldg(reinterpret_cast<const uint4*>(kw));
-      const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
+      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(codes));
       float w[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) w[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(wv[i / 2] >> (16 * (i & 1)))));
+      DecodeBandCodes8(raw.x, raw.y, u, w);
       e = meter::TierAEpsilon(qbn, w, 8, inv_sqrt_d, infl);
     } else {
       float w[64];
-      for (int b = 0; b < nb; ++b) w[b] = __half2float(__ushort_as_half(kw[b]));
+      for (int b = 0; b < nb; ++b) w[b] = meter::BandWitnessBound(__ldg(codes + b), u);
       e = meter::TierAEpsilon(qbn, w, nb, inv_sqrt_d, infl);
     }
   }
@@ -254,22 +277,6 @@ __device__ __forceinline__ float TokenEpsilon(const uint16_t* kw, int32_t nb, co
     e = has_w ? fminf(e, u) : u;
   }
   return e;
-}
-
-template <int NB>
-__device__ __forceinline__ float TokenRho(const uint16_t* vw, int32_t nb) {
-  if constexpr (NB == 8) {
-    uint4 raw = __ldg(reinterpret_cast<const uint4*>(vw));
-    const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
-    float w[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(wv[i / 2] >> (16 * (i & 1)))));
-    return meter::ResidualNormFromWitness(w, 8);
-  } else {
-    float w[64];
-    for (int b = 0; b < nb; ++b) w[b] = __half2float(__ushort_as_half(vw[b]));
-    return meter::ResidualNormFromWitness(w, nb);
-  }
 }
 
 // OUTLIERS (implies EXACT): the outlier channel bypass is on (p.num_outliers > 0). A separate
@@ -316,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
   }
 
   // ---- meter prologue: query band norms and the Tier B coefficient (CPU: PrepareMeteredQuery)
-  const bool has_w = !C::kExact;
+  constexpr bool has_w = !C::kExact;
   if constexpr (METER) {
     if (has_w) QueryBandPrologue<D>(p, seq, h0, G, nb, tid, kThreads, sm);
     __syncthreads();
@@ -464,7 +471,6 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
   cp.m = sm.m[my_g];
   const uint8_t* vc = p.kv.v_codes;
   const float infl = meter::EpsInflation(D, nb);
-  const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
   for (int64_t base = begin; base < end; base += kTile) {
     // (a) weights
     for (int i = tid; i < GMAX * kTile; i += kThreads) {
@@ -523,10 +529,9 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
 #pragma unroll
             for (int i = 0; i < 8; ++i) x[i] = xe[u][i];
           } else if constexpr (OUTLIERS) {
-            if (t < end) {
+            if (t < end) {  // stored values: its summary's ν covers them
               ToStoredWithOutliers(x, sc[u], vo, p.kv.v_outliers + TokenVector(p, bt, t, kvh) * p.num_outliers);
               sc[u] = 1.0f;
-              ex[u] = true;  // stored values, as an exact row: the wide-range norm below
             }
           }
         }
@@ -536,43 +541,30 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
         }
-        if constexpr (METER) {
-          float amax = 1.0f, inv = 1.0f;
-          // bf16/fp32 squares (and an exact row's) can overflow or underflow. The shuffles run
-          // on every lane; a token's LPT lanes agree on `wide`.
-          const bool wide = C::kWideRange || ex[u];
-          if constexpr (C::kWideRange || EXACT) {
-            float a = 0.0f;
+        if constexpr (METER && (C::kExact || EXACT)) {
+          // ‖ṽ‖ of a row without a value summary (an exact scheme's, or an exact copy), by the
+          // wide-range path: fp32 squares can overflow or underflow. A token's LPT lanes agree
+          // on `own`; the vote keeps the shuffles warp-uniform and skips warps of stored rows.
+          const bool own = C::kExact || ex[u];
+          if (C::kExact || __any_sync(0xffffffffu, own)) {
+            float amax = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) a = fmaxf(a, fabsf(x[i]));
+            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
 #pragma unroll
-            for (int o = LPT / 2; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-            if (wide) {
-              amax = a;
-              inv = (a > 0.0f && a <= 3.0e38f) ? 1.0f / a : 0.0f;
+            for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
+            float ss = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              const float y = x[i] * inv;
+              ss = fmaf(y, y, ss);
             }
-          }
-          float vscale = sc[u];
-          if constexpr (C::kGroupScale) {  // fold each lane's scale in, relative to the largest
-            float smax = sc[u];
 #pragma unroll
-            for (int o = LPT / 2; o > 0; o >>= 1) smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, o));
-            if (!ex[u]) {
-              inv = smax > 0.0f ? sc[u] / smax : 0.0f;
-              vscale = smax;
-            }
+            for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float norm = inv == 0.0f ? amax : amax * sqrtf(ss);  // 0, inf or NaN: amax
+            const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+            if (part == 0 && own) sm.vn[j] = norm * sc[u] * vn_infl;
           }
-          float ss = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const float y = x[i] * inv;
-            ss = fmaf(y, y, ss);
-          }
-#pragma unroll
-          for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-          float norm = amax * sqrtf(ss);
-          if (wide && inv == 0.0f) norm = amax;  // 0, inf or NaN
-          if (part == 0) sm.vn[j] = norm * vscale * vn_infl;
         }
       }
     }
@@ -584,21 +576,27 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       if (my_g >= G || t >= end) continue;
       const float l = logits[my_g * p.lcap + (t - begin)];
       if constexpr (METER) {
-        const int64_t vec = ((static_cast<int64_t>(bt[static_cast<int32_t>(t) >> p.bs_shift]) * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
+        const int64_t blk = bt[static_cast<int32_t>(t) >> p.bs_shift];
+        const int64_t vec = ((blk * hkv + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (bs - 1));
         const float ks = C::kTierB ? Bf16Bits(p.kv.k_scales[vec]) : 0.0f;
-        float eps, rho = 0.0f;
-        if (EXACT && ExactSlotOf<EXACT>(p, bt[static_cast<int32_t>(t) >> p.bs_shift], kvh) >= 0) {
-          eps = 0.0f;  // an exact copy: no quantization error (rho stays 0)
-        } else if (nb == 8) {
-          eps = TokenEpsilon<8>(p.kv.k_witness + vec * 8, 8, sm.qbn[my_g], inv_sqrt_d, infl, has_w,
-                                sm.tierb[my_g], ks);
-          if (has_w) rho = TokenRho<8>(p.kv.v_witness + vec * 8, 8);
+        float eps, rho = 0.0f, vb;  // ε̂, ρ, ν (the vmax candidate)
+        if (EXACT && ExactSlotOf<EXACT>(p, blk, kvh) >= 0) {
+          eps = 0.0f;  // an exact copy: no quantization error, ρ = 0, ν = its own ‖ṽ‖ from (b)
+          vb = sm.vn[j];
         } else {
-          eps = TokenEpsilon<0>(p.kv.k_witness + vec * nb, nb, sm.qbn[my_g], inv_sqrt_d, infl,
-                                has_w, sm.tierb[my_g], ks);
-          if (has_w) rho = TokenRho<0>(p.kv.v_witness + vec * nb, nb);
+          eps = nb == 8 ? TokenEpsilon<8>(p.kv.k_witness + vec * 8, p.kv.k_witness_unit + vec, 8, sm.qbn[my_g],
+                                          inv_sqrt_d, infl, has_w, sm.tierb[my_g], ks)
+                        : TokenEpsilon<0>(p.kv.k_witness + vec * nb, p.kv.k_witness_unit + vec, nb, sm.qbn[my_g],
+                                          inv_sqrt_d, infl, has_w, sm.tierb[my_g], ks);
+          if constexpr (has_w) {  // the stored row's value summary
+            const uint32_t vs = __ldg(reinterpret_cast<const unsigned int*>(p.kv.v_summary + 2 * vec));
+            rho = SummaryRho(vs);
+            vb = SummaryNu(vs);
+          } else {
+            vb = sm.vn[j];  // exact values: ρ = 0, ν = the row's own ‖ṽ‖ from (b)
+          }
         }
-        meter::PartialAddToken(&cp, l, eps, rho, sm.vn[j] + rho, 0.0f);
+        meter::PartialAddToken(&cp, l, eps, rho, vb, 0.0f);
       } else {
         cp.z += sm.wt[my_g][j];
         cp.count += 1;

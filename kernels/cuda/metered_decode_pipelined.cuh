@@ -9,8 +9,9 @@
 // the weights/meter step and the V pass alike (one global stage sequence: K stages, then
 // V stages, so the first V stages load while the split max is being reduced).
 //  * Stages are aligned to absolute token positions (multiples of 64), so each 8-token
-//    group lies in one block (block_size ≥ 8) and its codes, scales and witnesses are
-//    contiguous 16-byte-aligned runs; tokens outside [begin, end) are masked (edge stages).
+//    group lies in one block (block_size ≥ 8) and its codes, scales, key band witnesses and
+//    value summaries are contiguous aligned runs; tokens outside [begin, end) are masked
+//    (edge stages).
 //  * The split's block-table slice is staged in shared memory once: address math never
 //    waits on a global load.
 //  * K pass: lane = 8 channels of one token (LPT = D/8 lanes per token, as before); the G
@@ -18,10 +19,12 @@
 //    a lane carries), so a token costs log2(LPT)+G−1 shuffles instead of G·log2(LPT), and
 //    each of G lanes ends with one head's logit.
 //  * V stage: one thread per (query head, token) computes w = e^{ℓ̂−m} once (it feeds both
-//    the output and, via PartialAddTokenWeighted, the certificate), ε̂ from the staged K
-//    witness / K scale and ‖ρ‖ from the staged V witness; after one barrier the V lanes
-//    accumulate Σ w ṽ and max(‖ṽ‖+‖ρ‖). The certificate math is the two-pass split of the
-//    first kernel, unchanged: the split max is known before any term is summed.
+//    the output and, via PartialAddTokenWeighted, the certificate), ε̂ from the staged K band
+//    witness (codes and unit) / K scale, and ρ and the vmax candidate ν ≥ ‖ṽ‖ + ρ from the
+//    staged value summary (kernels/meter/witness_format.h): no per-token ‖ṽ‖. After one
+//    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
+//    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
+//    the first kernel, unchanged: the split max is known before any term is summed.
 #pragma once
 
 #include <algorithm>
@@ -36,7 +39,6 @@ namespace witcert::cuda_kv {
 template <int GMAX>
 struct PipeSmem {
   float wt[GMAX][kStageTokens];   // weights of the current V stage
-  float rho[kStageTokens];        // ‖ρ‖ of the current V stage (meter)
   float m[GMAX];
   float eta[GMAX];
   float red[kWarps][GMAX];
@@ -93,7 +95,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 
   __syncthreads();  // btl
 
-  // ---- the stage loader: stage k < n_st reads K, k ≥ n_st reads V (+ witnesses, K scales)
+  // ---- the stage loader: stage k < n_st reads K, k ≥ n_st reads V (+ the K band witnesses,
+  // the V summaries and the K scales)
   const int64_t cbytes = CB;
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
@@ -135,15 +138,36 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           }
         }
         if constexpr (kWit) {
-          const uint8_t* kw = reinterpret_cast<const uint8_t*>(p.kv.k_witness);
-          const uint8_t* vw = reinterpret_cast<const uint8_t*>(p.kv.v_witness);
-          for (int ci = tid; ci < 2 * kStageGroups * nb; ci += kThreads) {
-            const int which = ci >= kStageGroups * nb, c2 = which ? ci - kStageGroups * nb : ci;
-            const int grp = c2 / nb, r = c2 % nb;
-            bool ok;
-            const int64_t v0 = group_vec(grp, &ok);
-            CpAsync16(st + (which ? sl.vwit : sl.kwit) + grp * 16 * nb + r * 16,
-                      (which ? vw : kw) + v0 * (2 * nb) + r * 16, ok);
+          // Per 8-token group: the band codes (8·B bytes: 16-byte chunks, 8-byte ones for odd
+          // B), the units (16 bytes) and the summaries (32 bytes), 3 + cpg chunks in all.
+          const bool odd = (nb & 1) != 0;
+          const int cw = odd ? 8 : 16, cpg = 8 * nb / cw;  // code chunk bytes, chunks per group
+          const int ncode = kStageGroups * cpg;
+          const uint8_t* kw = p.kv.k_witness;
+          const uint8_t* ku = reinterpret_cast<const uint8_t*>(p.kv.k_witness_unit);
+          const uint8_t* vs = reinterpret_cast<const uint8_t*>(p.kv.v_summary);
+          for (int ci = tid; ci < ncode + 3 * kStageGroups; ci += kThreads) {
+            if (ci < ncode) {
+              const int grp = ci / cpg, r = ci % cpg;
+              bool ok;
+              const int64_t v0 = group_vec(grp, &ok);
+              uint8_t* dst = st + sl.kwit + grp * 8 * nb + r * cw;
+              const uint8_t* src = kw + v0 * nb + r * cw;
+              if (odd) {
+                CpAsync8(dst, src, ok);
+              } else {
+                CpAsync16(dst, src, ok);
+              }
+            } else {
+              const int c2 = ci - ncode, grp = c2 / 3, r = c2 % 3;  // r 0: units, 1-2: summaries
+              bool ok;
+              const int64_t v0 = group_vec(grp, &ok);
+              if (r == 0) {
+                CpAsync16(st + sl.kunit + grp * 16, ku + v0 * 2, ok);
+              } else {
+                CpAsync16(st + sl.vsum + grp * 32 + (r - 1) * 16, vs + v0 * 4 + (r - 1) * 16, ok);
+              }
+            }
           }
         }
       }
@@ -287,29 +311,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
   }
   meter::CertPartial cp;  // head tid / TPH: warp-uniform
-  float vmax = 0.0f;
-  // ‖ṽ_t‖ without a butterfly per token (formats whose squares cannot overflow, one scale per
-  // vector): each lane leaves its 8 channels' Σx² in vss, lane 0 of the token its scale (−1:
-  // masked) and ‖ρ_t‖; after the next barrier thread t < 64 sums its token's LPT partials. The
-  // partials are the butterfly's, summed in another order: γ_D (in vn_infl) covers any order.
-  constexpr bool kSmemNorm = METER && !C::kWideRange && !C::kGroupScale;
-  __shared__ float vss[kSmemNorm ? kStageTokens : 1][kSmemNorm ? LPT + 1 : 1];  // +1: no bank conflicts
-  __shared__ float2 vrec[kSmemNorm ? kStageTokens : 1];                          // (scale or −1, ‖ρ‖)
+  float vmax = 0.0f;      // max over the thread's valid tokens of ν (the exact scheme: ‖ṽ‖)
   const float infl = meter::EpsInflation(D, nb);
-  const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
-  auto flush_norms = [&] {  // the last V stage's candidates max(‖ṽ_t‖ + ‖ρ_t‖) (kSmemNorm)
-    if constexpr (kSmemNorm) {
-      if (tid < kStageTokens) {
-        const float2 r = vrec[tid];
-        if (r.x >= 0.0f) {
-          float ss = 0.0f;
-#pragma unroll
-          for (int i = 0; i < LPT; ++i) ss += vss[tid][i];
-          vmax = meter::MaxAcc(vmax, sqrtf(ss) * r.x * vn_infl + r.y);  // NaN ignored
-        }
-      }
-    }
-  };
   for (int k = n_st; k < 2 * n_st; ++k) {
     CpAsyncWait<S - 2>();
     __syncthreads();
@@ -318,12 +321,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
     const bool edge = sb < begin || sb + kStageTokens > end;
     stage_hashes(k - n_st, 0);  // read in (b)
-    if (k > n_st) flush_norms();  // stage k−1's, written in its (b): before this stage's (b)
     // (a) weights and certificate terms: thread = (head g, tokens jj0 + TPH·r). With the meter,
     // branch-free but for the rare tokens that need PartialAddTokenWeighted's general arithmetic
     // (as in the tensor-core kernel): every read stays inside the stage, the logits and sm, and
-    // a masked token's values are selected away. Without it, the weights alone under `valid`
-    // (selecting there measured 5% slower on fp8-e4m3).
+    // a masked token's values (ε̂, ρ, ν: zero-filled or stale bytes) are selected away. Without
+    // it, the weights alone under `valid` (selecting there measured 5% slower on fp8-e4m3).
 #pragma unroll
     for (int r = 0; r < NP; ++r) {
       const int g = tid / TPH, jj = tid % TPH + r * TPH;
@@ -348,21 +350,21 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         cp.m = valid ? mg : cp.m;
         float e = 0.0f;
         if constexpr (kWit) {
-          const uint16_t* kw = reinterpret_cast<const uint16_t*>(st + sl.kwit) + jj * nb;
-          const uint16_t* vw = reinterpret_cast<const uint16_t*>(st + sl.vwit) + jj * nb;
+          const uint8_t* kc = st + sl.kwit + jj * nb;
+          const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[jj]);
           if (nb == 8) {
+            const uint2 raw = *reinterpret_cast<const uint2*>(kc);
             float w8[8];
-            Half8(kw, w8);
+            DecodeBandCodes8(raw.x, raw.y, unit, w8);
             e = meter::TierAEpsilon(sm.qbn[g], w8, 8, inv_sqrt_d, infl);
-            Half8(vw, w8);
-            rho = meter::ResidualNormFromWitness(w8, 8);
           } else {
             float wb[64];
-            for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(kw[b]));
+            for (int b = 0; b < nb; ++b) wb[b] = meter::BandWitnessBound(kc[b], unit);
             e = meter::TierAEpsilon(sm.qbn[g], wb, nb, inv_sqrt_d, infl);
-            for (int b = 0; b < nb; ++b) wb[b] = __half2float(__ushort_as_half(vw[b]));
-            rho = meter::ResidualNormFromWitness(wb, nb);
           }
+          const uint32_t vs = reinterpret_cast<const uint32_t*>(st + sl.vsum)[jj];
+          rho = SummaryRho(vs);
+          vmax = valid ? meter::MaxAcc(vmax, SummaryNu(vs)) : vmax;  // NaN ignored, as PartialAddToken does
         }
         if constexpr (kKScale) {
           const float tb = sm.tierb[g];
@@ -377,9 +379,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         } else {
           meter::PartialAddTokenCommon(&cp, valid, w, e, rho);
         }
-        rho = valid ? rho : 0.0f;
         if (g < GMAX) sm.wt[g][jj] = w;
-        if (g == 0) sm.rho[jj] = rho;
       }
     }
     __syncthreads();
@@ -408,30 +408,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
       }
-      if constexpr (kSmemNorm) {
-        float ss = 0.0f;
+      if constexpr (METER && C::kExact) {  // no summary: ‖ṽ‖ by the wide-range path (ρ = 0)
+        float amax = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) ss = fmaf(x[i], x[i], ss);
-        vss[j][part] = ss;
-        if (part == 0) vrec[j] = make_float2(valid ? sc : -1.0f, sm.rho[j]);
-      } else if constexpr (METER) {
-        float amax = 1.0f, inv = 1.0f;
-        if constexpr (C::kWideRange) {  // bf16/fp32 squares can overflow or underflow
-          amax = 0.0f;
+        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
 #pragma unroll
-          for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
-#pragma unroll
-          for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-          inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
-        }
-        float vscale = sc;
-        if constexpr (C::kGroupScale) {  // fold each lane's scale in, relative to the largest
-          float smax = sc;
-#pragma unroll
-          for (int o = LPT / 2; o > 0; o >>= 1) smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, o));
-          inv = smax > 0.0f ? sc / smax : 0.0f;
-          vscale = smax;
-        }
+        for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
         float ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -440,18 +423,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
 #pragma unroll
         for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        float norm = amax * sqrtf(ss);
-        if (C::kWideRange && inv == 0.0f) norm = amax;  // 0, inf or NaN
-        const float cand = norm * vscale * vn_infl + sm.rho[j];
-        if (valid) vmax = meter::MaxAcc(vmax, cand);  // NaN ignored, as PartialAddToken does
+        const float norm = inv == 0.0f ? amax : amax * sqrtf(ss);  // 0, inf or NaN: amax
+        const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+        if (valid) vmax = meter::MaxAcc(vmax, norm * sc * vn_infl);  // NaN ignored, as PartialAddToken does
       }
     }
   }
   CpAsyncWait<0>();
-  if constexpr (kSmemNorm) {
-    __syncthreads();  // the last stage's vss / vrec
-    flush_norms();
-  }
 
   // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
 #pragma unroll
@@ -460,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
   }
-  __syncthreads();  // every thread is done with logits / sm.wt / sm.rho
+  __syncthreads();  // every thread is done with logits / sm.wt
   if (lane == 0) {
     sm.wpart(warp) = cp;
     sm.vmax[warp] = vmax;

@@ -3,7 +3,7 @@
 // Structure (why):
 //  * CTA = 4 warps, 64 query vectors of one KV head: vector v ↔ (row v / G, head v % G) of
 //    the chunk, so a warp's 16 vectors are the 16 rows of its MMA tiles for any G. Each
-//    32-token KV tile (codes, scales, witnesses: 9.3 KB) is loaded once per CTA by cp.async
+//    32-token KV tile (codes, scales, witnesses: 8.6 KB) is loaded once per CTA by cp.async
 //    into a 3-stage ring and used by all 64 vectors: the chunk reads the stored context
 //    ⌈n·G/64⌉ times instead of n times.
 //  * q·k: four exact s8 MMAs per (8-token tile, k-step), one per base-128 query digit, all
@@ -19,7 +19,10 @@
 //    at a new running maximum; the tests measured bounds within 0.12% of the CPU's two-pass ones.
 //    z ≥ 1 still holds: the token holding the final max was added as e^0 after the last
 //    rescale. Terms follow PartialAddTokenWeighted (MmaHeadSums::Add); the quad's four
-//    threads sum disjoint tokens relative to the same m (SumPartialsSameMax).
+//    threads sum disjoint tokens relative to the same m (SumPartialsSameMax). Per token, ε̂
+//    comes from the key band witness (codes c_b and unit U: bounds c_b·U), ρ and the vmax
+//    candidate ν ≥ ‖ṽ‖ + ρ from the value summary (kernels/meter/witness_format.h): no
+//    per-token ‖ṽ‖.
 //  * p·v: the weights times the token's V scale, rounded to fp16, are the A operand of fp16
 //    MMAs (fp32 accumulation) against the V codes converted to fp16 (exact: |code| ≤ 127) in
 //    a transposed, k-permuted tile (token T at k position kpos(T), so the QK C fragments of
@@ -44,7 +47,7 @@ using cuda_kv::Bf16Bits;
 using cuda_kv::CpAsync16;
 using cuda_kv::CpAsyncCommit;
 using cuda_kv::CpAsyncWait;
-using cuda_kv::Half8;
+using cuda_kv::DecodeBandCodes8;
 using cuda_kv::MmaHeadSums;
 using cuda_kv::MmaS8;
 using cuda_kv::MmaSwizzle;
@@ -59,14 +62,14 @@ struct Stage {
   uint8_t kc[kTile][kD];  // K codes, 16-byte chunk c of token t at chunk position c ^ MmaSwizzle(t)
   uint8_t vc[kTile][kD];  // V codes as stored
   uint16_t ks[kTile], vs[kTile];            // bf16 scales
-  uint16_t kw[kTile][kBands], vw[kTile][kBands];  // fp16 witnesses
+  alignas(16) uint8_t kw[kTile][kBands];    // K band codes c_b
+  alignas(16) uint16_t ku[kTile];           // K band units U, bf16
+  alignas(16) uint32_t vsum[kTile];         // V summaries: bf16 ρ (low half), ν (high half)
 };
 
 struct Smem {
   Stage ring[kRing];
   __half vt[kD][kVPitch];   // V codes of the current tile as fp16, [channel, kpos(token)]
-  float rho[kTile];         // ‖ρ‖ of each token's value (meter)
-  float vn[kTile];          // ‖ṽ‖ + ‖ρ‖, rounded up (meter)
   int8_t qdig[4][kVecs][kD];  // query digits [digit, vector, channel] (prologue only)
   double q1[kVecs];
   float qscale[kVecs];
@@ -191,11 +194,11 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         const uint16_t* src = (ld_p == 2 ? P.kv.k_scales : P.kv.v_scales) + vec;
         CpAsync16(dst, src, ok);
       }
-      if (METER && ld_p < 2) {
-        uint16_t* dst = ld_p == 0 ? st.kw[ld_t] : st.vw[ld_t];
-        const uint16_t* src = (ld_p == 0 ? P.kv.k_witness : P.kv.v_witness) + vec * kBands;
-        CpAsync16(dst, src, ok);
-      }
+      // Witnesses, from the first token of each 16-byte run (runs never cross a block):
+      // band codes of tokens ld_t, ld_t + 1; summaries of 4 tokens; units of 8.
+      if (METER && ld_p == 0 && (ld_t & 1) == 0) CpAsync16(st.kw[ld_t], P.kv.k_witness + vec * kBands, ok);
+      if (METER && ld_p == 1 && (ld_t & 3) == 0) CpAsync16(&st.vsum[ld_t], P.kv.v_summary + vec * 2, ok);
+      if (METER && ld_p == 1 && (ld_t & 7) == 0) CpAsync16(&st.ku[ld_t], P.kv.k_witness_unit + vec, ok);
     }
     CpAsyncCommit();
   };
@@ -209,7 +212,6 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   float m[2] = {-INFINITY, -INFINITY};
   float vmax[2] = {0.0f, 0.0f}, smaxk = 0.0f;
   int32_t rescales[2] = {0, 0};
-  const float vn_infl = (1.0f + 4.0f * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
   const float infl = meter::EpsInflation(kD, kBands);
 
   for (int k = 0; k < num_tiles; ++k) {
@@ -218,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     issue(k + kRing - 1);
     const Stage& st = sm.ring[k % kRing];
     const int64_t base = static_cast<int64_t>(k) * kTile;
-    // (a) V tile → fp16, transposed and k-permuted; per-token value norms (meter).
+    // (a) V tile → fp16, transposed and k-permuted.
     {
       const int t = tid & 31, cb = tid >> 5;  // token, 32-channel block
       const int kp = KPos(t);
@@ -231,24 +233,6 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
           const int8_t c = static_cast<int8_t>((w[i >> 2] >> (8 * (i & 3))) & 0xff);
           sm.vt[cb * 32 + h * 16 + i][kp] = __int2half_rn(c);
         }
-      }
-      if (METER && warp == 0) {
-        int32_t s2 = 0;  // Σx² of token t's codes: exact
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const uint4 x = *reinterpret_cast<const uint4*>(&st.vc[t][c * 16]);
-          s2 = __dp4a(static_cast<int32_t>(x.x), static_cast<int32_t>(x.x), s2);
-          s2 = __dp4a(static_cast<int32_t>(x.y), static_cast<int32_t>(x.y), s2);
-          s2 = __dp4a(static_cast<int32_t>(x.z), static_cast<int32_t>(x.z), s2);
-          s2 = __dp4a(static_cast<int32_t>(x.w), static_cast<int32_t>(x.w), s2);
-        }
-        float w8[8];
-        Half8(st.vw[t], w8);
-        const float rho = meter::ResidualNormFromWitness(w8, kBands);
-        sm.rho[t] = rho;
-        // ‖ṽ‖ + ‖ρ‖ with ‖ṽ‖ = s·‖x‖, rounded up as the decode kernel does.
-        sm.vn[t] = (sqrtf(static_cast<float>(s2)) * Bf16Bits(st.vs[t]) * vn_infl + rho) *
-                   (1.0f + 4.0f * meter::kUnitRoundoff);
       }
     }
     __syncthreads();
@@ -327,8 +311,13 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this column tile
         const int tok = nt * 8 + tig + 4 * h;
-        float w8[8];
-        if constexpr (METER) Half8(st.kw[tok], w8);
+        float w8[8], rho = 0.0f, nu = 0.0f;  // band bounds c_b·U, ρ, ν (meter)
+        if constexpr (METER) {
+          const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+          DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), w8);
+          rho = cuda_kv::SummaryRho(st.vsum[tok]);
+          nu = cuda_kv::SummaryNu(st.vsum[tok]);
+        }
         const float sv = Bf16Bits(st.vs[tok]);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -339,8 +328,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
             w = expf(l - m[r]);
             if constexpr (METER) {
               const float eps = meter::TierAEpsilon(qbn[r], w8, kBands, inv_sqrt_d, infl);
-              sums[r].Add(l, w, m[r], eps, sm.rho[tok]);
-              vmax[r] = meter::MaxAcc(vmax[r], sm.vn[tok]);
+              sums[r].Add(l, w, m[r], eps, rho);
+              vmax[r] = meter::MaxAcc(vmax[r], nu);
             } else {
               sums[r].z += w;
               sums[r].count += 1;

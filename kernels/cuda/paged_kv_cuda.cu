@@ -1,10 +1,13 @@
-// Write path of the paged GPU KV pool: quantize-on-write + Tier A witness in one kernel.
+// Write path of the paged GPU KV pool: quantize-on-write + witnesses in one kernel.
 //
 // One warp per (token, KV head, K|V) vector; lane l owns channels l, l+32, ... Every
 // rounding follows the CPU codec exactly (IEEE division, rintf = nearbyint under the default
-// rounding mode, explicit _rn intrinsics where nvcc could otherwise contract a multiply-add),
-// and the witness sums each band's squared residuals in double in increasing channel order,
-// like witness.cc, so codes, scales and witnesses are bit-identical to the CPU's.
+// rounding mode, explicit _rn intrinsics where nvcc could otherwise contract a multiply-add).
+// The witnesses (kernels/meter/witness_format.h) come from band sums of squares in double,
+// one band per lane in the band's channel order (meter::BandSquareSum, as witness.cc sums
+// them): a key's band norms give U (their warp max) and each lane its band's code; a value's
+// band sums are added in band order by lane 0 into ρ and ν. So codes, scales and witnesses
+// are bit-identical to the CPU's.
 #include "kernels/cuda/paged_kv_cuda.h"
 
 #include <cstdio>
@@ -14,6 +17,7 @@
 #include "kernels/meter/cert_math.h"
 #include "kernels/meter/float_formats.h"
 #include "kernels/meter/partial_sum.h"
+#include "kernels/meter/witness_format.h"
 
 namespace witcert {
 namespace {
@@ -86,25 +90,37 @@ __device__ uint32_t PackKivi2Byte(int32_t m) {
   return b | (b1 << 2) | (b2 << 4) | (b3 << 6);
 }
 
-// Band b's witness from the residuals x − x̂ [d] of one vector: the norm of the band's
-// channels summed in double in ascending order (the CPU's order, so the witness is
-// bit-identical): pairs [b·ppb, (b+1)·ppb) are dims (2p, 2p+1) when interleaved, else p, then
-// p + d/2 (meter::BandOfDim).
-__device__ uint16_t BandWitness(const double* resid, const PagedKvLayout& L, int b) {
-  const int32_t half = L.head_dim / 2, ppb = half / L.num_bands;
-  double sum = 0.0;
-  const int32_t first = L.interleaved ? 2 * b * ppb : b * ppb;
-  const int32_t len = L.interleaved ? 2 * ppb : ppb;
-  for (int c = first; c < first + len; ++c) {
-    const double r = resid[c];
-    sum = __dadd_rn(sum, __dmul_rn(r, r));
+__device__ double WarpMaxDouble(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The key band witness of one vector from its residuals x − x̂ [d] (shared memory, double),
+// one warp, band b on lane b % 32: codes [B] and the unit (lane 0 writes it), as
+// meter::EncodeBandWitness does over all bands at once.
+__device__ void WriteKeyWitness(const double* resid, const PagedKvLayout& L, int lane, uint8_t* codes,
+                                uint16_t* unit) {
+  double w[2] = {0.0, 0.0};  // bands lane, lane + 32 (B ≤ 64)
+  double wmax = 0.0;
+  bool finite = true;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int b = lane + 32 * i;
+    if (b >= L.num_bands) break;
+    w[i] = meter::InflatedNorm(meter::BandSquareSum(resid, L.head_dim, L.num_bands, L.interleaved, b));
+    if (!(w[i] <= 1.7976931348623157e308)) finite = false;
+    else wmax = fmax(wmax, w[i]);  // the maximum is exact in any order
   }
-  for (int c = half + b * ppb; !L.interleaved && c < half + (b + 1) * ppb; ++c) {
-    const double r = resid[c];
-    sum = __dadd_rn(sum, __dmul_rn(r, r));
+  wmax = WarpMaxDouble(wmax);
+  finite = __all_sync(0xffffffffu, finite);
+  const uint16_t u = meter::BandWitnessUnit(wmax, finite);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int b = lane + 32 * i;
+    if (b < L.num_bands) codes[b] = meter::BandWitnessCode(w[i], u);
   }
-  const double norm = __dmul_rn(sqrt(sum), 1.0 + 1e-12);
-  return meter::FloatToHalfUp(meter::RoundUpToFloat(norm));
+  if (lane == 0) *unit = u;
 }
 
 struct WriteParams {
@@ -120,7 +136,9 @@ struct WriteParams {
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WriteKvKernel(const WriteParams p) {
-  __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel
+  __shared__ double resid[kWarpsPerBlock][kMaxDim];     // [warps, d] x − x̂ per channel
+  __shared__ double vhat[kWarpsPerBlock][kMaxDim];      // [warps, d] x̂ per channel (values)
+  __shared__ double band_sums[kWarpsPerBlock][2][64];   // [warps, ρ² | ‖x̂‖², B] (values)
   cuda_launch::WaitForPreviousKernel();  // launched to overlap the tail of the kernel writing k, v
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -138,7 +156,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const float* src = (is_value ? p.args.v : p.args.k) + (tok * hkv + head) * d;
   uint8_t* codes = (is_value ? p.dst.v_codes : p.dst.k_codes) + vec * p.code_bytes;
   uint16_t* scales = is_value ? p.dst.v_scales : p.dst.k_scales;
-  uint16_t* wit = is_value ? p.dst.v_witness : p.dst.k_witness;
   const KvScheme scheme = L.scheme;
   const int per_lane = d / 32;
   const int32_t nscale = p.nscale[is_value ? 1 : 0];
@@ -278,15 +295,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     if (fill != nullptr && fill[c] != c) xhat = xo[j];  // outlier: exact beside the codes
     resid[warp][c] = __dsub_rn(static_cast<double>(xo[j]), static_cast<double>(xhat));
+    vhat[warp][c] = static_cast<double>(xhat);
   }
   if (!p.has_witness) return;
   __syncwarp();
-  for (int b = lane; b < L.num_bands; b += 32) wit[vec * L.num_bands + b] = BandWitness(resid[warp], L, b);
+  const int32_t nb = L.num_bands;
+  if (!is_value) {
+    WriteKeyWitness(resid[warp], L, lane, p.dst.k_witness + vec * nb, p.dst.k_witness_unit + vec);
+    return;
+  }
+  for (int b = lane; b < nb; b += 32) {
+    band_sums[warp][0][b] = meter::BandSquareSum(resid[warp], d, nb, L.interleaved, b);
+    band_sums[warp][1][b] = meter::BandSquareSum(vhat[warp], d, nb, L.interleaved, b);
+  }
+  __syncwarp();
+  if (lane == 0) {
+    uint16_t summary[2];
+    meter::ValueSummaryFromBandSums(band_sums[warp][0], band_sums[warp][1], nb, summary);
+    p.dst.v_summary[vec * 2] = summary[0];
+    p.dst.v_summary[vec * 2 + 1] = summary[1];
+  }
 }
 
 // One CTA per (group, KV head), thread c = channel c (d threads): the channel's parameters
-// over the block's tokens, then token by token its code and residual, the band witnesses
-// from the residuals in shared memory.
+// over the block's tokens, then token by token its code and residual, the band witness
+// from the residuals in shared memory (warp 0, WriteKeyWitness).
 __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLayout L, const PagedKvLayer dst,
                                                                  const KeyGroupArgs a, int32_t cb, int32_t m_out) {
   __shared__ double resid[kMaxDim];  // [d] x − x̂ of the current token
@@ -322,7 +355,7 @@ __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLa
     const float xhat = outlier ? r[c] : Kivi2Value(kp, m);  // outlier: exact beside the codes
     resid[c] = __dsub_rn(static_cast<double>(r[c]), static_cast<double>(xhat));
     __syncthreads();
-    if (c < L.num_bands) dst.k_witness[vec * L.num_bands + c] = BandWitness(resid, L, c);
+    if (c < 32) WriteKeyWitness(resid, L, lane, dst.k_witness + vec * L.num_bands, dst.k_witness_unit + vec);
     __syncthreads();
   }
 }
@@ -354,8 +387,9 @@ PagedKvPoolCuda::~PagedKvPoolCuda() {
   for (int32_t l = 0; l < num_layers_; ++l) {
     PagedKvLayer& x = layers_[l];
     for (void* ptr : {static_cast<void*>(x.k_codes), static_cast<void*>(x.k_scales),
-                      static_cast<void*>(x.k_witness), static_cast<void*>(x.v_codes),
-                      static_cast<void*>(x.v_scales), static_cast<void*>(x.v_witness),
+                      static_cast<void*>(x.k_witness), static_cast<void*>(x.k_witness_unit),
+                      static_cast<void*>(x.v_codes), static_cast<void*>(x.v_scales),
+                      static_cast<void*>(x.v_summary),
                       static_cast<void*>(x.k_group), static_cast<void*>(x.k_outliers),
                       static_cast<void*>(x.v_outliers)}) {
       if (ptr != nullptr) cudaFree(ptr);
@@ -378,7 +412,8 @@ CudaStatus PagedKvPoolCuda::Init(const PagedKvLayout& layout, int32_t num_layers
     return CudaStatus::Ok();
   };
   const int64_t cb = layout.code_bytes(), ksb = 2 * layout.scales_per_vector(false),
-                vsb = 2 * layout.scales_per_vector(true), wb = layout.has_witness() ? 2 * layout.num_bands : 0,
+                vsb = 2 * layout.scales_per_vector(true), kwb = layout.has_witness() ? layout.num_bands : 0,
+                kub = layout.has_witness() ? 2 : 0, vsum = layout.value_summary_bytes(),
                 gb = 2 * layout.group_params_per_block(), ob = 4 * layout.outliers();
   for (int32_t l = 0; l < num_layers; ++l) {
     PagedKvLayer& x = layers_[l];
@@ -390,8 +425,9 @@ CudaStatus PagedKvPoolCuda::Init(const PagedKvLayout& layout, int32_t num_layers
         alloc(reinterpret_cast<void**>(&x.k_group), layout.num_blocks * layout.num_kv_heads * gb));
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_outliers), n * ob));
     WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_outliers), n * ob));
-    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_witness), n * wb));
-    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_witness), n * wb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_witness), n * kwb));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.k_witness_unit), n * kub));
+    WITCERT_CUDA_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x.v_summary), n * vsum));
   }
   return CudaStatus::Ok();
 }

@@ -7,8 +7,11 @@
 // header interleaved. Scales and witnesses are small separate arrays with the same indexing.
 //   k_codes    [num_blocks, Hkv, block_size, CodeBytes(scheme, d)]   uint8
 //   k_scales   [num_blocks, Hkv, block_size, ScalesPerVector]         bf16 bits, rounded up
-//   k_witness  [num_blocks, Hkv, block_size, B]                       fp16 bits, rounded up
-//   v_*        the same for values
+//   k_witness  [num_blocks, Hkv, block_size, B]                       uint8 band codes c_b
+//   k_witness_unit [num_blocks, Hkv, block_size]                      bf16 unit U (w_b ≤ c_b·U)
+//   v_codes, v_scales  as for keys
+//   v_summary  [num_blocks, Hkv, block_size, 2]                       bf16 ρ, ν, rounded up
+// (witness formats: kernels/meter/witness_format.h).
 //   k_group    [num_blocks, Hkv, d, 2]  kivi2 keys only: fp16 (zero, scale) per channel
 //   k_outliers [num_blocks, Hkv, block_size, m] fp32, outlier channel bypass (m > 0) only
 //   v_outliers the same for values
@@ -26,7 +29,8 @@
 // reads them from the exact-block table (MeteredDecodeCudaArgs::exact_slot), as the CPU cache
 // reads an unfilled block exact.
 // Byte formats are the CPU codecs' (engine/kv/codec_*.cc): the codes, scales and witnesses
-// written here are bit-identical to KvCodec::Encode + ComputeWitness (tested).
+// written here are bit-identical to KvCodec::Encode + ComputeKeyWitness / ComputeValueSummary
+// (tested).
 // Physical slot of a token: block_table[pos / block_size] * block_size + pos % block_size.
 #pragma once
 
@@ -56,11 +60,15 @@ struct PagedKvLayout {
   bool has_witness() const { return !SchemeInfo(scheme).exact; }
   int32_t outliers() const { return has_witness() ? outlier_channels : 0; }  // exact schemes: none
   int64_t vectors() const { return num_blocks * num_kv_heads * block_size; }
+  // Witness bytes per token: the key band witness (B codes + a bf16 unit) and the value
+  // summary (two bf16).
+  int32_t key_witness_bytes() const { return has_witness() ? num_bands + 2 : 0; }
+  int32_t value_summary_bytes() const { return has_witness() ? 4 : 0; }
   // Bytes one block occupies for one KV head, K + V (codes + scales + witnesses + group
   // parameters).
   int64_t BytesPerBlockPerHead() const {
     const int64_t per_token = 2 * code_bytes() + 2 * scales_per_vector(false) + 2 * scales_per_vector(true) +
-                              (has_witness() ? 4 * num_bands : 0) + 8 * outliers();
+                              key_witness_bytes() + value_summary_bytes() + 8 * outliers();
     return block_size * per_token + 2 * group_params_per_block();
   }
   // The same per token (group parameters amortized over the block).
@@ -70,11 +78,12 @@ struct PagedKvLayout {
 // Device pointers of one layer (owned by PagedKvPoolCuda or by the caller).
 struct PagedKvLayer {
   uint8_t* k_codes = nullptr;
-  uint16_t* k_scales = nullptr;   // null when the scheme has no scale
-  uint16_t* k_witness = nullptr;  // null when the scheme is exact
+  uint16_t* k_scales = nullptr;        // null when the scheme has no scale
+  uint8_t* k_witness = nullptr;        // [vectors, B] band codes; null when the scheme is exact
+  uint16_t* k_witness_unit = nullptr;  // [vectors] bf16 U; null when the scheme is exact
   uint8_t* v_codes = nullptr;
   uint16_t* v_scales = nullptr;
-  uint16_t* v_witness = nullptr;
+  uint16_t* v_summary = nullptr;       // [vectors, 2] bf16 (ρ, ν); null when the scheme is exact
   uint16_t* k_group = nullptr;    // null unless the scheme groups keys (kivi2)
   float* k_outliers = nullptr;    // null unless layout.outliers() > 0
   float* v_outliers = nullptr;
@@ -118,7 +127,8 @@ struct KvWriteArgs {
   OutlierTables outliers;            // required when layout.outliers() > 0
 };
 
-// Quantizes n tokens into their slots: codes, scales and the Tier A witness in one kernel.
+// Quantizes n tokens into their slots: codes, scales, the key band witness and the value
+// summary in one kernel.
 // kivi2: values only (keys wait for their block to fill: EncodeKeyGroupsCuda).
 CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
                        const KvWriteArgs& args, cudaStream_t stream);
@@ -131,8 +141,8 @@ struct KeyGroupArgs {
 };
 
 // Group-encoded keys (kivi2): encodes whole blocks — per-channel parameters over the block's
-// block_size tokens, the codes and each key's Tier A witness — bit-identical to the CPU
-// codec's EncodeGroup + ComputeWitness. One CTA per (group, KV head). Error for other schemes.
+// block_size tokens, the codes and each key's band witness — bit-identical to the CPU
+// codec's EncodeGroup + ComputeKeyWitness. One CTA per (group, KV head). Error for other schemes.
 CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
                                const KeyGroupArgs& args, cudaStream_t stream);
 

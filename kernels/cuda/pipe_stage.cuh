@@ -3,14 +3,13 @@
 // wrappers, shared-memory chunk loads, and the reduce-scatter butterfly of the G dot products.
 //
 // Why 64-token stages aligned to absolute positions: every 8-token group then lies in one
-// paged block (block_size ≥ 8), so its codes, scales and witnesses are contiguous runs whose
-// size is a multiple of 16 bytes and which a handful of 16-byte cp.async copies move.
+// paged block (block_size ≥ 8), so its codes, scales, key band witnesses (8·B code bytes and
+// 8 bf16 units) and value summaries (8 × 4 bytes) are contiguous runs which a handful of
+// 16-byte cp.async copies move (8-byte ones for the band codes when B is odd: 8·B bytes).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-
-#include <cuda_fp16.h>
 
 #include "kernels/cuda/metered_decode_kernel.cuh"
 
@@ -30,9 +29,9 @@ __host__ __device__ constexpr int PipeStages(int bits_per_channel, int head_dim)
 
 __host__ __device__ constexpr int RoundUp16(int x) { return (x + 15) / 16 * 16; }
 
-// Byte offsets inside one stage of kStageTokens tokens.
+// Byte offsets inside one stage of kStageTokens tokens (each 16-byte aligned).
 struct StageLayout {
-  int32_t codes, scales, kscales, kwit, vwit, bytes;
+  int32_t codes, scales, kscales, kwit, kunit, vsum, bytes;
 };
 __host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32_t nscale, int32_t nb) {
   StageLayout s;
@@ -40,8 +39,9 @@ __host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32
   s.codes = o;   o += kStageTokens * code_bytes;              // [64, code_bytes]
   s.scales = o;  o += RoundUp16(kStageTokens * 2 * nscale);   // [64, nscale] bf16
   s.kscales = o; o += RoundUp16(kStageTokens * 2 * nscale);   // [64, nscale] K scales (Tier B)
-  s.kwit = o;    o += RoundUp16(kStageTokens * 2 * nb);       // [64, B] fp16
-  s.vwit = o;    o += RoundUp16(kStageTokens * 2 * nb);       // [64, B] fp16
+  s.kwit = o;    o += RoundUp16(kStageTokens * nb);           // [64, B] uint8 K band codes
+  s.kunit = o;   o += kStageTokens * 2;                       // [64] bf16 K band units
+  s.vsum = o;    o += kStageTokens * 4;                       // [64, 2] bf16 V summaries (ρ, ν)
   s.bytes = o;
   return s;
 }
@@ -70,6 +70,12 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
+// 8 bytes, through L1 (cp.async.cg takes only 16): both addresses 8-byte aligned.
+__device__ __forceinline__ void CpAsync8(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 8 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
@@ -88,18 +94,6 @@ __device__ __forceinline__ void LoadSmemChunk(const uint8_t* p, uint32_t (&w)[BY
     w[0] = a.x; w[1] = a.y;
   } else {
     w[0] = *reinterpret_cast<const uint32_t*>(p);
-  }
-}
-
-// 8 fp16 band values (16 bytes) → floats.
-__device__ __forceinline__ void Half8(const uint16_t* p, float* w) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&wv[i]));
-    w[2 * i] = f.x;
-    w[2 * i + 1] = f.y;
   }
 }
 

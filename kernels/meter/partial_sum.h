@@ -8,8 +8,6 @@
 // combined chain = Σ chains (= the token count) keeps SumInflation's γ_chain sound and the
 // result is the same leaf the serial two-pass split produces (merges unchanged, no rescale).
 //
-// ResidualNormFromWitness: ‖ρ‖ from B band norms, rounded up (the CPU reference uses it too).
-//
 // (The dither's DitherTokenHash / DitherFromTokenHash live in dither_hash.h, which this
 // header includes for the kernels that use them.)
 #pragma once
@@ -153,13 +151,6 @@ WITCERT_HD inline void PartialAddTokenCommon(CertPartial* p, bool active, float 
   p->eps_max = active ? MaxAcc(p->eps_max, eps_hat) : p->eps_max;
   p->count += active ? 1 : 0;
   p->chain += active ? 1 : 0;
-}
-
-// ‖ρ‖₂ ≤ sqrt(Σ_b w_b²)·(1 + 2(B+4)u): the band witnesses already bound each band's norm.
-WITCERT_HD inline float ResidualNormFromWitness(const float* w, int32_t num_bands) {
-  float s = 0.0f;
-  for (int32_t b = 0; b < num_bands; ++b) s += w[b] * w[b];
-  return sqrtf(s) * (1.0f + 2.0f * static_cast<float>(num_bands + 4) * kUnitRoundoff);
 }
 
 }  // namespace witcert::meter

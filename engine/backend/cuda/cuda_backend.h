@@ -3,7 +3,7 @@
 //
 // Per layer: RMSNorm → one fused QKV GEMM (cuBLAS, bf16 in, fp32 accumulate and out; the
 // batch-1 O projection uses kernels/cuda/ops/gemv_bf16_cuda.h, measured faster there) →
-// bias → RoPE → the quantize-on-write KV kernel (codes + Tier A witness into the paged GPU
+// bias → RoPE → the quantize-on-write KV kernel (codes + witnesses into the paged GPU
 // pool, kernels/cuda/paged_kv_cuda.h) → attention → O GEMM accumulated into the residual
 // (beta = 1) → RMSNorm → fused gate|up GEMM → SwiGLU → down GEMM into the residual.
 // Attention: a prompt chunk at position 0 attends over its own fresh K/V (exact attention on

@@ -91,7 +91,8 @@ inline MeteredHeadInputs HeadInputs(const KvCacheOptions& o, const GatheredHead&
   in.k = head.k.data();
   in.v = head.v.data();
   in.k_witness = head.k_witness.empty() ? nullptr : head.k_witness.data();
-  in.v_witness = head.v_witness.empty() ? nullptr : head.v_witness.data();
+  in.v_rho = head.v_rho.empty() ? nullptr : head.v_rho.data();
+  in.v_bound = head.v_bound.empty() ? nullptr : head.v_bound.data();
   in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
   in.token_exact = head.token_exact.data();
   return in;

@@ -137,10 +137,9 @@ TEST(Kivi2Cache, ExactUntilGroupFillsThenEncodedWithWitness) {
       ASSERT_EQ(head.k[t * d + j], ks[t][h * d + j]);
       ASSERT_EQ(head.v[t * d + j], vs[t][h * d + j]);
     }
-    for (int b = 0; b < nb; ++b) {
-      EXPECT_EQ(head.k_witness[t * nb + b], 0.0f);
-      EXPECT_EQ(head.v_witness[t * nb + b], 0.0f);
-    }
+    for (int b = 0; b < nb; ++b) EXPECT_EQ(head.k_witness[t * nb + b], 0.0f);
+    EXPECT_EQ(head.v_rho[t], 0.0f);
+    EXPECT_EQ(head.v_bound[t], 0.0f);
   };
   for (int64_t t = 0; t < 10; ++t) write(t);
   EXPECT_EQ(cache->stats().groups_encoded, 0);
@@ -168,16 +167,25 @@ TEST(Kivi2Cache, ExactUntilGroupFillsThenEncodedWithWitness) {
       for (int side = 0; side < 2; ++side) {
         const std::vector<float>& x = side == 0 ? ks[t] : vs[t];
         const std::vector<float>& got = side == 0 ? head.k : head.v;
-        const std::vector<float>& w = side == 0 ? head.k_witness : head.v_witness;
+        long double r2_all = 0, x2 = 0;
         double wsum = 0;
-        for (int b = 0; b < nb; ++b) {  // witness ≥ true band norm (interleaved bands)
+        for (int b = 0; b < nb; ++b) {  // key witness ≥ true band norm (interleaved bands)
           long double r2 = 0;
           for (int j = b * d / nb; j < (b + 1) * d / nb; ++j) {
             long double r = static_cast<long double>(x[h * d + j]) - got[t * d + j];
             r2 += r * r;
+            x2 += static_cast<long double>(got[t * d + j]) * got[t * d + j];
           }
-          EXPECT_GE(static_cast<long double>(w[t * nb + b]), std::sqrt(r2));
-          wsum += w[t * nb + b];
+          r2_all += r2;
+          if (side == 0) {
+            EXPECT_GE(static_cast<long double>(head.k_witness[t * nb + b]), std::sqrt(r2));
+            wsum += head.k_witness[t * nb + b];
+          }
+        }
+        if (side == 1) {  // value summary: ρ ≥ ‖x − x̂‖, ν ≥ ‖x̂‖ + ρ
+          EXPECT_GE(static_cast<long double>(head.v_rho[t]), std::sqrt(r2_all));
+          EXPECT_GE(static_cast<long double>(head.v_bound[t]), std::sqrt(x2) + std::sqrt(r2_all));
+          wsum = head.v_rho[t];
         }
         EXPECT_GT(wsum, 0.0) << "2-bit codes of Gaussian data are never exact";
         for (int j = 0; j < d; ++j) rows_differ += got[t * d + j] != x[h * d + j];
@@ -255,9 +263,10 @@ TEST(Kivi2Cache, CapacityAccountingExact) {
     auto cap = KvCache::CapacityFor(o);
     ASSERT_TRUE(cap.ok());
     const int bs = 16, nb = o.num_bands;
-    // Independent arithmetic: K = 2-bit codes + fp16 witness, plus fp16 zero+scale per
-    // channel per block; V = 2-bit codes + fp16 zero+scale per token + witness.
-    const int k_token = d / 4 + 2 * nb, v_token = d / 4 + 4 + 2 * nb, k_block = 4 * d;
+    // Independent arithmetic: K = 2-bit codes + band witness (B codes + a bf16 unit), plus
+    // fp16 zero+scale per channel per block; V = 2-bit codes + fp16 zero+scale per token +
+    // value summary (two bf16).
+    const int k_token = d / 4 + nb + 2, v_token = d / 4 + 4 + 4, k_block = 4 * d;
     EXPECT_EQ(cap->k_code_bytes + cap->k_witness_bytes, k_token);
     EXPECT_EQ(cap->v_code_bytes + cap->v_witness_bytes, v_token);
     EXPECT_EQ(cap->k_group_param_bytes, k_block);
@@ -282,10 +291,11 @@ TEST(Kivi2Cache, CapacityAccountingExact) {
   KvCacheOptions o = KiviOptions(64);
   o.block_size = 12;
   auto cache = std::move(KvCache::Create(o)).value();
-  const int64_t block = 2 * ((16 + 16 + 20 + 16) * 12 + 256);
+  // K 16 codes + 10 witness, V 16 codes + 4 zero/scale + 4 summary; 256 B of key parameters.
+  const int64_t block = 2 * ((16 + 10 + 20 + 4) * 12 + 256);
   EXPECT_EQ(cache->BytesPerBlock(), block);
   EXPECT_EQ(cache->BytesPerToken(), (block + 11) / 12);
-  EXPECT_DOUBLE_EQ(cache->Capacity().bytes_per_token_per_kv_head, 68 + 256.0 / 12);
+  EXPECT_DOUBLE_EQ(cache->Capacity().bytes_per_token_per_kv_head, 50 + 256.0 / 12);
 }
 
 TEST(Kivi2Cache, SoundOnAdversarialInputsZeroViolations) {

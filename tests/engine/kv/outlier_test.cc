@@ -212,22 +212,22 @@ TEST(OutlierBypass, BytesAccountedAndPoolBackToFull) {
   o.num_layers = 2;
   auto cap = KvCache::CapacityFor(o);
   ASSERT_TRUE(cap.ok());
-  // int8-rtn K: d codes + bf16 scale + m fp32 exact values + fp16 witness; fp32 V: exact,
-  // no outliers, no witness.
+  // int8-rtn K: d codes + bf16 scale + m fp32 exact values + band witness (B codes + bf16
+  // unit); fp32 V: exact, no outliers, no summary.
   EXPECT_EQ(cap->k_outlier_bytes, 4 * m);
   EXPECT_EQ(cap->v_outlier_bytes, 0);
-  const int per_head = (d + 2 + 4 * m + 2 * nb) + 4 * d;
+  const int per_head = (d + 2 + 4 * m + nb + 2) + 4 * d;
   EXPECT_DOUBLE_EQ(cap->bytes_per_token_per_kv_head, per_head);
   EXPECT_EQ(cap->bytes_per_block, 2 * 2 * 16 * per_head);
   EXPECT_EQ(cap->fixed_bytes, 2 * 2 * 2 * (m + d) * 4);  // channel + fill tables
   EXPECT_EQ(cap->staging_bytes_per_block, 2 * 16 * 2 * d * 4);
   auto cache = std::move(KvCache::Create(o)).value();
   EXPECT_EQ(cache->BytesPerToken(), 2 * 2 * per_head);
-  EXPECT_EQ(cache->KBytesPerHead(), d + 2 + 4 * m + 2 * nb);
+  EXPECT_EQ(cache->KBytesPerHead(), d + 2 + 4 * m + nb + 2);
   // m = 0 leaves every existing layout untouched.
   auto plain = testing::ProbeOptions("int8-rtn", "fp32", d, 0, 64);
   plain.num_layers = 2;
-  EXPECT_EQ(KvCache::CapacityFor(plain)->bytes_per_token_per_kv_head, d + 2 + 2 * nb + 4 * d);
+  EXPECT_EQ(KvCache::CapacityFor(plain)->bytes_per_token_per_kv_head, d + 2 + nb + 2 + 4 * d);
   EXPECT_EQ(KvCache::CapacityFor(plain)->staging_bytes_per_block, 0);
 
   std::mt19937 rng(3);

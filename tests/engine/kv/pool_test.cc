@@ -43,8 +43,8 @@ KvCacheOptions SmallOptions() {
 
 TEST(KvCache, CapacityAccountingAndBackToFull) {
   auto cache = std::move(KvCache::Create(SmallOptions())).value();
-  // per head per layer: K 64 + 2 scale + 16 witness, V the same.
-  EXPECT_EQ(cache->BytesPerToken(), 2 * 3 * 2 * (64 + 2 + 16));
+  // per head per layer: K 64 + 2 scale + 8 band codes + 2 unit, V 64 + 2 scale + 4 summary.
+  EXPECT_EQ(cache->BytesPerToken(), 2 * 3 * ((64 + 2 + 10) + (64 + 2 + 4)));
   ASSERT_TRUE(cache->AddSequence(1).ok());
   EXPECT_EQ(cache->AddSequence(1).code(), absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(cache->AddSequence(2).ok());
@@ -86,7 +86,8 @@ TEST(KvCache, GatherDecodesWhatWasWritten) {
   GatheredHead head;
   ASSERT_TRUE(cache->GatherHead(5, 1, 2, 9, &head).ok());
   EXPECT_TRUE(head.k_witness.empty());   // fp32 keys: exact, no witness
-  EXPECT_EQ(head.v_witness.size(), 9u * 8);
+  EXPECT_EQ(head.v_rho.size(), 9u);         // fp16 values: a summary per row
+  EXPECT_EQ(head.v_bound.size(), 9u);
   for (int t = 0; t < 9; ++t) {
     for (int j = 0; j < 64; ++j) {
       EXPECT_EQ(head.k[t * 64 + j], t * 1000 + 128 + j);

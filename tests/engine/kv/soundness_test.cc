@@ -82,7 +82,8 @@ void CheckScheme(const std::string& scheme, Pattern pattern, int64_t s, int quer
     in.k = head.k.data();
     in.v = head.v.data();
     in.k_witness = head.k_witness.empty() ? nullptr : head.k_witness.data();
-    in.v_witness = head.v_witness.empty() ? nullptr : head.v_witness.data();
+    in.v_rho = head.v_rho.empty() ? nullptr : head.v_rho.data();
+  in.v_bound = head.v_bound.empty() ? nullptr : head.v_bound.data();
     in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
     std::vector<float> q(d), out(d);
     for (int qi = 0; qi < queries; ++qi) {
@@ -165,9 +166,9 @@ TEST(Soundness, TierBViolationRateWithinDelta) {
       codec.Encode(&k[t * d], d, ctx, buf.data());
       codec.Decode(buf.data(), d, ctx, &ks[t * d]);
       scale[t] = codec.DitherScale(buf.data(), d);
-      uint16_t w[8];
-      ComputeWitness(&k[t * d], &ks[t * d], layout, w);
-      DecodeWitness(w, nb, &kw[t * nb]);
+      uint8_t w[2 + nb];
+      ComputeKeyWitness(&k[t * d], &ks[t * d], layout, w);
+      DecodeKeyWitness(w, nb, &kw[t * nb]);
     }
     for (auto& x : q) x = g(rng) * 2.0f;
     for (auto& x : v) x = g(rng);

@@ -1,4 +1,6 @@
-// Witness position invariance under the model's RoPE pairing, and the wrong pairing caught.
+// The stored witness formats: key band codes and value summaries never below what they bound,
+// and within a unit of it; position invariance under the model's RoPE pairing, and the wrong
+// pairing caught.
 #include "engine/kv/witness.h"
 
 #include <algorithm>
@@ -6,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "engine/kv/half_array.h"
 #include "gtest/gtest.h"
 #include "kernels/meter/bands.h"
 #include "kernels/meter/cert_math.h"
@@ -28,18 +31,27 @@ std::vector<float> Rotate(const std::vector<float>& x, int64_t pos, RopePairing 
   return y;
 }
 
+// The decoded key witness (band bounds c_b·U) of residual r against zero.
 std::vector<float> BandNorms(const std::vector<float>& r, int nb, RopePairing pairing) {
   const int d = static_cast<int>(r.size());
   std::vector<float> zero(d, 0.0f), out(nb);
-  std::vector<uint16_t> w(nb);
-  ComputeWitness(r.data(), zero.data(), BandLayout{d, nb, pairing}, w.data());
-  DecodeWitness(w.data(), nb, out.data());
+  std::vector<uint8_t> w(2 + nb);
+  ComputeKeyWitness(r.data(), zero.data(), BandLayout{d, nb, pairing}, w.data());
+  DecodeKeyWitness(w.data(), nb, out.data());
   return out;
 }
 
-// DecodeWitness (F16C where built) gives HalfToFloat's bits for every non-NaN fp16 pattern,
+long double TrueBandNorm(const std::vector<float>& r, int d, int nb, RopePairing p, int b) {
+  long double s = 0;
+  for (int c = 0; c < d; ++c) {
+    if (meter::BandOfDim(c, d, nb, p == RopePairing::kInterleaved) == b) s += static_cast<long double>(r[c]) * r[c];
+  }
+  return std::sqrt(s);
+}
+
+// HalfArrayToFloat (F16C where built) gives HalfToFloat's bits for every non-NaN fp16 pattern,
 // in runs of 8 (the vector path) and a tail of 5 (the scalar path).
-TEST(Witness, DecodeMatchesHalfToFloatForEveryPattern) {
+TEST(HalfArray, DecodeMatchesHalfToFloatForEveryPattern) {
   std::vector<uint16_t> all;
   for (uint32_t h = 0; h < 0x10000u; ++h) {
     if (((h >> 10) & 0x1fu) == 0x1fu && (h & 0x3ffu) != 0) continue;  // NaN payloads
@@ -49,7 +61,7 @@ TEST(Witness, DecodeMatchesHalfToFloatForEveryPattern) {
   for (int32_t start = 0; start < n; start += 13) {
     const int32_t len = std::min<int32_t>(13, n - start);
     float out[13];
-    DecodeWitness(&all[start], len, out);
+    HalfArrayToFloat(reinterpret_cast<const uint8_t*>(&all[start]), len, out);
     for (int32_t i = 0; i < len; ++i) {
       const float want = meter::HalfToFloat(all[start + i]);
       ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << "pattern " << all[start + i];
@@ -57,55 +69,125 @@ TEST(Witness, DecodeMatchesHalfToFloatForEveryPattern) {
   }
 }
 
-// ComputeWitness walks each band's dims as runs; it must give the bits of the plain loop over
-// dims that asks meter::BandOfDim for each dim's band (sums in double, in dim order).
-TEST(Witness, BandRunsMatchThePerDimBandMap) {
+// The stored key witness, against an independent reading of its definition: the band norms
+// summed over meter::BandOfDim's map in double; U the smallest bf16 with 255·U ≥ max_b w_b;
+// each code the smallest c with c·U ≥ w_b.
+TEST(Witness, KeyCodesAreTheSmallestThatBoundEachBand) {
   std::mt19937 rng(11);
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (int d : {16, 64, 80, 128, 256}) {
     for (int nb : {1, 2, 4, 8}) {
       if ((d / 2) % nb != 0) continue;
       for (RopePairing p : {RopePairing::kInterleaved, RopePairing::kHalfSplit}) {
-        std::vector<float> x(d), xh(d);
-        for (int c = 0; c < d; ++c) {
-          x[c] = g(rng);
-          xh[c] = x[c] + 1e-3f * g(rng) * static_cast<float>(1 + c % 7);
-        }
-        std::vector<uint16_t> got(nb);
-        ComputeWitness(x.data(), xh.data(), BandLayout{d, nb, p}, got.data());
-        std::vector<double> sum(nb, 0.0);
-        for (int c = 0; c < d; ++c) {
-          const double r = static_cast<double>(x[c]) - static_cast<double>(xh[c]);
-          sum[meter::BandOfDim(c, d, nb, p == RopePairing::kInterleaved)] += r * r;
-        }
-        for (int b = 0; b < nb; ++b) {
-          const uint16_t want =
-              meter::FloatToHalfUp(meter::RoundUpToFloat(std::sqrt(sum[b]) * (1.0 + 1e-12)));
-          EXPECT_EQ(got[b], want) << "d " << d << " B " << nb << " band " << b;
+        for (int rep = 0; rep < 20; ++rep) {
+          std::vector<float> x(d), xh(d);
+          const float scale = std::exp2(static_cast<float>(rep % 9) * 4.0f - 16.0f);
+          for (int c = 0; c < d; ++c) {
+            x[c] = g(rng) * scale;
+            xh[c] = x[c] + 1e-3f * scale * g(rng) * static_cast<float>(1 + c % 7) * (c % 11 == 0 ? 30.0f : 1.0f);
+          }
+          std::vector<uint8_t> got(2 + nb);
+          ComputeKeyWitness(x.data(), xh.data(), BandLayout{d, nb, p}, got.data());
+          std::vector<double> w(nb, 0.0);
+          for (int c = 0; c < d; ++c) {
+            const double r = static_cast<double>(x[c]) - static_cast<double>(xh[c]);
+            w[meter::BandOfDim(c, d, nb, p == RopePairing::kInterleaved)] += r * r;
+          }
+          double wmax = 0;
+          for (auto& v : w) {
+            v = std::sqrt(v) * (1.0 + 1e-12);
+            wmax = std::max(wmax, v);
+          }
+          uint16_t unit;
+          std::memcpy(&unit, got.data(), 2);
+          const double u = meter::Bf16ToFloat(unit);
+          ASSERT_GE(255.0 * u, wmax);
+          ASSERT_LT(255.0 * meter::Bf16ToFloat(static_cast<uint16_t>(unit - 1)), wmax) << "U not the smallest";
+          for (int b = 0; b < nb; ++b) {
+            const int c = got[2 + b];
+            ASSERT_GE(c * u, w[b]) << "d " << d << " B " << nb << " band " << b;
+            if (c > 0) {
+              ASSERT_LT((c - 1) * u, w[b]) << "code not the smallest";
+            }
+          }
         }
       }
     }
   }
 }
 
-TEST(Witness, RoundsUpNeverDown) {
+TEST(Witness, RoundsUpNeverDownAndStaysWithinAUnit) {
   std::mt19937 rng(1);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  for (int it = 0; it < 2000; ++it) {
+  for (int it = 0; it < 4000; ++it) {
     std::vector<float> r(64);
-    for (auto& x : r) x = g(rng) * std::exp2(static_cast<float>(it % 40 - 20));
+    const float scale = std::exp2(static_cast<float>(it % 60 - 30) * 3.0f);  // 2^-90 … 2^87: normal bf16 units
+    for (auto& x : r) x = g(rng) * scale * (it % 3 == 0 && (&x - r.data()) % 9 == 0 ? 50.0f : 1.0f);
     auto w = BandNorms(r, 8, RopePairing::kInterleaved);
+    long double tmax = 0;
+    for (int b = 0; b < 8; ++b) tmax = std::max(tmax, TrueBandNorm(r, 64, 8, RopePairing::kInterleaved, b));
     for (int b = 0; b < 8; ++b) {
-      long double s = 0;
-      for (int j = 8 * b; j < 8 * b + 8; ++j) s += static_cast<long double>(r[j]) * r[j];
-      ASSERT_GE(static_cast<long double>(w[b]), std::sqrt(s));
+      const long double t = TrueBandNorm(r, 64, 8, RopePairing::kInterleaved, b);
+      ASSERT_GE(static_cast<long double>(w[b]), t) << "scale " << scale << " band " << b;
+      // Looser by at most one unit, U < (1 + 2^-7)·max/255 (bf16 has 8 significant bits).
+      ASSERT_LE(static_cast<long double>(w[b]), t + tmax * (1.0L + 1.0L / 64) / 255) << scale;
+    }
+  }
+}
+
+TEST(Witness, ZeroAndNonFiniteResiduals) {
+  std::vector<float> r(64, 0.0f);
+  for (float w : BandNorms(r, 8, RopePairing::kInterleaved)) EXPECT_EQ(w, 0.0f);
+  r[5] = 1.0f;  // one band nonzero: the others keep code 0, an exact zero bound
+  auto w = BandNorms(r, 8, RopePairing::kInterleaved);
+  EXPECT_GE(w[0], 1.0f);
+  EXPECT_LE(w[0], 1.0f + 1.0f / 64);
+  for (int b = 1; b < 8; ++b) EXPECT_EQ(w[b], 0.0f);
+  r[9] = 3.0e38f;  // the band norm still fits fp32, U = max/255 does too
+  w = BandNorms(r, 8, RopePairing::kInterleaved);
+  EXPECT_GE(w[1], 3.0e38f);
+  r[9] = INFINITY;
+  for (float x : BandNorms(r, 8, RopePairing::kInterleaved)) EXPECT_EQ(x, INFINITY) << "vacuous, never NaN";
+  r[9] = NAN;
+  for (float x : BandNorms(r, 8, RopePairing::kInterleaved)) EXPECT_EQ(x, INFINITY);
+}
+
+TEST(Witness, ValueSummaryBoundsResidualAndStoredNorm) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int it = 0; it < 3000; ++it) {
+    const int d = it % 2 ? 128 : 64;
+    std::vector<float> x(d), xh(d);
+    const float scale = std::exp2(static_cast<float>(it % 60 - 30) * 3.0f);
+    const float noise = std::exp2(-static_cast<float>(it % 17));
+    for (int c = 0; c < d; ++c) {
+      x[c] = g(rng) * scale;
+      xh[c] = it % 29 == 0 ? x[c] : x[c] + noise * scale * g(rng);  // some rows exact
+    }
+    uint8_t buf[4];
+    ComputeValueSummary(x.data(), xh.data(), BandLayout{d, 8, RopePairing::kHalfSplit}, buf);
+    float rho, nu;
+    DecodeValueSummary(buf, &rho, &nu);
+    long double r2 = 0, v2 = 0;
+    for (int c = 0; c < d; ++c) {
+      const long double r = static_cast<long double>(x[c]) - xh[c];
+      r2 += r * r;
+      v2 += static_cast<long double>(xh[c]) * xh[c];
+    }
+    const long double rt = std::sqrt(r2), vt = std::sqrt(v2);
+    ASSERT_GE(static_cast<long double>(rho), rt);
+    ASSERT_GE(static_cast<long double>(nu), vt + rt);
+    ASSERT_LE(static_cast<long double>(rho), rt * (1.0L + 1.0L / 64));  // one bf16 step (2^-7)
+    ASSERT_LE(static_cast<long double>(nu), (vt + rt) * (1.0L + 1.0L / 64));
+    if (it % 29 == 0) {
+      EXPECT_EQ(rho, 0.0f);
     }
   }
 }
 
 TEST(Witness, PositionInvariantUnderMatchingPairing) {
-  // fp32 rotation error ≤ ~4u per element; after fp16 round-up the band norms may differ by
-  // one fp16 ulp: tolerance 2^-9 relative.
+  // fp32 rotation error ≤ ~4u per element; the stored bounds may then differ by a unit
+  // (≤ max_b w_b / 254): tolerance max/128.
   std::mt19937 rng(2);
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (RopePairing pairing : {RopePairing::kInterleaved, RopePairing::kHalfSplit}) {
@@ -115,7 +197,8 @@ TEST(Witness, PositionInvariantUnderMatchingPairing) {
       auto w0 = BandNorms(r, nb, pairing);
       for (int64_t pos : {1, 7, 100, 4095, 131071}) {
         auto w = BandNorms(Rotate(r, pos, pairing), nb, pairing);
-        for (int b = 0; b < nb; ++b) EXPECT_NEAR(w[b], w0[b], w0[b] / 512) << pos << " " << b;
+        const float w0max = *std::max_element(w0.begin(), w0.end());
+        for (int b = 0; b < nb; ++b) EXPECT_NEAR(w[b], w0[b], w0max / 128) << pos << " " << b;
       }
     }
   }
@@ -152,10 +235,7 @@ TEST(Witness, WrongPairingBreaksInvarianceAndSoundness) {
     auto eps_with = [&](RopePairing p, int nb) {
       auto w = BandNorms(e, nb, p);
       // ε·√d = Σ_b ‖q_b‖ w_b; q's only band is its partner dim's band under p
-      std::vector<float> qz(d, 0.0f), wq(nb);
-      std::vector<uint16_t> wb(nb);
-      ComputeWitness(q.data(), qz.data(), BandLayout{d, nb, p}, wb.data());
-      DecodeWitness(wb.data(), nb, wq.data());
+      const std::vector<float> wq = BandNorms(q, nb, p);
       double s = 0;
       for (int b = 0; b < nb; ++b) s += wq[b] * w[b];
       return s;

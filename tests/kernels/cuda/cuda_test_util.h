@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "engine/kv/outlier_channels.h"
+#include "engine/kv/witness.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 
 namespace witcert::testing {
@@ -74,7 +75,9 @@ std::vector<T> DownloadRaw(const T* p, size_t n) {
 struct HostPool {
   PagedKvLayout layout;
   std::vector<uint8_t> k_codes, v_codes;
-  std::vector<uint16_t> k_scales, v_scales, k_wit, v_wit;
+  std::vector<uint16_t> k_scales, v_scales;
+  std::vector<uint8_t> k_wit;               // [vectors, B] key band codes
+  std::vector<uint16_t> k_unit, v_summary;  // [vectors] bf16 units; [vectors, 2] bf16 ρ, ν
   std::vector<uint16_t> k_group;  // [num_blocks, Hkv, d, 2] (kivi2)
   std::vector<float> k_out, v_out;  // [vectors, m] (outlier channels)
 
@@ -92,7 +95,8 @@ struct HostPool {
     h.v_out = DownloadRaw(x.v_outliers, n * L.outliers());
     if (L.has_witness()) {
       h.k_wit = DownloadRaw(x.k_witness, n * L.num_bands);
-      h.v_wit = DownloadRaw(x.v_witness, n * L.num_bands);
+      h.k_unit = DownloadRaw(x.k_witness_unit, n);
+      h.v_summary = DownloadRaw(x.v_summary, n * 2);
     }
     return h;
   }
@@ -123,8 +127,26 @@ struct HostPool {
   const float* Outliers(int64_t vec, bool is_value) const {
     return &(is_value ? v_out : k_out)[vec * layout.outliers()];
   }
-  const uint16_t* Witness(int64_t vec, bool is_value) const {
-    return &(is_value ? v_wit : k_wit)[vec * layout.num_bands];
+  // Vector `vec`'s stored witness in the CPU cache's byte layout (engine/kv/witness.h): keys
+  // [unit][B codes], values [ρ][ν].
+  std::vector<uint8_t> WitnessBytes(int64_t vec, bool is_value) const {
+    if (is_value) {
+      std::vector<uint8_t> b(4);
+      std::memcpy(b.data(), &v_summary[vec * 2], 4);
+      return b;
+    }
+    const int32_t nb = layout.num_bands;
+    std::vector<uint8_t> b(2 + nb);
+    std::memcpy(b.data(), &k_unit[vec], 2);
+    std::memcpy(b.data() + 2, &k_wit[vec * nb], nb);
+    return b;
+  }
+  // Decoded, as the CPU gather decodes them: key band bounds out [B]; value ρ and ν.
+  void KeyBounds(int64_t vec, float* out) const {
+    DecodeKeyWitness(WitnessBytes(vec, false).data(), layout.num_bands, out);
+  }
+  void ValueSummary(int64_t vec, float* rho, float* nu) const {
+    DecodeValueSummary(WitnessBytes(vec, true).data(), rho, nu);
   }
 };
 

@@ -107,16 +107,14 @@ void RunRiskCase(const RiskCase& c) {
   const KvCodec& codec = **codec_or;
   const int32_t d = c.d, nb = L.num_bands;
   for (int32_t h = 0; h < c.hkv; ++h) {
-    std::vector<float> ks(c.ctx * d), vs(c.ctx * d), kw(c.ctx * nb), vw(c.ctx * nb);
+    std::vector<float> ks(c.ctx * d), vs(c.ctx * d), kw(c.ctx * nb), vrho(c.ctx), vbound(c.ctx);
     std::vector<uint8_t> exact(c.ctx);
     for (int64_t t = 0; t < c.ctx; ++t) {
       const int64_t vec = (int64_t{table[t / c.bs]} * c.hkv + h) * c.bs + t % c.bs;
       codec.Decode(hp.CpuSlot(vec, false).data(), d, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * d]);
       codec.Decode(hp.CpuSlot(vec, true).data(), d, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * d]);
-      for (int i = 0; i < nb; ++i) {
-        kw[t * nb + i] = meter::HalfToFloat(hp.Witness(vec, false)[i]);
-        vw[t * nb + i] = meter::HalfToFloat(hp.Witness(vec, true)[i]);
-      }
+      hp.KeyBounds(vec, &kw[t * nb]);
+      hp.ValueSummary(vec, &vrho[t], &vbound[t]);
       exact[t] = (t / c.bs + h) % c.exact_every == 0;
     }
     MeteredHeadInputs in;
@@ -127,7 +125,8 @@ void RunRiskCase(const RiskCase& c) {
     in.k = ks.data();
     in.v = vs.data();
     in.k_witness = kw.data();
-    in.v_witness = vw.data();
+    in.v_rho = vrho.data();
+    in.v_bound = vbound.data();
     in.token_exact = exact.data();
     for (int32_t j = 0; j < c.group; ++j) {
       const int32_t head = h * c.group + j;

@@ -285,7 +285,7 @@ class Problem {
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t S = c_.ctx[b];
       for (int32_t h = 0; h < c_.hkv; ++h) {
-        std::vector<float> ks(S * d), vs(S * d), kw(S * nb), vw(S * nb), kds(S);
+        std::vector<float> ks(S * d), vs(S * d), kw(S * nb), vrho(S), vbound(S), kds(S);
         std::vector<uint8_t> exact(S, 0);
         for (int64_t t = 0; t < S; ++t) {
           const int64_t vec = (static_cast<int64_t>(tables_[b * max_blocks_ + t / c_.bs]) * c_.hkv + h) * c_.bs + t % c_.bs;
@@ -306,17 +306,12 @@ class Problem {
             exact[t] = 1;
             std::copy_n(&k_[b][(t * c_.hkv + h) * d], d, &ks[t * d]);
             std::copy_n(&v_[b][(t * c_.hkv + h) * d], d, &vs[t * d]);
-            if (L_.has_witness()) {
-              std::fill_n(&kw[t * nb], nb, 0.0f);
-              std::fill_n(&vw[t * nb], nb, 0.0f);
-            }
+            if (L_.has_witness()) std::fill_n(&kw[t * nb], nb, 0.0f);  // ρ, ν: not read on exact rows
             continue;
           }
           if (L_.has_witness()) {
-            for (int i = 0; i < nb; ++i) {
-              kw[t * nb + i] = meter::HalfToFloat(hp.Witness(vec, false)[i]);
-              vw[t * nb + i] = meter::HalfToFloat(hp.Witness(vec, true)[i]);
-            }
+            hp.KeyBounds(vec, &kw[t * nb]);
+            hp.ValueSummary(vec, &vrho[t], &vbound[t]);
           }
         }
         MeteredHeadInputs in;
@@ -327,7 +322,8 @@ class Problem {
         in.k = ks.data();
         in.v = vs.data();
         in.k_witness = L_.has_witness() ? kw.data() : nullptr;
-        in.v_witness = L_.has_witness() ? vw.data() : nullptr;
+        in.v_rho = L_.has_witness() ? vrho.data() : nullptr;
+        in.v_bound = L_.has_witness() ? vbound.data() : nullptr;
         in.k_dither_scale = SchemeInfo(c_.scheme).tier_b ? kds.data() : nullptr;
         in.token_exact = exact.data();
         float vmax_abs = 0.0f;

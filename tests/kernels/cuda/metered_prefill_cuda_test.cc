@@ -154,16 +154,14 @@ void RunCase(const PrefillCase& c) {
   int failures = 0;
   double worst_out = 0.0, worst_ratio_lo = 1e9, worst_ratio_hi = 0.0;
   for (int32_t h = 0; h < c.hkv; ++h) {
-    std::vector<float> ks(S * kD), vs(S * kD), kw(S * kBands), vw(S * kBands), kx(S * kD), vx(S * kD);
+    std::vector<float> ks(S * kD), vs(S * kD), kw(S * kBands), vrho(S), vbound(S), kx(S * kD), vx(S * kD);
     for (int64_t t = 0; t < S; ++t) {
       const int64_t vec = (static_cast<int64_t>(table[t / c.bs]) * c.hkv + h) * c.bs + t % c.bs;
       auto ksl = hp.CpuSlot(vec, false), vsl = hp.CpuSlot(vec, true);
       codec.Decode(ksl.data(), kD, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * kD]);
       codec.Decode(vsl.data(), kD, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * kD]);
-      for (int i = 0; i < kBands; ++i) {
-        kw[t * kBands + i] = meter::HalfToFloat(hp.Witness(vec, false)[i]);
-        vw[t * kBands + i] = meter::HalfToFloat(hp.Witness(vec, true)[i]);
-      }
+      hp.KeyBounds(vec, &kw[t * kBands]);
+      hp.ValueSummary(vec, &vrho[t], &vbound[t]);
       std::copy_n(&k[(t * c.hkv + h) * kD], kD, &kx[t * kD]);
       std::copy_n(&v[(t * c.hkv + h) * kD], kD, &vx[t * kD]);
     }
@@ -177,7 +175,8 @@ void RunCase(const PrefillCase& c) {
       in.k = ks.data();
       in.v = vs.data();
       in.k_witness = kw.data();
-      in.v_witness = vw.data();
+      in.v_rho = vrho.data();
+      in.v_bound = vbound.data();
       float vmax_abs = 0.0f, kmax = 0.0f;
       for (int64_t t = 0; t < ctx * kD; ++t) vmax_abs = std::max(vmax_abs, std::fabs(vs[t]));
       for (int64_t t = 0; t < ctx; ++t) {

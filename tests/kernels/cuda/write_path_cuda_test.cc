@@ -76,7 +76,7 @@ std::vector<float> HostileVectors(std::mt19937& rng, int64_t n, int32_t hkv, int
 void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec& codec,
                     const BandLayout& bands, std::mt19937& rng, const OutlierChannels* oc,
                     const DeviceOutlierTables& tables) {
-  const int32_t hkv = L.num_kv_heads, d = L.head_dim, bs = L.block_size, nb = L.num_bands;
+  const int32_t hkv = L.num_kv_heads, d = L.head_dim, bs = L.block_size;
   const int32_t groups = static_cast<int32_t>(L.num_blocks) - 1;
   std::vector<float> k = HostileVectors(rng, int64_t{groups} * bs, hkv, d);
   for (int64_t i = 0; i < int64_t{bs} * hkv * d; ++i) k[i] = 5.0f;  // group 0: one constant
@@ -122,14 +122,10 @@ void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec
         if (CompareOutliers(oc, hp, vec, h, false, &rows[int64_t{i} * d]) > 0 && ++mismatches < 5) {
           ADD_FAILURE() << "key outlier values differ: group " << g << " head " << h << " token " << i;
         }
-        uint16_t w[64];
-        ComputeWitness(&rows[int64_t{i} * d], xhat.data(), bands, w);
-        const uint16_t* gw = hp.Witness(vec, false);
-        for (int b = 0; b < nb; ++b) {
-          if (gw[b] != w[b] && ++mismatches < 5) {
-            ADD_FAILURE() << "key witness differs: group " << g << " head " << h << " token " << i
-                          << " band " << b << " gpu " << gw[b] << " cpu " << w[b];
-          }
+        std::vector<uint8_t> w(bands.key_witness_bytes());
+        ComputeKeyWitness(&rows[int64_t{i} * d], xhat.data(), bands, w.data());
+        if (hp.WitnessBytes(vec, false) != w && ++mismatches < 5) {
+          ADD_FAILURE() << "key witness differs: group " << g << " head " << h << " token " << i;
         }
       }
     }
@@ -223,14 +219,16 @@ void RunWriteCase(const WriteCase& wc) {
         if (CompareOutliers(oc.get(), hp, vec, h, side == 1, x) > 0 && ++mismatches < 5) {
           ADD_FAILURE() << "outlier values differ: token " << t << " head " << h << " side " << side;
         }
-        uint16_t w[64];
-        ComputeWitness(x, xhat.data(), bands, w);
-        const uint16_t* gw = hp.Witness(vec, side == 1);
-        for (int b = 0; b < nb; ++b) {
-          if (gw[b] != w[b] && ++mismatches < 5) {
-            ADD_FAILURE() << "witness differs: token " << t << " head " << h << " side " << side
-                          << " band " << b << " gpu " << gw[b] << " cpu " << w[b];
-          }
+        std::vector<uint8_t> w(side == 1 ? BandLayout::value_summary_bytes() : bands.key_witness_bytes());
+        if (side == 1) {
+          ComputeValueSummary(x, xhat.data(), bands, w.data());
+        } else {
+          ComputeKeyWitness(x, xhat.data(), bands, w.data());
+        }
+        const std::vector<uint8_t> gw = hp.WitnessBytes(vec, side == 1);
+        if (gw != w && ++mismatches < 5) {
+          ADD_FAILURE() << "witness differs: token " << t << " head " << h << " side " << side << " first bytes gpu "
+                        << int{gw[0]} << "," << int{gw[1]} << " cpu " << int{w[0]} << "," << int{w[1]};
         }
       }
     }

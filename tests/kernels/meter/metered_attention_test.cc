@@ -19,7 +19,8 @@ namespace {
 struct Case {
   int32_t d = 64, nb = 8;
   int64_t s = 0;
-  std::vector<float> q, k, v, ks, vs, kw, vw;  // q [d]; rows [S, d]; witnesses [S, B]
+  std::vector<float> q, k, v, ks, vs, kw;  // q [d]; rows [S, d]; key witness [S, B]
+  std::vector<float> vrho, vbound;          // value summary [S] each
   MeteredHeadInputs Inputs() const {
     MeteredHeadInputs in;
     in.head_dim = d;
@@ -29,7 +30,8 @@ struct Case {
     in.k = ks.data();
     in.v = vs.data();
     in.k_witness = kw.data();
-    in.v_witness = vw.data();
+    in.v_rho = vrho.data();
+    in.v_bound = vbound.data();
     return in;
   }
 };
@@ -49,6 +51,24 @@ void Witness(const float* x, const float* y, int32_t d, int32_t nb, float* w) {
   }
 }
 
+float UpToFloat(long double x) {
+  float f = static_cast<float>(x);
+  if (f < x) f = std::nextafter(f, INFINITY);
+  return f;
+}
+
+// The value summary of x (exact) and y (stored), rounded up to float: ρ = ‖x − y‖, ν = ‖y‖ + ρ.
+void ValueSummary(const float* x, const float* y, int32_t d, float* rho, float* bound) {
+  long double r2 = 0, y2 = 0;
+  for (int c = 0; c < d; ++c) {
+    long double r = static_cast<long double>(x[c]) - y[c];
+    r2 += r * r;
+    y2 += static_cast<long double>(y[c]) * y[c];
+  }
+  *rho = UpToFloat(std::sqrt(r2));
+  *bound = UpToFloat(std::sqrt(y2) + std::sqrt(r2));
+}
+
 // `aligned`: the key residual is ±α·q inside every band (tight Cauchy–Schwarz).
 Case MakeCase(std::mt19937& rng, int64_t s, float key_scale, float resid_scale, bool aligned,
               int outlier_channel) {
@@ -64,7 +84,8 @@ Case MakeCase(std::mt19937& rng, int64_t s, float key_scale, float resid_scale, 
   c.ks.resize(s * d);
   c.vs.resize(s * d);
   c.kw.resize(s * c.nb);
-  c.vw.resize(s * c.nb);
+  c.vrho.resize(s);
+  c.vbound.resize(s);
   float qn = 0;
   for (float x : c.q) qn += x * x;
   qn = std::sqrt(qn);
@@ -81,40 +102,29 @@ Case MakeCase(std::mt19937& rng, int64_t s, float key_scale, float resid_scale, 
       c.vs[t * d + j] = c.v[t * d + j] + 0.01f * resid_scale * g(rng);
     }
     Witness(&c.k[t * d], &c.ks[t * d], d, c.nb, &c.kw[t * c.nb]);
-    Witness(&c.v[t * d], &c.vs[t * d], d, c.nb, &c.vw[t * c.nb]);
+    ValueSummary(&c.v[t * d], &c.vs[t * d], d, &c.vrho[t], &c.vbound[t]);
   }
   return c;
 }
 
-// Both ways the sums are formed: token by token (no per-row norms given: the scalar path)
-// and eight tokens per step (norms given, as MeteredDecodeAttention does). Both must be
-// sound, serve the same output and agree on the bound to a few ulps.
+// Both ways the sums are formed: token by token (the scalar path) and eight tokens per step.
+// Both must be sound, serve the same output and agree on the bound to a few ulps.
 void ExpectSound(const Case& c, int splits) {
-  MeteredAttentionOptions opt;
-  opt.num_splits = splits;
   auto truth = testing::TrueAttentionError(c.q.data(), c.k.data(), c.v.data(), c.ks.data(),
                                            c.vs.data(), c.s, c.d);
-  std::vector<float> v_norm(c.s), v_rho(c.s);
-  for (int64_t t = 0; t < c.s; ++t) {
-    v_norm[t] = StoredValueNorm(&c.vs[t * c.d], c.d);
-    v_rho[t] = meter::ResidualNormFromWitness(&c.vw[t * c.nb], c.nb);
-  }
   std::vector<float> out[2];
   MeteredAttentionResult res[2];
-  for (int with_norms = 0; with_norms < 2; ++with_norms) {
-    MeteredHeadInputs in = c.Inputs();
-    if (with_norms) {
-      in.v_norm = v_norm.data();
-      in.v_rho = v_rho.data();
-    }
-    out[with_norms].resize(c.d);
-    MeteredAttention(in, c.q.data(), opt, out[with_norms].data(), &res[with_norms]);
-    const MeteredAttentionResult& r = res[with_norms];
+  for (int vector_sums = 0; vector_sums < 2; ++vector_sums) {
+    MeteredAttentionOptions opt;
+    opt.num_splits = splits;
+    opt.vector_sums = vector_sums != 0;
+    out[vector_sums].resize(c.d);
+    MeteredAttention(c.Inputs(), c.q.data(), opt, out[vector_sums].data(), &res[vector_sums]);
+    const MeteredAttentionResult& r = res[vector_sums];
     ASSERT_LE(truth.tv, static_cast<long double>(r.bound.tv))
-        << "S=" << c.s << " splits=" << splits << " A-1=" << r.bound.a_minus_1 << " norms given "
-        << with_norms;
+        << "S=" << c.s << " splits=" << splits << " A-1=" << r.bound.a_minus_1 << " vector " << vector_sums;
     ASSERT_LE(truth.out_err, static_cast<long double>(r.bound.v_bound))
-        << "S=" << c.s << " norms given " << with_norms;
+        << "S=" << c.s << " vector " << vector_sums;
   }
   EXPECT_EQ(out[0], out[1]);  // the meter's summation order never reaches the output
   EXPECT_NEAR(res[1].bound.tv, res[0].bound.tv, 1e-5f * res[0].bound.tv) << "S=" << c.s;
@@ -151,7 +161,8 @@ TEST(MeteredAttention, SoundOnAlternatingTanhWorstCase) {
     c.v.assign(2 * d, 0.0f);
     c.vs.assign(2 * d, 0.0f);
     c.kw.assign(2 * c.nb, 0.0f);
-    c.vw.assign(2 * c.nb, 0.0f);
+    c.vrho.assign(2, 0.0f);
+    c.vbound.assign(2, 0.0f);
     const float sd = std::sqrt(static_cast<float>(d));
     // ℓ̃_0 − ℓ̃_1 = −ε/2·... choose p̃_0 = 1/(1+e^ε): ℓ̃_0 = 0, ℓ̃_1 = ε.
     c.ks[0] = 0.0f;

@@ -1,0 +1,156 @@
+// The stored witness formats, shared by the CPU cache, the GPU write path and every reader.
+//
+// Key band witness (Tier A, certificates.md §1): B one-byte codes c_b and one bf16 unit U per
+// vector, with w_b ≤ c_b·U for every band (w_b = ‖(x − x̂)_b‖₂, the residual's band norm):
+//  * U is the smallest bf16 with 255·U ≥ max_b w_b, and c_b = ⌈w_b / U⌉ ≤ 255 (the encoder
+//    checks c_b·U ≥ w_b exactly, in double, so no division rounding can make it smaller);
+//  * c_b·U is exact in fp32 (≤ 8 significant bits times a bf16's 8), so a reader's decoded
+//    bound is never below the code's value. A band norm that is not finite stores U = +inf and
+//    every c_b = 255: the bound is +inf, the cell vacuous (never NaN from 0·inf: no code is 0).
+//  * B + 2 bytes per vector instead of 2·B for fp16 band norms. A band is loosened by at most
+//    U (≈ max_b w_b / 255): ≤ 0.4% of the largest band, U itself up to 2^-7 above max/255
+//    (bf16's 8 significant bits).
+// Value summary: ρ = ‖x − x̂‖₂ and ν = ‖x̂‖₂ + ρ, each a bf16 rounded up (4 bytes; at most 2^-7
+// above the norms). The value
+// bound needs nothing else (‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ_t p̂_t ρ_t), and both are
+// query-independent, so they are computed once at write time instead of per token and step.
+//
+// Both are computed from band sums of squares in double, each band's channels in ascending
+// order, then the bands in order, so the CPU cache and the GPU write path store the same bits.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/meter/cert_math.h"
+#include "kernels/meter/float_formats.h"
+#include "kernels/meter/hd.h"
+
+namespace witcert::meter {
+
+constexpr int32_t kValueSummaryWords = 2;  // bf16 ρ, ν
+constexpr uint16_t kBf16PosInf = 0x7f80u;
+
+// Smallest bf16 ≥ x for x ≥ 0; NaN and +inf give +inf.
+WITCERT_HD inline uint16_t DoubleToBf16Up(double x) {
+  if (!(x <= 3.4028234663852886e38)) return kBf16PosInf;
+  if (x <= 0.0) return 0;
+  return FloatToBf16Up(RoundUpToFloat(x));
+}
+
+// a·b and a + b in double, each rounded once: never contracted into an fma, so host and
+// device compute the same bits (nvcc contracts by default, GCC under -mfma too).
+WITCERT_HD inline double RnMul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  volatile double p = a * b;
+  return p;
+#endif
+}
+WITCERT_HD inline double RnAdd(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  volatile double s = a + b;
+  return s;
+#endif
+}
+
+// Σ_{c ∈ band b} r_c² in double, the band's channels in ascending order (bands.h's map:
+// pairs [b·P, (b+1)·P), P = d/(2B); interleaved pairs are dims (2p, 2p+1), half-split pairs
+// p and p + d/2).
+WITCERT_HD inline double BandSquareSum(const double* r, int32_t head_dim, int32_t num_bands, bool interleaved,
+                                       int32_t b) {
+  const int32_t half = head_dim / 2, ppb = half / num_bands;
+  double sum = 0.0;
+  const int32_t first = interleaved ? 2 * b * ppb : b * ppb;
+  const int32_t len = interleaved ? 2 * ppb : ppb;
+  for (int32_t c = first; c < first + len; ++c) sum = RnAdd(sum, RnMul(r[c], r[c]));
+  if (!interleaved) {
+    for (int32_t c = half + b * ppb; c < half + (b + 1) * ppb; ++c) sum = RnAdd(sum, RnMul(r[c], r[c]));
+  }
+  return sum;
+}
+
+// A norm from its sum of squares, inflated past the double sum's and sqrt's rounding
+// ((d + 1)·2^-53 ≪ 10^-12).
+WITCERT_HD inline double InflatedNorm(double sum_of_squares) { return RnMul(sqrt(sum_of_squares), 1.0 + 1e-12); }
+
+// U for band norms whose largest is `wmax` (`finite`: every band norm finite): the smallest
+// bf16 with 255·U ≥ wmax, +inf when a norm is not finite. Defined by minimality, so any
+// estimate followed by the two exact corrections gives the same bits (the products are exact:
+// 8 × 8 significant bits).
+WITCERT_HD inline uint16_t BandWitnessUnit(double wmax, bool finite) {
+  if (!finite) return kBf16PosInf;
+  uint16_t unit = DoubleToBf16Up(wmax * (1.0 / 255.0));
+  while (unit > 0 && 255.0 * static_cast<double>(Bf16ToFloat(static_cast<uint16_t>(unit - 1))) >= wmax) --unit;
+  while (unit != kBf16PosInf && 255.0 * static_cast<double>(Bf16ToFloat(unit)) < wmax) ++unit;
+  return unit;
+}
+
+// The smallest code c ≤ 255 with c·U ≥ w (255 when U is +inf; 0 when U is 0, i.e. every band
+// norm is 0). c·U is exact in double; the estimate by a reciprocal is corrected both ways.
+WITCERT_HD inline uint8_t BandWitnessCode(double w, uint16_t unit) {
+  if (unit == kBf16PosInf) return 255;
+  if (unit == 0) return 0;
+  const double u = static_cast<double>(Bf16ToFloat(unit));
+#if defined(__CUDA_ARCH__)
+  const double r = __drcp_rn(u);
+#else
+  const double r = 1.0 / u;
+#endif
+  double c = ceil(w * r);
+  if (!(c <= 255.0)) c = 255.0;
+  if (c < 0.0) c = 0.0;
+  while (c > 0.0 && (c - 1.0) * u >= w) c -= 1.0;
+  while (c < 255.0 && c * u < w) c += 1.0;
+  return static_cast<uint8_t>(c);
+}
+
+// Key band witness of B band norms `w` (doubles, already ≥ the true norms): codes [B], returns U.
+// (The GPU write path runs the same two steps with one band per lane.)
+WITCERT_HD inline uint16_t EncodeBandWitness(const double* w, int32_t num_bands, uint8_t* codes) {
+  double wmax = 0.0;
+  bool finite = true;
+  for (int32_t b = 0; b < num_bands; ++b) {
+    if (!(w[b] <= 1.7976931348623157e308)) finite = false;  // NaN or inf
+    else if (w[b] > wmax) wmax = w[b];
+  }
+  const uint16_t unit = BandWitnessUnit(wmax, finite);
+  for (int32_t b = 0; b < num_bands; ++b) codes[b] = BandWitnessCode(w[b], unit);
+  return unit;
+}
+
+// The bound c·U of one band, exact in fp32.
+WITCERT_HD inline float BandWitnessBound(uint32_t code, float unit) { return static_cast<float>(code) * unit; }
+
+// Value summary from the two sums of squares (residual, stored value) in double.
+WITCERT_HD inline void EncodeValueSummary(double resid_sum, double value_sum, uint16_t* out) {
+  const double rho = InflatedNorm(resid_sum);
+  out[0] = DoubleToBf16Up(rho);
+  // ‖x̂‖ is also what a reader's fp32 decode of the codes gives, within 2^-24 per channel
+  // (s·m exact vs rounded): the 2^-20 margin covers either reading.
+  const double vnorm = RnMul(sqrt(value_sum), 1.0 + 9.5367431640625e-07);
+  out[1] = DoubleToBf16Up(RnMul(RnAdd(vnorm, rho), 1.0 + 1e-12));
+}
+
+// The stored forms from per-band sums of squares (BandSquareSum of each band, in band order):
+// the CPU computes them in one loop, the GPU write path one band per lane, then combines here.
+WITCERT_HD inline uint16_t KeyWitnessFromBandSums(const double* resid_band_sums, int32_t num_bands,
+                                                  uint8_t* codes) {
+  double w[64];  // B ≤ 64
+  for (int32_t b = 0; b < num_bands; ++b) w[b] = InflatedNorm(resid_band_sums[b]);
+  return EncodeBandWitness(w, num_bands, codes);
+}
+WITCERT_HD inline void ValueSummaryFromBandSums(const double* resid_band_sums, const double* value_band_sums,
+                                                int32_t num_bands, uint16_t* out) {
+  double rs = 0.0, vs = 0.0;
+  for (int32_t b = 0; b < num_bands; ++b) {
+    rs = RnAdd(rs, resid_band_sums[b]);
+    vs = RnAdd(vs, value_band_sums[b]);
+  }
+  EncodeValueSummary(rs, vs, out);
+}
+
+}  // namespace witcert::meter
