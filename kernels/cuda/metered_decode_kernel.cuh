@@ -159,6 +159,31 @@ __device__ __forceinline__ void DecodeBandCodes8(uint32_t lo, uint32_t hi, float
 __device__ __forceinline__ float SummaryRho(uint32_t s) { return __uint_as_float(s << 16); }
 __device__ __forceinline__ float SummaryNu(uint32_t s) { return __uint_as_float(s & 0xffff0000u); }
 
+// ≥ ‖scale·x‖ of one row held 8 channels per lane over LPT lanes (every lane of the warp
+// calls; each lane gets the row's bound): the wide-range path for rows without a value
+// summary, scaled by the row's largest |x| since fp32 squares can overflow or underflow.
+// (1 + 2(D+6)u)(1 + 4u) covers the sum of squares in any order, the sqrt and both products.
+template <int D, int LPT>
+__device__ __forceinline__ float WideRangeRowNorm(const float (&x)[8], float scale) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+#pragma unroll
+  for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float y = x[i] * inv;
+    ss = fmaf(y, y, ss);
+  }
+#pragma unroll
+  for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float norm = inv == 0.0f ? amax : amax * sqrtf(ss);  // 0, inf or NaN: amax
+  constexpr float kInfl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
+  return norm * scale * kInfl;
+}
+
 // This CTA's token range [begin, end) of sequence `seq`'s split `split` (SplitTokens: whole
 // 128-token stages; the last used split takes the rest). run = false: nothing left to do —
 // the split is empty (at or past SplitsUsed), or longer than the shared-memory logits
@@ -547,23 +572,8 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           // on `own`; the vote keeps the shuffles warp-uniform and skips warps of stored rows.
           const bool own = C::kExact || ex[u];
           if (C::kExact || __any_sync(0xffffffffu, own)) {
-            float amax = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
-#pragma unroll
-            for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            const float inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
-            float ss = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const float y = x[i] * inv;
-              ss = fmaf(y, y, ss);
-            }
-#pragma unroll
-            for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            const float norm = inv == 0.0f ? amax : amax * sqrtf(ss);  // 0, inf or NaN: amax
-            const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
-            if (part == 0 && own) sm.vn[j] = norm * sc[u] * vn_infl;
+            const float norm = WideRangeRowNorm<D, LPT>(x, sc[u]);
+            if (part == 0 && own) sm.vn[j] = norm;
           }
         }
       }

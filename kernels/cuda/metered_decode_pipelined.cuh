@@ -409,23 +409,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
       }
       if constexpr (METER && C::kExact) {  // no summary: ‖ṽ‖ by the wide-range path (ρ = 0)
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
-#pragma unroll
-        for (int o = LPT / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
-        float ss = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float y = x[i] * inv;
-          ss = fmaf(y, y, ss);
-        }
-#pragma unroll
-        for (int o = LPT / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const float norm = inv == 0.0f ? amax : amax * sqrtf(ss);  // 0, inf or NaN: amax
-        const float vn_infl = (1.0f + 2.0f * (D + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
-        if (valid) vmax = meter::MaxAcc(vmax, norm * sc * vn_infl);  // NaN ignored, as PartialAddToken does
+        const float norm = WideRangeRowNorm<D, LPT>(x, sc);
+        if (valid) vmax = meter::MaxAcc(vmax, norm);  // NaN ignored, as PartialAddToken does
       }
     }
   }
