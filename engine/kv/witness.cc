@@ -25,15 +25,13 @@ void ComputeKeyWitness(const float* x, const float* x_hat, const BandLayout& lay
 }
 
 void ComputeValueSummary(const float* x, const float* x_hat, const BandLayout& layout, uint8_t* out) {
-  double r[kMaxDim], xh[kMaxDim], rsums[kMaxBands], vsums[kMaxBands];
+  double r[kMaxDim], xh[kMaxDim];
   for (int32_t c = 0; c < layout.head_dim; ++c) {
     r[c] = static_cast<double>(x[c]) - static_cast<double>(x_hat[c]);
     xh[c] = static_cast<double>(x_hat[c]);
   }
-  BandSums(r, layout, rsums);
-  BandSums(xh, layout, vsums);
   uint16_t w[2];
-  meter::ValueSummaryFromBandSums(rsums, vsums, layout.num_bands, w);
+  meter::ValueSummaryOf(r, xh, layout.head_dim, w);
   std::memcpy(out, w, 4);
 }
 

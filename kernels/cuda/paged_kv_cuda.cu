@@ -3,11 +3,12 @@
 // One warp per (token, KV head, K|V) vector; lane l owns channels l, l+32, ... Every
 // rounding follows the CPU codec exactly (IEEE division, rintf = nearbyint under the default
 // rounding mode, explicit _rn intrinsics where nvcc could otherwise contract a multiply-add).
-// The witnesses (kernels/meter/witness_format.h) come from band sums of squares in double,
-// one band per lane in the band's channel order (meter::BandSquareSum, as witness.cc sums
-// them): a key's band norms give U (their warp max) and each lane its band's code; a value's
-// band sums are added in band order by lane 0 into ρ and ν. So codes, scales and witnesses
-// are bit-identical to the CPU's.
+// The witnesses (kernels/meter/witness_format.h) come from sums of squares in double in the
+// order witness.cc forms them: a key's band sums one band per lane in the band's channel order
+// (meter::BandSquareSum), whose norms give U (their warp max) and each lane its band's code;
+// a value's ρ² and ‖x̂‖² straight from the lanes' registers, summed over each lane's channels
+// and then by a butterfly (meter::ValueSummaryOf's order). So codes, scales and witnesses are
+// bit-identical to the CPU's.
 #include "kernels/cuda/paged_kv_cuda.h"
 
 #include <cstdio>
@@ -136,9 +137,7 @@ struct WriteParams {
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WriteKvKernel(const WriteParams p) {
-  __shared__ double resid[kWarpsPerBlock][kMaxDim];     // [warps, d] x − x̂ per channel
-  __shared__ double vhat[kWarpsPerBlock][kMaxDim];      // [warps, d] x̂ per channel (values)
-  __shared__ double band_sums[kWarpsPerBlock][2][64];   // [warps, ρ² | ‖x̂‖², B] (values)
+  __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel (keys)
   cuda_launch::WaitForPreviousKernel();  // launched to overlap the tail of the kernel writing k, v
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -227,6 +226,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                           ? meter::DitherTokenHash(p.args.dither_seed, static_cast<uint32_t>(p.args.layer),
                                                    static_cast<uint32_t>(head), static_cast<uint64_t>(pos))
                           : 0;
+  double rsq = 0.0, vsq = 0.0;  // values: Σ (x − x̂)², Σ x̂² over the lane's channels, in order
 #pragma unroll
   for (int j = 0; j < kMaxDim / 32; ++j) {
     if (j >= per_lane) break;
@@ -294,24 +294,28 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         break;
     }
     if (fill != nullptr && fill[c] != c) xhat = xo[j];  // outlier: exact beside the codes
-    resid[warp][c] = __dsub_rn(static_cast<double>(xo[j]), static_cast<double>(xhat));
-    vhat[warp][c] = static_cast<double>(xhat);
+    const double r = __dsub_rn(static_cast<double>(xo[j]), static_cast<double>(xhat));  // exact
+    if (is_value) {
+      rsq = __dadd_rn(rsq, __dmul_rn(r, r));
+      vsq = __dadd_rn(vsq, __dmul_rn(static_cast<double>(xhat), static_cast<double>(xhat)));
+    } else {
+      resid[warp][c] = r;
+    }
   }
   if (!p.has_witness) return;
-  __syncwarp();
-  const int32_t nb = L.num_bands;
   if (!is_value) {
-    WriteKeyWitness(resid[warp], L, lane, p.dst.k_witness + vec * nb, p.dst.k_witness_unit + vec);
+    __syncwarp();
+    WriteKeyWitness(resid[warp], L, lane, p.dst.k_witness + vec * L.num_bands, p.dst.k_witness_unit + vec);
     return;
   }
-  for (int b = lane; b < nb; b += 32) {
-    band_sums[warp][0][b] = meter::BandSquareSum(resid[warp], d, nb, L.interleaved, b);
-    band_sums[warp][1][b] = meter::BandSquareSum(vhat[warp], d, nb, L.interleaved, b);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    rsq = __dadd_rn(rsq, __shfl_xor_sync(0xffffffffu, rsq, o));
+    vsq = __dadd_rn(vsq, __shfl_xor_sync(0xffffffffu, vsq, o));
   }
-  __syncwarp();
   if (lane == 0) {
     uint16_t summary[2];
-    meter::ValueSummaryFromBandSums(band_sums[warp][0], band_sums[warp][1], nb, summary);
+    meter::EncodeValueSummary(rsq, vsq, summary);
     p.dst.v_summary[vec * 2] = summary[0];
     p.dst.v_summary[vec * 2 + 1] = summary[1];
   }

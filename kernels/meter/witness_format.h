@@ -15,8 +15,9 @@
 // bound needs nothing else (‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ_t p̂_t ρ_t), and both are
 // query-independent, so they are computed once at write time instead of per token and step.
 //
-// Both are computed from band sums of squares in double, each band's channels in ascending
-// order, then the bands in order, so the CPU cache and the GPU write path store the same bits.
+// Both are computed in double in one fixed order (a key's band sums: each band's channels in
+// ascending order; a value's sums: ValueSummaryOf), so the CPU cache and the GPU write path
+// store the same bits.
 #pragma once
 
 #include <math.h>
@@ -135,22 +136,42 @@ WITCERT_HD inline void EncodeValueSummary(double resid_sum, double value_sum, ui
   out[1] = DoubleToBf16Up(RnMul(RnAdd(vnorm, rho), 1.0 + 1e-12));
 }
 
-// The stored forms from per-band sums of squares (BandSquareSum of each band, in band order):
-// the CPU computes them in one loop, the GPU write path one band per lane, then combines here.
+// The key witness from per-band sums of squares (BandSquareSum of each band, in band order):
+// the CPU computes them in one loop, the GPU write path one band per lane.
 WITCERT_HD inline uint16_t KeyWitnessFromBandSums(const double* resid_band_sums, int32_t num_bands,
                                                   uint8_t* codes) {
   double w[64];  // B ≤ 64
   for (int32_t b = 0; b < num_bands; ++b) w[b] = InflatedNorm(resid_band_sums[b]);
   return EncodeBandWitness(w, num_bands, codes);
 }
-WITCERT_HD inline void ValueSummaryFromBandSums(const double* resid_band_sums, const double* value_band_sums,
-                                                int32_t num_bands, uint16_t* out) {
-  double rs = 0.0, vs = 0.0;
-  for (int32_t b = 0; b < num_bands; ++b) {
-    rs = RnAdd(rs, resid_band_sums[b]);
-    vs = RnAdd(vs, value_band_sums[b]);
+
+// The value summary's two sums of squares are formed in the order the GPU write path forms
+// them with one warp per vector: lane l (of 32) sums channels l, l + 32, l + 64, … in
+// increasing order, then a butterfly over the lanes (offsets 16, 8, 4, 2, 1; a + b = b + a, so
+// every lane ends with the same bits). This is that order on the host: r, xh [d] in double.
+inline void ValueSummaryOf(const double* r, const double* xh, int32_t head_dim, uint16_t* out) {
+  constexpr int32_t kLanes = 32;
+  double rs[kLanes], vs[kLanes];
+  for (int32_t l = 0; l < kLanes; ++l) {
+    rs[l] = 0.0;
+    vs[l] = 0.0;
+    for (int32_t c = l; c < head_dim; c += kLanes) {
+      rs[l] = RnAdd(rs[l], RnMul(r[c], r[c]));
+      vs[l] = RnAdd(vs[l], RnMul(xh[c], xh[c]));
+    }
   }
-  EncodeValueSummary(rs, vs, out);
+  for (int32_t o = kLanes / 2; o > 0; o >>= 1) {
+    double rn[kLanes], vn[kLanes];
+    for (int32_t l = 0; l < kLanes; ++l) {
+      rn[l] = RnAdd(rs[l], rs[l ^ o]);
+      vn[l] = RnAdd(vs[l], vs[l ^ o]);
+    }
+    for (int32_t l = 0; l < kLanes; ++l) {
+      rs[l] = rn[l];
+      vs[l] = vn[l];
+    }
+  }
+  EncodeValueSummary(rs[0], vs[0], out);
 }
 
 }  // namespace witcert::meter
