@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (fill != nullptr && fill[c] != c) xhat = xo[j];  // outlier: exact beside the codes
     const double r = __dsub_rn(static_cast<double>(xo[j]), static_cast<double>(xhat));  // exact
     if (is_value) {
-      rsq = __dadd_rn(rsq, __dmul_rn(r, r));
-      vsq = __dadd_rn(vsq, __dmul_rn(static_cast<double>(xhat), static_cast<double>(xhat)));
+      rsq = __fma_rn(r, r, rsq);
+      vsq = __fma_rn(static_cast<double>(xhat), static_cast<double>(xhat), vsq);
     } else {
       resid[warp][c] = r;
     }

@@ -39,44 +39,27 @@ WITCERT_HD inline uint16_t DoubleToBf16Up(double x) {
   return FloatToBf16Up(RoundUpToFloat(x));
 }
 
-// a·b and a + b in double, each rounded once: never contracted into an fma, so host and
-// device compute the same bits (nvcc contracts by default, GCC under -mfma too).
-WITCERT_HD inline double RnMul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  volatile double p = a * b;
-  return p;
-#endif
-}
-WITCERT_HD inline double RnAdd(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  volatile double s = a + b;
-  return s;
-#endif
-}
-
 // Σ_{c ∈ band b} r_c² in double, the band's channels in ascending order (bands.h's map:
 // pairs [b·P, (b+1)·P), P = d/(2B); interleaved pairs are dims (2p, 2p+1), half-split pairs
-// p and p + d/2).
+// p and p + d/2). Each step is one fused multiply-add, written as fma: a correctly rounded
+// operation on every host and device, so no compiler's choice to contract (or not) can make
+// the CPU and GPU sums differ.
 WITCERT_HD inline double BandSquareSum(const double* r, int32_t head_dim, int32_t num_bands, bool interleaved,
                                        int32_t b) {
   const int32_t half = head_dim / 2, ppb = half / num_bands;
   double sum = 0.0;
   const int32_t first = interleaved ? 2 * b * ppb : b * ppb;
   const int32_t len = interleaved ? 2 * ppb : ppb;
-  for (int32_t c = first; c < first + len; ++c) sum = RnAdd(sum, RnMul(r[c], r[c]));
+  for (int32_t c = first; c < first + len; ++c) sum = fma(r[c], r[c], sum);
   if (!interleaved) {
-    for (int32_t c = half + b * ppb; c < half + (b + 1) * ppb; ++c) sum = RnAdd(sum, RnMul(r[c], r[c]));
+    for (int32_t c = half + b * ppb; c < half + (b + 1) * ppb; ++c) sum = fma(r[c], r[c], sum);
   }
   return sum;
 }
 
 // A norm from its sum of squares, inflated past the double sum's and sqrt's rounding
 // ((d + 1)·2^-53 ≪ 10^-12).
-WITCERT_HD inline double InflatedNorm(double sum_of_squares) { return RnMul(sqrt(sum_of_squares), 1.0 + 1e-12); }
+WITCERT_HD inline double InflatedNorm(double sum_of_squares) { return sqrt(sum_of_squares) * (1.0 + 1e-12); }
 
 // U for band norms whose largest is `wmax` (`finite`: every band norm finite): the smallest
 // bf16 with 255·U ≥ wmax, +inf when a norm is not finite. Defined by minimality, so any
@@ -132,8 +115,8 @@ WITCERT_HD inline void EncodeValueSummary(double resid_sum, double value_sum, ui
   out[0] = DoubleToBf16Up(rho);
   // ‖x̂‖ is also what a reader's fp32 decode of the codes gives, within 2^-24 per channel
   // (s·m exact vs rounded): the 2^-20 margin covers either reading.
-  const double vnorm = RnMul(sqrt(value_sum), 1.0 + 9.5367431640625e-07);
-  out[1] = DoubleToBf16Up(RnMul(RnAdd(vnorm, rho), 1.0 + 1e-12));
+  const double nu = fma(sqrt(value_sum), 1.0 + 9.5367431640625e-07, rho);  // one rounding, as written
+  out[1] = DoubleToBf16Up(nu * (1.0 + 1e-12));
 }
 
 // The key witness from per-band sums of squares (BandSquareSum of each band, in band order):
@@ -147,8 +130,9 @@ WITCERT_HD inline uint16_t KeyWitnessFromBandSums(const double* resid_band_sums,
 
 // The value summary's two sums of squares are formed in the order the GPU write path forms
 // them with one warp per vector: lane l (of 32) sums channels l, l + 32, l + 64, … in
-// increasing order, then a butterfly over the lanes (offsets 16, 8, 4, 2, 1; a + b = b + a, so
-// every lane ends with the same bits). This is that order on the host: r, xh [d] in double.
+// increasing order (fma steps), then a butterfly over the lanes (offsets 16, 8, 4, 2, 1). As
+// a + b = b + a exactly, every lane ends with the bits of the pairwise tree that adds lanes
+// l and l + o for l < o at each offset o; the host forms that tree (31 adds). r, xh [d].
 inline void ValueSummaryOf(const double* r, const double* xh, int32_t head_dim, uint16_t* out) {
   constexpr int32_t kLanes = 32;
   double rs[kLanes], vs[kLanes];
@@ -156,19 +140,14 @@ inline void ValueSummaryOf(const double* r, const double* xh, int32_t head_dim, 
     rs[l] = 0.0;
     vs[l] = 0.0;
     for (int32_t c = l; c < head_dim; c += kLanes) {
-      rs[l] = RnAdd(rs[l], RnMul(r[c], r[c]));
-      vs[l] = RnAdd(vs[l], RnMul(xh[c], xh[c]));
+      rs[l] = fma(r[c], r[c], rs[l]);
+      vs[l] = fma(xh[c], xh[c], vs[l]);
     }
   }
   for (int32_t o = kLanes / 2; o > 0; o >>= 1) {
-    double rn[kLanes], vn[kLanes];
-    for (int32_t l = 0; l < kLanes; ++l) {
-      rn[l] = RnAdd(rs[l], rs[l ^ o]);
-      vn[l] = RnAdd(vs[l], vs[l ^ o]);
-    }
-    for (int32_t l = 0; l < kLanes; ++l) {
-      rs[l] = rn[l];
-      vs[l] = vn[l];
+    for (int32_t l = 0; l < o; ++l) {
+      rs[l] += rs[l + o];
+      vs[l] += vs[l + o];
     }
   }
   EncodeValueSummary(rs[0], vs[0], out);
