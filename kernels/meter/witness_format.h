@@ -2,8 +2,8 @@
 //
 // Key band witness (Tier A, certificates.md §1): B one-byte codes c_b and one bf16 unit U per
 // vector, with w_b ≤ c_b·U for every band (w_b = ‖(x − x̂)_b‖₂, the residual's band norm):
-//  * U is the smallest bf16 with 255·U ≥ max_b w_b, and c_b = ⌈w_b / U⌉ ≤ 255 (the encoder
-//    checks c_b·U ≥ w_b exactly, in double, so no division rounding can make it smaller);
+//  * U is the smallest bf16 with 255·U ≥ max_b w_b, and c_b the smallest code with c_b·U ≥ w_b
+//    (≤ 255; both checked exactly in double, so no rounding of an estimate can change them);
 //  * c_b·U is exact in fp32 (≤ 8 significant bits times a bf16's 8), so a reader's decoded
 //    bound is never below the code's value. A band norm that is not finite stores U = +inf and
 //    every c_b = 255: the bound is +inf, the cell vacuous (never NaN from 0·inf: no code is 0).
@@ -11,13 +11,13 @@
 //    U (≈ max_b w_b / 255): ≤ 0.4% of the largest band, U itself up to 2^-7 above max/255
 //    (bf16's 8 significant bits).
 // Value summary: ρ = ‖x − x̂‖₂ and ν = ‖x̂‖₂ + ρ, each a bf16 rounded up (4 bytes; at most 2^-7
-// above the norms). The value
-// bound needs nothing else (‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ_t p̂_t ρ_t), and both are
-// query-independent, so they are computed once at write time instead of per token and step.
+// above the norms). The value bound needs nothing else (‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ_t p̂_t ρ_t),
+// and both are query-independent, so they are computed once at write time instead of per token
+// and step.
 //
-// Both are computed in double in one fixed order (a key's band sums: each band's channels in
-// ascending order; a value's sums: ValueSummaryOf), so the CPU cache and the GPU write path
-// store the same bits.
+// Both are computed in double in one fixed order of fma steps (a key's band sums: each band's
+// channels in ascending order; a value's sums: ValueSummaryOf), so the CPU cache and the GPU
+// write path store the same bits.
 #pragma once
 
 #include <math.h>
