@@ -76,7 +76,7 @@ struct GatheredHead {
   std::vector<float> k, v;                  // [S, d]
   // Key band bounds c_b·U [S, B]; empty when the key codec is exact.
   std::vector<float> k_witness;
-  // Value summary: ρ_t ≥ ‖ρ_t‖ and ν_t ≥ ‖ṽ_t‖ + ‖ρ_t‖ [S]; empty when the value codec is exact.
+  // Value summary: ρ_t ≥ ‖v_t − ṽ_t‖ and ν_t ≥ ‖ṽ_t‖ + ρ_t [S]; empty when the value codec is exact.
   // Rows with token_exact set carry neither (0): readers use ρ = 0 and the row's own norm.
   std::vector<float> v_rho, v_bound;
   std::vector<float> k_dither_scale;        // [S]; empty unless the K codec is Tier B

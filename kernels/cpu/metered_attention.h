@@ -4,8 +4,8 @@
 // Math (certificates.md): ℓ̂_t = q·k̃_t/√d, p̂ = softmax(ℓ̂), õ = Σ p̂_t ṽ_t, and next to it
 // the certificate: ε̂_t = min(ε_t (Tier A band witness), u_t (Tier B dither scale)),
 // A − 1 = Σ p̂_t(e^{ε̂_t} − 1), TV ≤ min(1, (A²−1)/2, tanh(ε̂_max/2)),
-// ‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ p̂_t ρ_t (ν_t ≥ ‖ṽ_t‖+‖ρ_t‖, ρ_t ≥ ‖ρ_t‖). The context is cut into `num_splits`
-// contiguous splits, each reduced on its own (two passes: max, then sums) and merged by
+// ‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ p̂_t ρ_t (ρ_t ≥ ‖v_t − ṽ_t‖, ν_t ≥ ‖ṽ_t‖ + ρ_t). The context
+// is cut into `num_splits` contiguous splits, each reduced on its own (two passes: max, then sums) and merged by
 // log-sum-exp exactly as a flash-decoding kernel does; all bound arithmetic lives in
 // kernels/meter/cert_math.h, shared with CUDA.
 #pragma once
@@ -25,7 +25,7 @@ struct MeteredHeadInputs {
   const float* k = nullptr;         // [S, d] stored keys k̃ (decode(encode(k)))
   const float* v = nullptr;         // [S, d] stored values ṽ
   const float* k_witness = nullptr; // [S, B] key band bounds c_b·U (null: keys exact)
-  // Value summary [S] each (null: values exact): ρ_t ≥ ‖ρ_t‖ and ν_t ≥ ‖ṽ_t‖ + ‖ρ_t‖
+  // Value summary [S] each (null: values exact): ρ_t ≥ ‖v_t − ṽ_t‖ and ν_t ≥ ‖ṽ_t‖ + ρ_t
   // (engine/kv/witness.h). Not read on token_exact rows: ρ = 0 there, and ν is the row's norm.
   const float* v_rho = nullptr;
   const float* v_bound = nullptr;
