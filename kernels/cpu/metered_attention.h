@@ -6,8 +6,8 @@
 // A − 1 = Σ p̂_t(e^{ε̂_t} − 1), TV ≤ min(1, (A²−1)/2, tanh(ε̂_max/2)),
 // ‖o − õ‖ ≤ 2·TV·max_t ν_t + Σ p̂_t ρ_t (ρ_t ≥ ‖v_t − ṽ_t‖, ν_t ≥ ‖ṽ_t‖ + ρ_t). The context
 // is cut into `num_splits` contiguous splits, each reduced on its own (two passes: max, then
-// sums) and merged by log-sum-exp exactly as a flash-decoding kernel does; all bound arithmetic lives in
-// kernels/meter/cert_math.h, shared with CUDA.
+// sums) and merged by log-sum-exp exactly as a flash-decoding kernel does; all bound
+// arithmetic lives in kernels/meter/cert_math.h, shared with CUDA.
 #pragma once
 
 #include <cstdint>
