@@ -258,7 +258,9 @@ __device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane,
 template <bool METER>
 __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const DecodeParams p, const MmaSmemPlan plan) {
   constexpr int D = kMmaD, G4 = kMmaG, ST = kMmaStageTokens;
-  extern __shared__ __align__(16) uint8_t dsm[];
+  // The ring starts on a 128-byte boundary whatever sizeof(MmaSmem) is: with 16-byte alignment
+  // the kernel's speed moved with the static block's size (bench/RESULTS.md, 2026-12-03).
+  extern __shared__ __align__(128) uint8_t dsm[];
   __shared__ MmaSmem sm;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
