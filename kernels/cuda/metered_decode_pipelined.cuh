@@ -53,6 +53,25 @@ struct PipeSmem {
   }
 };
 
+// Cauchy–Schwarz form of the pipelined kernel's η (its K pass): an upper bound on √y for a
+// sum of squares y computed in fp32 (as below: ≤ 8 fma steps, then at most two products, all
+// terms ≥ 0, so ≤ 11u relative; the sqrt adds u). The inflation 1 + 64u covers that with room,
+// and 2⁻⁶³ covers what the products can lose below the normal range (a scaled codec's
+// s² < 2⁻¹²⁶ with ‖x_lane‖² ≤ 8·448², |x| ≤ 448 in its code domain: under 2⁻¹²⁷ absolute, whose
+// square root is under 2⁻⁶³; unscaled codecs have s = 1, fp16 squares stay normal). An inf stays inf,
+// so an overflowing key or query makes η (and the cell) vacuous, never unsound; a NaN is
+// dropped by the callers' fmaxf as the per-head path drops it (the logit marks the cell bad).
+__device__ __forceinline__ float EtaLaneFactor(float sum_squares) {
+  return fmaf(sqrtf(sum_squares), 1.0f + 64.0f * meter::kUnitRoundoff, 0x1p-63f);
+}
+// Σ q_i² of one head's 8 channels on this lane (EtaLaneFactor's input).
+__device__ __forceinline__ float QueryLaneSquares(const float (&q)[8]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(q[i], q[i], s);
+  return s;
+}
+
 template <class C, int D, int GMAX, bool METER>
 __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const DecodeParams p, const PipeSmemPlan plan) {
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kStageTokens / (kWarps * TPW);
@@ -64,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int NP = kStageTokens / TPH;  // tokens per thread per stage in that step
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
-  extern __shared__ __align__(16) uint8_t dsm[];
+  extern __shared__ __align__(128) uint8_t dsm[];
   __shared__ PipeSmem<GMAX> sm;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -199,6 +218,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   float mloc = -INFINITY, admax[GMAX];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) admax[g] = 0.0f;
+  // η by Cauchy–Schwarz (codecs whose squares cannot overflow): over the lane's 8 channels
+  // Σ_c |q_c x_c|·s ≤ ‖q_lane‖·‖x_lane‖·s, so the lane keeps one head-independent number per
+  // split, max_t s_t²·‖x_t,lane‖², instead of G sums of |q_c x_c| per token (8 fmas a token
+  // instead of 8·G). Finished after the pass (EtaLaneFactor).
+  constexpr bool kEtaByNorm = !C::kWideRange && !C::kExact;
+  float xss_max = 0.0f;
   int my_h = 0;
   // int8-dither: each stage's token hashes Mix64(h1 ^ t), computed once per token by the first
   // kStageTokens threads instead of by each of the token's LPT lanes. K pass: double-buffered,
@@ -247,7 +272,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int i = 0; i < 8; ++i) s = fmaf(q[g][i], x[i], s);
         dot[g] = s * sc;
       }
-      if constexpr (METER) {  // η: per head, max over tokens of this lane's Σ|q_c x_c|·s
+      if constexpr (METER && kEtaByNorm) {  // η: max over tokens of s²·‖x_lane‖²
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss = fmaf(x[i], x[i], ss);
+        xss_max = fmaxf(xss_max, (sc * sc) * ss);
+      } else if constexpr (METER) {  // η: per head, max over tokens of this lane's Σ|q_c x_c|·s
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) {
           float a = 0.0f;
@@ -271,6 +301,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, o));
   }
   if (METER) {
+    if constexpr (kEtaByNorm) {
+      const float xn = EtaLaneFactor(xss_max);
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) admax[g] = EtaLaneFactor(QueryLaneSquares(q[g])) * xn;
+    }
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {
       float a = admax[g];
