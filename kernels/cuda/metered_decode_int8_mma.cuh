@@ -318,41 +318,48 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     return ((blk * hkv + kvh) << p.bs_shift) + (pos & bmask);
   };
   int32_t v0_next = 0;  // group_vector(k) for the next issue(k); set once btl is loaded
+  // What does not change from call to call is set here once (ncu: the loader's per-call address
+  // arithmetic was over a third of the kernel's instructions). Stage addresses are 32-bit
+  // shared-window offsets; calls come with k = 0, 1, 2, … so the ring slot advances by one.
+  // Code chunk i (token 2i + q/8 of the group) lands at chunk position r ^ MmaSwizzle(2i + q/8)
+  // = (r ^ 2·(q/8)) ^ {0, 4, 1, 5}[i] of its row (the swizzle's bits do not overlap).
+  const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  const uint32_t code_row = sl.codes + (ld_grp * 8 + ld_tb) * D;  // + 2i·D for chunk i
+  const uint32_t code_chunk = static_cast<uint32_t>(ld_r ^ (ld_tb << 1)) << 4;
+  const int32_t code_src = ld_tb * D + ld_r * 16;
+  // Scales: K stage: q 0 copies K scales to sc0, q 1 V scales to sc1; V stage: q 0 V scales to sc0.
+  const uint32_t scale_dst = (ld_q == 0 ? sl.sc0 : sl.sc1) + ld_grp * 16;
+  // Witnesses (meter, V stage, q 8-14): band codes (r < 4), units (r 4) or summaries (r 5-6).
+  const bool wit_role = METER && ld_tb && ld_r < 7;
+  const int32_t wit_stride = ld_r < 4 ? nb : (ld_r == 4 ? 2 : 4);
+  const uint32_t wit_dst = ld_r < 4 ? sl.kwit + ld_grp * 8 * nb + ld_r * 16
+                                    : (ld_r == 4 ? sl.kunit + ld_grp * 16 : sl.vsum + ld_grp * 32 + (ld_r - 5) * 16);
+  const int32_t wit_src = ld_r < 4 ? ld_r * 16 : (ld_r == 4 ? 0 : (ld_r - 5) * 16);
+  uint32_t stage_next = ring_s;  // the next call's stage
   auto issue = [&](int k) {
     const int32_t v0 = v0_next;
     v0_next = group_vector(k + 1);
+    const uint32_t st = stage_next;
+    stage_next = st == ring_s + (kMmaRing - 1) * sl.bytes ? ring_s : st + sl.bytes;
     if (k < 2 * n_st) {
       const bool isv = k >= n_st;
       const int32_t t0 = ST * (isv ? k - n_st : k) + ld_grp * 8;  // offset from begin_al
-      uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
       const bool ok = t0 < t_hi && t0 + 8 > t_lo;
-      const uint8_t* src = (isv ? p.kv.v_codes : p.kv.k_codes) + static_cast<int64_t>(v0) * D + ld_tb * D + ld_r * 16;
-      uint8_t* dst = st + sl.codes + ld_grp * 8 * D;
+      const uint8_t* src = (isv ? p.kv.v_codes : p.kv.k_codes) + static_cast<int64_t>(v0) * D + code_src;
+      constexpr uint32_t kChunkFlip[4] = {0, 4 << 4, 1 << 4, 5 << 4};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int tg = 2 * i + ld_tb;  // token in the group; its swizzle is the stage row's
-        CpAsync16(dst + tg * D + ((ld_r ^ MmaSwizzle(tg)) << 4), src + 2 * i * D, ok);
+        CpAsync16Shared(st + code_row + 2 * i * D + (code_chunk ^ kChunkFlip[i]), src + 2 * i * D, ok);
       }
       if (ld_q < 2 && !(isv && ld_q == 1)) {
         const uint16_t* sc = (isv || ld_q == 0) ? (isv ? p.kv.v_scales : p.kv.k_scales) : p.kv.v_scales;
-        CpAsync16(st + (ld_q == 0 ? sl.sc0 : sl.sc1) + ld_grp * 16,
-                  reinterpret_cast<const uint8_t*>(sc) + static_cast<int64_t>(v0) * 2, ok);
+        CpAsync16Shared(st + scale_dst, reinterpret_cast<const uint8_t*>(sc) + static_cast<int64_t>(v0) * 2, ok);
       }
-      if (METER && isv && ld_tb && ld_r < 7) {
-        const int64_t v = v0;
-        const uint8_t* src;
-        uint8_t* dst;
-        if (ld_r < 4) {
-          src = p.kv.k_witness + v * nb + ld_r * 16;
-          dst = st + sl.kwit + ld_grp * 8 * nb + ld_r * 16;
-        } else if (ld_r == 4) {
-          src = reinterpret_cast<const uint8_t*>(p.kv.k_witness_unit) + v * 2;
-          dst = st + sl.kunit + ld_grp * 16;
-        } else {
-          src = reinterpret_cast<const uint8_t*>(p.kv.v_summary) + v * 4 + (ld_r - 5) * 16;
-          dst = st + sl.vsum + ld_grp * 32 + (ld_r - 5) * 16;
-        }
-        CpAsync16(dst, src, ok);
+      if (wit_role && isv) {
+        const uint8_t* base = ld_r < 4 ? p.kv.k_witness
+                                       : (ld_r == 4 ? reinterpret_cast<const uint8_t*>(p.kv.k_witness_unit)
+                                                    : reinterpret_cast<const uint8_t*>(p.kv.v_summary));
+        CpAsync16Shared(st + wit_dst, base + static_cast<int64_t>(v0) * wit_stride + wit_src, ok);
       }
     }
     CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
