@@ -53,25 +53,6 @@ struct PipeSmem {
   }
 };
 
-// Cauchy–Schwarz form of the pipelined kernel's η (its K pass): an upper bound on √y for a
-// sum of squares y computed in fp32 (as below: ≤ 8 fma steps, then at most two products, all
-// terms ≥ 0, so ≤ 11u relative; the sqrt adds u). The inflation 1 + 64u covers that with room,
-// and 2⁻⁶³ covers what the products can lose below the normal range (a scaled codec's
-// s² < 2⁻¹²⁶ with ‖x_lane‖² ≤ 8·448², |x| ≤ 448 in its code domain: under 2⁻¹²⁷ absolute, whose
-// square root is under 2⁻⁶³; unscaled codecs have s = 1, fp16 squares stay normal). An inf stays inf,
-// so an overflowing key or query makes η (and the cell) vacuous, never unsound; a NaN is
-// dropped by the callers' fmaxf as the per-head path drops it (the logit marks the cell bad).
-__device__ __forceinline__ float EtaLaneFactor(float sum_squares) {
-  return fmaf(sqrtf(sum_squares), 1.0f + 64.0f * meter::kUnitRoundoff, 0x1p-63f);
-}
-// Σ q_i² of one head's 8 channels on this lane (EtaLaneFactor's input).
-__device__ __forceinline__ float QueryLaneSquares(const float (&q)[8]) {
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) s = fmaf(q[i], q[i], s);
-  return s;
-}
-
 template <class C, int D, int GMAX, bool METER>
 __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const DecodeParams p, const PipeSmemPlan plan) {
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kStageTokens / (kWarps * TPW);
@@ -221,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // η by Cauchy–Schwarz (codecs whose squares cannot overflow): over the lane's 8 channels
   // Σ_c |q_c x_c|·s ≤ ‖q_lane‖·‖x_lane‖·s, so the lane keeps one head-independent number per
   // split, max_t s_t²·‖x_t,lane‖², instead of G sums of |q_c x_c| per token (8 fmas a token
-  // instead of 8·G). Finished after the pass (EtaLaneFactor).
+  // instead of 8·G). Finished after the pass (meter::EtaLaneFactor, cert_math.h).
   constexpr bool kEtaByNorm = !C::kWideRange && !C::kExact;
   float xss_max = 0.0f;
   int my_h = 0;
@@ -273,10 +254,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         dot[g] = s * sc;
       }
       if constexpr (METER && kEtaByNorm) {  // η: max over tokens of s²·‖x_lane‖²
-        float ss = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ss = fmaf(x[i], x[i], ss);
-        xss_max = fmaxf(xss_max, (sc * sc) * ss);
+        xss_max = fmaxf(xss_max, meter::KeyLaneSquares(x, sc));
       } else if constexpr (METER) {  // η: per head, max over tokens of this lane's Σ|q_c x_c|·s
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) {
@@ -302,9 +280,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
   if (METER) {
     if constexpr (kEtaByNorm) {
-      const float xn = EtaLaneFactor(xss_max);
+      const float xn = meter::EtaLaneFactor(xss_max);
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) admax[g] = EtaLaneFactor(QueryLaneSquares(q[g])) * xn;
+      for (int g = 0; g < GMAX; ++g) admax[g] = meter::EtaLaneFactor(meter::LaneSquares(q[g])) * xn;
     }
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {

@@ -55,6 +55,27 @@ WITCERT_HD inline float EtaFactor(int32_t head_dim) {
   return 1.02f * static_cast<float>(head_dim + 4) * kUnitRoundoff;
 }
 
+// The pipelined CUDA kernel's η in Cauchy–Schwarz form (certificates.md): over one lane's 8
+// channels Σ_c |q_c x_c|·s ≤ ‖q_lane‖·s‖x_lane‖, each norm taken as EtaLaneFactor of a sum of
+// squares computed as below.
+// Σ x_i² of 8 values, one fma step each (8 roundings of non-negative terms).
+WITCERT_HD inline float LaneSquares(const float* x) {
+  float s = 0.0f;
+  for (int32_t i = 0; i < 8; ++i) s = fmaf(x[i], x[i], s);
+  return s;
+}
+// s²·Σ x_i² of a key lane in its code domain (|x| ≤ 448 for scaled codecs; s = 1 otherwise).
+WITCERT_HD inline float KeyLaneSquares(const float* x, float scale) { return (scale * scale) * LaneSquares(x); }
+// An upper bound on √y for such a sum y: ≤ 10 roundings of non-negative terms (≤ 10u relative,
+// down at worst) and the sqrt's one; 1 + 64u covers them with room. 2⁻⁶³ covers what products
+// below the normal range can lose (a scaled codec's s² < 2⁻¹²⁶ with s²·‖x‖² ≤ 8·448²·s²: under
+// 2⁻¹²⁷ absolute, whose square root is under 2⁻⁶³; unscaled codecs have s = 1 and fp16 squares stay
+// normal). inf stays inf (an overflowing key or query makes η vacuous, never unsound); NaN stays
+// NaN (the kernel's fmaxf drops it as the per-head path does; the logit marks the cell bad).
+WITCERT_HD inline float EtaLaneFactor(float sum_squares) {
+  return fmaf(sqrtf(sum_squares), 1.0f + 64.0f * kUnitRoundoff, 0x1p-63f);
+}
+
 // ‖x‖₂ of `n` values at stride `stride`, scaled so squares neither overflow nor underflow.
 WITCERT_HD inline float ScaledNorm(const float* x, int32_t n) {
   float amax = 0.0f;

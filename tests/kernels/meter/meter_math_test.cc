@@ -1,4 +1,5 @@
-// Bit-level helpers of kernels/meter: float formats, the dither hash, band layout.
+// Bit-level helpers of kernels/meter: float formats, the dither hash, band layout, the
+// Cauchy–Schwarz lane factors of the pipelined kernel's η.
 #include <cmath>
 #include <random>
 #include <set>
@@ -6,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/meter/bands.h"
+#include "kernels/meter/cert_math.h"
 #include "kernels/meter/dither_hash.h"
 #include "kernels/meter/float_formats.h"
 #include "kernels/meter/partial_sum.h"
@@ -168,6 +170,69 @@ TEST(PartialSum, CommonTokenStepMatchesTheGeneralAdd) {
   EXPECT_FALSE(WeightedTokenIsCommon(INFINITY, 1.0f, 0.1f));
   EXPECT_FALSE(WeightedTokenIsCommon(-80.0f, 1e-35f, 0.1f));
   EXPECT_TRUE(WeightedTokenIsCommon(-80.0f, 1e-35f, 0.0f));
+}
+
+// EtaLaneFactor(LaneSquares(·)) and EtaLaneFactor(KeyLaneSquares(·, s)) are never below the
+// real norms, so their product bounds the lane's Σ_c |q_c x_c|·s (Cauchy–Schwarz), over the
+// ranges the kernel feeds them: queries from 2⁻⁶⁰ to 2⁴⁰, scaled code-domain keys (|x| ≤ 448,
+// scales 2⁻⁹⁰…2⁶⁰, squares that underflow included) and unscaled fp16 keys (|x| ≤ 65504);
+// lanes with one dominant channel, zeros and subnormal products. Where nothing underflows they
+// stay within 10⁻⁵ of the norm (the bound is not vacuous).
+TEST(EtaLane, FactorsBoundTheLaneNormsAndTheLaneSum) {
+  std::mt19937 rng(2026);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 7), qexp(-60, 40), sexp(-90, 60), kind(0, 3);
+  auto exact_norm = [](const float* v, long double s) {
+    long double n = 0.0L;
+    for (int i = 0; i < 8; ++i) n += static_cast<long double>(v[i]) * v[i] * s * s;
+    return std::sqrt(n);
+  };
+  int checked = 0, underflowed = 0;
+  for (int trial = 0; trial < 200000; ++trial) {
+    float q[8], x[8];
+    const float qs = std::ldexp(1.0f, qexp(rng));
+    for (float& v : q) v = g(rng) * qs;
+    float s = 1.0f;
+    switch (kind(rng)) {
+      case 0:  // int8 codes, scaled
+        for (float& v : x) v = std::nearbyint(std::fmin(127.0f, std::fmax(-128.0f, g(rng) * 60.0f)));
+        s = std::ldexp(1.0f + 0.5f * std::fabs(g(rng)), sexp(rng));
+        break;
+      case 1:  // fp8-range codes, scaled, one dominant channel
+        for (float& v : x) v = g(rng) * 0.01f;
+        x[pick(rng)] = 448.0f;
+        s = std::ldexp(1.0f, sexp(rng));
+        break;
+      case 2:  // fp16 keys, unscaled
+        for (float& v : x) v = std::fmin(65504.0f, std::fmax(-65504.0f, g(rng) * 3000.0f));
+        break;
+      default:  // tiny fp16 values and zeros, unscaled
+        for (float& v : x) v = (pick(rng) < 3) ? 0.0f : g(rng) * 6e-5f;
+        break;
+    }
+    const long double ks = s;
+    const long double xn = exact_norm(x, ks), qn = exact_norm(q, 1.0L);
+    const float xf = EtaLaneFactor(KeyLaneSquares(x, s)), qf = EtaLaneFactor(LaneSquares(q));
+    if (!std::isfinite(xf)) continue;  // s² overflowed: inf, vacuous (checked below)
+    ASSERT_GE(static_cast<long double>(xf), xn) << "trial " << trial << " s " << s;
+    ASSERT_GE(static_cast<long double>(qf), qn) << "trial " << trial;
+    long double lane_sum = 0.0L;
+    for (int i = 0; i < 8; ++i) lane_sum += std::fabs(static_cast<long double>(q[i]) * x[i] * ks);
+    ASSERT_GE(static_cast<long double>(xf) * qf, lane_sum) << "trial " << trial;
+    const bool normal = static_cast<double>(s) * s >= 0x1p-126 && KeyLaneSquares(x, s) >= 0x1p-100f;
+    if (normal) {
+      EXPECT_LE(static_cast<long double>(xf), xn * (1.0L + 1e-5L) + 0x1p-63L) << "trial " << trial;
+    } else {
+      ++underflowed;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 150000);
+  EXPECT_GT(underflowed, 1000);  // the underflow regime was exercised
+  const float big[8] = {448.0f, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_TRUE(std::isinf(EtaLaneFactor(KeyLaneSquares(big, 0x1p100f))));  // inf stays inf
+  const float zero[8] = {};
+  EXPECT_EQ(EtaLaneFactor(LaneSquares(zero)), 0x1p-63f);
 }
 
 }  // namespace
