@@ -65,16 +65,14 @@ inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32
   return p;
 }
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
-}
-// CpAsync16 to a shared-memory address already in the shared window (__cvta_generic_to_shared),
-// for loaders that keep their stage addresses as 32-bit offsets.
+// To a shared-memory address already in the shared window (__cvta_generic_to_shared), for
+// loaders that keep their stage addresses as 32-bit offsets.
 __device__ __forceinline__ void CpAsync16Shared(uint32_t smem, const void* gmem, bool valid) {
   const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  CpAsync16Shared(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem, valid);
 }
 // 8 bytes, through L1 (cp.async.cg takes only 16): both addresses 8-byte aligned.
 __device__ __forceinline__ void CpAsync8(void* smem, const void* gmem, bool valid) {
