@@ -264,9 +264,11 @@ int Main(int argc, char** argv) {
   if (!batches_flag.empty()) batches = batches_flag;
   if (!ctxs_flag.empty()) ctxs = ctxs_flag;
   std::vector<Row> rows;
-  // int8-rtn twice: its default (tensor-core) kernel and the pipelined one, side by side.
-  const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0}, {KvScheme::kInt8Rtn, 0}, {KvScheme::kInt8Rtn, 2},
-                                           {KvScheme::kInt8Dither, 0}, {KvScheme::kFp8Scaled, 0},
+  // int8-rtn and int8-dither twice: their default (tensor-core) kernel and the pipelined one,
+  // side by side.
+  const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0},       {KvScheme::kInt8Rtn, 0},
+                                           {KvScheme::kInt8Rtn, 2},    {KvScheme::kInt8Dither, 0},
+                                           {KvScheme::kInt8Dither, 2}, {KvScheme::kFp8Scaled, 0},
                                            {KvScheme::kKivi2, 0}};
   for (const auto& [s, kern] : runs) {
     if (only != nullptr && RunLabel(s, kern) != only) continue;

@@ -75,7 +75,8 @@ class Int8RtnCodec final : public KvCodec {
 };
 
 // Layout: [bf16 scale][d int8 codes]; s = absmax/126 so |x/s + ξ| ≤ 126.5 never saturates;
-// m = round(x/s + ξ), x̂ = s·(m − ξ), ξ regenerated from the dither hash.
+// m = round(x/s + ξ), x̂ = s·(m − ξ), ξ regenerated from the dither hash for keys and 0 for
+// values (meter/dither_hash.h says why).
 class Int8DitherCodec final : public KvCodec {
  public:
   std::string_view name() const override { return "int8-dither"; }

@@ -5,7 +5,7 @@
 // Decode8 turns them into CODE-DOMAIN floats x_c with the stored value k̃_c = s·x_c, where s
 // is the lane's bf16 scale (1 for unscaled formats). Products of a bf16 scale and an int8,
 // int4 or fp8 code are exact in fp32, so s·Σ q_c x_c is q·k̃ up to the dot's own rounding
-// (covered by η, cert_math.h); for int8-dither x_c = fl(m_c − ξ_c), the CPU's rounding.
+// (covered by η, cert_math.h); for int8-dither keys x_c = m_c − ξ_c, exact.
 // kGroupScale: lanes of one vector hold different scales (int4 groups of 32).
 // kAffineParams (kivi2): Decode8 returns the stored value itself, x_c = z_c + s_c·m_c, from
 // fp16 parameters it loads at DecodeCtx::params (KeyParams / ValueParams below).
@@ -21,6 +21,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/kv_scheme_cuda.h"
 #include "kernels/cuda/paged_kv_cuda.h"
+#include "kernels/meter/dither_hash.h"
 #include "kernels/meter/partial_sum.h"
 
 namespace witcert::cuda_kv {
@@ -142,6 +143,9 @@ struct DevInt8Rtn {
   }
 };
 
+// Keys: x_c = m_c − ξ_c with ξ from the lane's two dither words (meter/dither_hash.h), exact:
+// ξ = b/256 − 255/512 from the byte b (2^23 + b by prmt, less 2^23), then m − ξ. Values: the
+// codes as int8-rtn's (the codec dithers keys only).
 struct DevInt8Dither {
   static constexpr KvScheme kScheme = KvScheme::kInt8Dither;
   static constexpr int kBytes = 8;
@@ -149,10 +153,14 @@ struct DevInt8Dither {
                         kAffineParams = false;
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
 #pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = SignedByteToFloat(w[i / 4], i % 4);
+    if (ctx.is_value) return;
+    const uint32_t g = static_cast<uint32_t>(ctx.ch0) >> 2;
+    const uint32_t dw[2] = {meter::DitherWord(ctx.token_hash, g), meter::DitherWord(ctx.token_hash, g + 1)};
+#pragma unroll
     for (int i = 0; i < 8; ++i) {
-      float xi = meter::DitherFromTokenHash(ctx.token_hash, static_cast<uint32_t>(ctx.ch0 + i),
-                                            ctx.is_value);
-      x[i] = __fsub_rn(SignedByteToFloat(w[i / 4], i % 4), xi);
+      const float b = __uint_as_float(__byte_perm(dw[i / 4], 0x4B000000u, 0x7440u + (i % 4))) - 8388608.0f;
+      x[i] = __fsub_rn(x[i], __fmaf_rn(b, 0.00390625f, -0.498046875f));
     }
   }
 };

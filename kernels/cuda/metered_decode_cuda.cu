@@ -36,8 +36,10 @@ WITCERT_PIPE_EXTERN(DevInt8Rtn)
 WITCERT_PIPE_EXTERN(DevInt8Dither)
 WITCERT_PIPE_EXTERN(DevInt4Rtn)
 #undef WITCERT_PIPE_EXTERN
-extern template CudaStatus LaunchInt8Mma<true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 
 namespace {
 
@@ -225,7 +227,7 @@ CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, cons
 }  // namespace cuda_kv
 
 bool TensorCoreDecodeSupports(const PagedKvLayout& L, int32_t q_per_kv) {
-  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == cuda_kv::kMmaD && q_per_kv <= cuda_kv::kMmaG &&
+  return (L.scheme == KvScheme::kInt8Rtn || L.scheme == KvScheme::kInt8Dither) && L.head_dim == cuda_kv::kMmaD && q_per_kv <= cuda_kv::kMmaG &&
          L.block_size >= 8 && L.num_bands == 8 && L.outliers() == 0 && L.vectors() < (int64_t{1} << 31);
 }
 
@@ -369,14 +371,17 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const PipeSmemPlan plan = MakePipeSmemPlan(layout, gmax, p.lcap);
   const bool mma_ok = TensorCoreDecodeSupports(layout, g);
   if (args.kernel == 3 && !mma_ok) {
-    return CudaStatus::Error("MeteredDecodeCuda: the tensor-core kernel takes int8-rtn, head_dim 128, "
+    return CudaStatus::Error("MeteredDecodeCuda: the tensor-core kernel takes int8-rtn or int8-dither, head_dim 128, "
                              "at most 4 query heads per KV head, block_size >= 8 and 8 witness bands");
   }
   if (!exact && !outliers && (args.kernel == 0 || args.kernel == 3) && mma_ok) {
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
-    WITCERT_CUDA_RETURN_IF_ERROR(args.meter ? LaunchInt8Mma<true>(p, mplan, grid, stream)
-                                            : LaunchInt8Mma<false>(p, mplan, grid, stream));
+    const bool dither = layout.scheme == KvScheme::kInt8Dither;
+    WITCERT_CUDA_RETURN_IF_ERROR(dither ? (args.meter ? LaunchInt8Mma<true, true>(p, mplan, grid, stream)
+                                                      : LaunchInt8Mma<false, true>(p, mplan, grid, stream))
+                                        : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, stream)
+                                                      : LaunchInt8Mma<false, false>(p, mplan, grid, stream)));
   } else if (!exact && !group_keys && !outliers && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
              plan.bytes <= 200 * 1024) {
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));

@@ -71,7 +71,7 @@ struct MeteredDecodeCudaArgs {
 };
 
 // True when the tensor-core kernel (MeteredDecodeCudaArgs::kernel = 3, the default there)
-// handles this layout: int8-rtn, head_dim 128, at most 4 query heads per KV head,
+// handles this layout: int8-rtn or int8-dither, head_dim 128, at most 4 query heads per KV head,
 // block_size ≥ 8, B = 8 witness bands, no outlier channels and fewer than 2^31 vectors per layer.
 bool TensorCoreDecodeSupports(const PagedKvLayout& layout, int32_t q_per_kv);
 

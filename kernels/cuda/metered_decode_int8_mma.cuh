@@ -1,5 +1,6 @@
-// The tensor-core metered decode kernel for int8-rtn KV (d = 128, up to 4 query heads per KV
-// head): the default for that scheme; other schemes and shapes use the pipelined kernel.
+// The tensor-core metered decode kernel for int8-rtn and int8-dither KV (d = 128, up to 4 query
+// heads per KV head): the default for those schemes; other schemes and shapes use the
+// pipelined kernel.
 //
 // Why: the pipelined kernel is bound by instruction issue, not bytes (bench/RESULTS.md): per
 // token and lane it spends ~95 warp-instructions on fp32 FMAs, int8→fp32 converts and
@@ -14,6 +15,11 @@
 //    This is the output only (not part of the certificate): a weight's digits miss it by ≤ 2^-22
 //    where the largest weight maps below 64, i.e. ≤ 2^-28 of that weight per token, below the
 //    fp32 reference's own rounding.
+//  * int8-dither (DITHER): keys are x = m − ξ with ξ regenerated per 4 channels from the dither
+//    hash (kernels/meter/dither_hash.h). The K pass runs the query digits against the codes
+//    and against the dither bytes (4 more MMAs per tile), and combines F_j = 512·Dm_j − 2·De_j − S_j
+//    (kernels/meter/int_digit_dot.h, IntDigitEtaDither) where it combined D_j. Values are
+//    not dithered, so the V pass is int8-rtn's. The meter adds Tier B, ε̂ = min(ε, u_t).
 // Everything else — the two-pass split (logits in shared memory, exact split max before any
 // sum), the certificate terms per (head, token), the partial layout — is the pipelined
 // kernel's, so the merge kernel and FinalizeCert are shared unchanged.
@@ -61,7 +67,7 @@ __host__ __device__ inline MmaStageLayout MakeMmaStageLayout(int32_t nb) {
   int32_t o = 0;
   s.codes = o; o += kMmaCodeBytes;               // [128, 128] int8, swizzled chunks
   s.sc0 = o;   o += kMmaStageTokens * 2;         // [128] bf16: K scales (K stage), V (V stage)
-  s.sc1 = o;   o += kMmaStageTokens * 2;         // [128] bf16: V scales (K stage)
+  s.sc1 = o;   o += kMmaStageTokens * 2;         // [128] bf16: V scales (K stage), K (V, dither meter)
   s.kwit = o;  o += kMmaStageTokens * nb;        // [128, B] uint8 K band codes (V stage, meter)
   s.kunit = o; o += kMmaStageTokens * 2;         // [128] bf16 K band units (V stage, meter)
   s.vsum = o;  o += kMmaStageTokens * 4;         // [128, 2] bf16 V summaries ρ, ν (V stage, meter)
@@ -69,9 +75,17 @@ __host__ __device__ inline MmaStageLayout MakeMmaStageLayout(int32_t nb) {
   return s;
 }
 
+// int8-dither's shared state, in the dynamic region (so the int8-rtn kernel's static block and
+// its speed stay as they were): the K pass's token hashes, double-buffered as in the pipelined
+// kernel, and the Tier B coefficient per head.
+struct MmaDitherSmem {
+  uint64_t thash[2][kMmaStageTokens];
+  float tierb[kMmaG];
+};
+
 struct MmaSmemPlan {
   MmaStageLayout stage;
-  int32_t logits_off, bt_off, bt_entries;
+  int32_t logits_off, bt_off, bt_entries, dither_off;
   size_t bytes;
 };
 inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
@@ -83,6 +97,8 @@ inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
   p.bt_off = p.logits_off + static_cast<int32_t>(4 * lf);
   p.bt_entries = (lcap + 2 * kMmaStageTokens) / L.block_size + 2;
   p.bytes = static_cast<size_t>(p.bt_off) + 4 * static_cast<size_t>(p.bt_entries);
+  p.dither_off = static_cast<int32_t>((p.bytes + 15) / 16 * 16);
+  if (L.scheme == KvScheme::kInt8Dither) p.bytes = p.dither_off + sizeof(MmaDitherSmem);
   return p;
 }
 
@@ -255,7 +271,7 @@ __device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane,
   }
 }
 
-template <bool METER>
+template <bool METER, bool DITHER>
 __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const DecodeParams p, const MmaSmemPlan plan) {
   constexpr int D = kMmaD, G4 = kMmaG, ST = kMmaStageTokens;
   // The ring starts on a 128-byte boundary whatever sizeof(MmaSmem) is: with 16-byte alignment
@@ -284,6 +300,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   uint8_t* ring = dsm;
   float* logits = reinterpret_cast<float*>(dsm + plan.logits_off);  // [G4, lcap]
   int32_t* btl = reinterpret_cast<int32_t*>(dsm + plan.bt_off);      // [bt_entries]
+  MmaDitherSmem& dsm_d = *reinterpret_cast<MmaDitherSmem*>(dsm + plan.dither_off);  // DITHER only
   const int64_t begin_al = begin / ST * ST;
   const int32_t n_st = static_cast<int32_t>((end - begin_al + ST - 1) / ST);
   const int64_t blk0 = begin_al >> p.bs_shift;
@@ -327,7 +344,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const uint32_t code_row = sl.codes + (ld_grp * 8 + ld_tb) * D;  // + 2i·D for chunk i
   const uint32_t code_chunk = static_cast<uint32_t>(ld_r ^ (ld_tb << 1)) << 4;
   const int32_t code_src = ld_tb * D + ld_r * 16;
-  // Scales: K stage: q 0 copies K scales to sc0, q 1 V scales to sc1; V stage: q 0 V scales to sc0.
+  // Scales: K stage: q 0 copies K scales to sc0, q 1 V scales to sc1; V stage: q 0 V scales to
+  // sc0 and, for int8-dither's Tier B, q 1 K scales to sc1.
+  constexpr bool kVStageKScales = METER && DITHER;
   const uint32_t scale_dst = (ld_q == 0 ? sl.sc0 : sl.sc1) + ld_grp * 16;
   // Witnesses (meter, V stage, q 8-14): band codes (r < 4), units (r 4) or summaries (r 5-6).
   const bool wit_role = METER && ld_tb && ld_r < 7;
@@ -351,8 +370,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       for (int i = 0; i < 4; ++i) {
         CpAsync16Shared(st + code_row + 2 * i * D + (code_chunk ^ kChunkFlip[i]), src + 2 * i * D, ok);
       }
-      if (ld_q < 2 && !(isv && ld_q == 1)) {
-        const uint16_t* sc = (isv || ld_q == 0) ? (isv ? p.kv.v_scales : p.kv.k_scales) : p.kv.v_scales;
+      if (ld_q < 2 && !(isv && ld_q == 1 && !kVStageKScales)) {
+        const uint16_t* sc = isv == (ld_q == 0) ? p.kv.v_scales : p.kv.k_scales;
         CpAsync16Shared(st + scale_dst, reinterpret_cast<const uint8_t*>(sc) + static_cast<int64_t>(v0) * 2, ok);
       }
       if (wit_role && isv) {
@@ -401,7 +420,36 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     }
   }
   const int my_head = gid & 3;  // lanes < 16 finish head gid's logits
-  const float my_qscale = sm.qscale[my_head];
+  const float my_qscale = DITHER ? meter::DitherQueryScale(sm.qscale[my_head]) : sm.qscale[my_head];
+  // int8-dither: S_j = Σ_c d_{j,c} of the lane's two A rows (digits dig, dig+1 of head gid&3),
+  // from the fragments themselves (byte sums by dp4a, then over the 4 lanes of one gid); the
+  // token hashes of stage 0 (then of stage k+1 during stage k; published by the barriers);
+  // h1 as the first kernel's: DitherTokenHash(seed, layer, kvh, pos) = Mix64(h1 ^ pos).
+  int32_t dsum_lo = 0, dsum_hi = 0;
+  uint64_t h1 = 0;
+  if constexpr (DITHER) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      dsum_lo = __dp4a(static_cast<int>(qa[s][0]), 0x01010101, dsum_lo);
+      dsum_lo = __dp4a(static_cast<int>(qa[s][2]), 0x01010101, dsum_lo);
+      dsum_hi = __dp4a(static_cast<int>(qa[s][1]), 0x01010101, dsum_hi);
+      dsum_hi = __dp4a(static_cast<int>(qa[s][3]), 0x01010101, dsum_hi);
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      dsum_lo += __shfl_xor_sync(0xffffffffu, dsum_lo, o);
+      dsum_hi += __shfl_xor_sync(0xffffffffu, dsum_hi, o);
+    }
+    h1 = meter::Mix64(meter::Mix64(p.seed) ^ ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
+  }
+  auto stage_hashes = [&](int k) {  // K stage k's token hashes, thread = token
+    if constexpr (DITHER) {
+      if (tid < ST) {
+        dsm_d.thash[k & 1][tid] = meter::Mix64(h1 ^ static_cast<uint64_t>(int64_t{base} + ST * k + tid));
+      }
+    }
+  };
+  stage_hashes(0);
 
   // ---- pass 1: logits of the whole split, K and V scale maxima ----------------------------
   float mloc = -INFINITY, smaxk = 0.0f, smaxv = 0.0f;
@@ -409,6 +457,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     CpAsyncWait<kMmaRing - 2>();
     __syncthreads();
     issue(k + kMmaRing - 1);
+    if (k + 1 < n_st) stage_hashes(k + 1);
     const uint8_t* st = ring + (k % kMmaRing) * sl.bytes;
     const int32_t sb = ST * k;
     if (tid < ST) {  // scale maxima: thread = token
@@ -433,6 +482,26 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       MmaS8(acc2, qa[3], c1.z, c1.w);
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[i] += acc2[i];  // exact: |D| < 2^24
+      if constexpr (DITHER) {
+        // The token's dither words for the lane's channels [32·tig, 32·tig + 32) (groups
+        // 8·tig + i, i < 8), with each byte's top bit flipped: e = b − 128 as int8, in the
+        // code words' order (c0 = groups 8tig..+3, c1 = +4..+7).
+        const uint64_t th = dsm_d.thash[k & 1][row];
+        const uint32_t lo = static_cast<uint32_t>(th) + static_cast<uint32_t>(8 * tig) * 0x9e3779b9u;
+        const uint32_t hi = static_cast<uint32_t>(th >> 32);
+        uint32_t e[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) e[i] = meter::Fmix32((lo + static_cast<uint32_t>(i) * 0x9e3779b9u) ^ hi) ^ 0x80808080u;
+        int32_t de[4] = {0, 0, 0, 0};
+        MmaS8(de, qa[0], e[0], e[1]);
+        MmaS8(de, qa[1], e[2], e[3]);
+        MmaS8(de, qa[2], e[4], e[5]);
+        MmaS8(de, qa[3], e[6], e[7]);
+        acc[0] = meter::DitherDigitTerm(acc[0], de[0], dsum_lo);
+        acc[1] = meter::DitherDigitTerm(acc[1], de[1], dsum_lo);
+        acc[2] = meter::DitherDigitTerm(acc[2], de[2], dsum_hi);
+        acc[3] = meter::DitherDigitTerm(acc[3], de[3], dsum_hi);
+      }
       // Lanes ≥ 16 hold digits 2, 3: fold them and pass on.
       const float pa = fmaf(static_cast<float>(acc[2]), 0.0078125f, static_cast<float>(acc[0]));
       const float pb = fmaf(static_cast<float>(acc[3]), 0.0078125f, static_cast<float>(acc[1]));
@@ -479,7 +548,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     for (int w = 0; w < kMmaWarps; ++w) sk = fmaxf(sk, sm.smax[w][0]);
     if (METER && tid < G) {
       sm.eta[tid] = sm.qbad[tid] ? INFINITY
+                    : DITHER     ? meter::IntDigitEtaDither(sm.q1[tid], sm.qexp[tid], D, sk, sm.qscale[tid])
                                  : meter::IntDigitEta(sm.q1[tid], sm.qexp[tid], D, sk, sm.qscale[tid]);
+    }
+    if (METER && DITHER) {
+      dsm_d.tierb[tid] = tid < G ? TierBCoefficientFromNorms<D>(sm.qbn[tid], nb, sm.q1[tid], range.context, p.delta_loc)
+                                 : 0.0f;
     }
     if (tid == 0) {
       float sv = 0.0f;
@@ -496,6 +570,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const int tok = tid >> 1, hp = tid & 1;  // weights step: token, head pair {2hp, 2hp+1}
   const int ha = 2 * hp, hb = 2 * hp + 1;
   const float ma = sm.m[ha], mb = sm.m[hb];
+  const float tierb_a = DITHER && METER ? dsm_d.tierb[ha] : 0.0f, tierb_b = DITHER && METER ? dsm_d.tierb[hb] : 0.0f;
   const float vmul = sm.vscale_mul;
   // Digit position of this thread's token inside its k-step, as the A fragment reads it.
   const int pks = tok >> 5, prr = tok & 31;
@@ -539,8 +614,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[tok];
         float w8[8];
         DecodeBandCodes8(kc.x, kc.y, unit, w8);
-        const float ea = meter::TierAEpsilon(sm.qbn[ha], w8, 8, inv_sqrt_d, infl);
-        const float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
+        float ea = meter::TierAEpsilon(sm.qbn[ha], w8, 8, inv_sqrt_d, infl);
+        float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
+        if constexpr (DITHER) {  // Tier B: ε̂ = min(ε, u_t), u_t = C·s_t (the pipelined kernel's)
+          const float ks = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc1)[tok]) * (1.0f + 4 * meter::kUnitRoundoff);
+          ea = tierb_a > 0.0f ? fminf(ea, tierb_a * ks) : ea;
+          eb = tierb_b > 0.0f ? fminf(eb, tierb_b * ks) : eb;
+        }
         const float rho = SummaryRho(vsum);
         const bool rare = (act_a && !meter::WeightedTokenIsCommon(la, wa, ea)) ||
                           (act_b && !meter::WeightedTokenIsCommon(lb, wb, eb));
@@ -674,9 +754,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   }
 }
 
-template <bool METER>
+template <bool METER, bool DITHER>
 CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, cudaStream_t stream) {
-  auto kernel = Int8MmaDecodeKernel<METER>;
+  auto kernel = Int8MmaDecodeKernel<METER, DITHER>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.bytes)));
   kernel<<<grid, kMmaThreads, plan.bytes, stream>>>(p, plan);

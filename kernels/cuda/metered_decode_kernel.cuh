@@ -259,21 +259,27 @@ __device__ __forceinline__ void QueryBandPrologue(const DecodeParams& p, int seq
   }
 }
 
-// Head g's Tier B coefficient from the prologue's band sums (after a barrier), 0 when the
-// codec is not Tier B or δ_loc ≤ 0: ‖q‖₂ from the band norms (each ≤ (d/B+5)u off, the
-// combination ≤ (B+3)u more) and ‖q‖₁ rounded up.
+// A head's Tier B coefficient from its band norms `qbn` [nb] (after a barrier) and ‖q‖₁ (n1),
+// 0 when δ_loc ≤ 0: ‖q‖₂ from the band norms (each ≤ (d/B+5)u off, the combination ≤ (B+3)u
+// more) and ‖q‖₁ rounded up.
+template <int D>
+__device__ __forceinline__ float TierBCoefficientFromNorms(const float* qbn, int nb, double n1, int64_t context,
+                                                           double delta_loc) {
+  if (!(delta_loc > 0.0)) return 0.0f;
+  float s2 = 0.0f;
+  for (int b = 0; b < nb; ++b) s2 += qbn[b] * qbn[b];
+  const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
+  return meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, context, delta_loc);
+}
+
+// Head g's Tier B coefficient from the prologue's band sums, 0 when the codec is not Tier B.
 template <int D, bool TIER_B, class Smem>
 __device__ __forceinline__ float TierBCoefficientOfHead(const Smem& sm, int g, int nb, int64_t context,
                                                         double delta_loc) {
-  if (!TIER_B || !(delta_loc > 0.0)) return 0.0f;
-  float s2 = 0.0f;
+  if (!TIER_B) return 0.0f;
   double n1 = 0.0;
-  for (int b = 0; b < nb; ++b) {
-    s2 += sm.qbn[g][b] * sm.qbn[g][b];
-    n1 += sm.q1[g][b];
-  }
-  const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
-  return meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, context, delta_loc);
+  for (int b = 0; b < nb; ++b) n1 += sm.q1[g][b];
+  return TierBCoefficientFromNorms<D>(sm.qbn[g], nb, n1, context, delta_loc);
 }
 
 // ε̂ of one token for one query head (CPU: MeteredSplit) from its key band witness: `codes`
@@ -545,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
       for (int u = 0; u < UB; ++u) {
         const int j = (u0 + u) * kWarps * TPW + warp * TPW + sub;
         const int64_t t = base + j;
-        DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, true};
+        DecodeCtx ctx{0ull, ch0, true};  // values are not dithered
         if constexpr (C::kAffineParams) ctx.params = prm[u];
         float x[8];
         C::Decode8(raw[u], ctx, x);

@@ -206,10 +206,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr bool kEtaByNorm = !C::kWideRange && !C::kExact;
   float xss_max = 0.0f;
   int my_h = 0;
-  // int8-dither: each stage's token hashes Mix64(h1 ^ t), computed once per token by the first
-  // kStageTokens threads instead of by each of the token's LPT lanes. K pass: double-buffered,
-  // stage k+1's written during stage k (published by the next stage's barrier); V pass: one
-  // buffer, written in the weights step and read after its barrier.
+  // int8-dither keys: each stage's token hashes Mix64(h1 ^ t), computed once per token by the
+  // first kStageTokens threads instead of by each of the token's LPT lanes; double-buffered,
+  // stage k+1's written during stage k (published by the next stage's barrier). Values are not
+  // dithered (meter/dither_hash.h): the V pass needs none.
   __shared__ uint64_t thash[C::kTierB ? 2 : 1][C::kTierB ? kStageTokens : 1];
   auto stage_hashes = [&](int stage, int buf) {
     if constexpr (C::kTierB) {
@@ -333,7 +333,6 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
     const bool edge = sb < begin || sb + kStageTokens > end;
-    stage_hashes(k - n_st, 0);  // read in (b)
     // (a) weights and certificate terms: thread = (head g, tokens jj0 + TPH·r). With the meter,
     // branch-free but for the rare tokens that need PartialAddTokenWeighted's general arithmetic
     // (as in the tensor-core kernel): every read stays inside the stage, the logits and sm, and
@@ -407,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
       bool valid = true;
       if (edge) valid = t >= begin && t < end;
-      DecodeCtx ctx{C::kTierB ? thash[0][j] : 0ull, ch0, true};
+      DecodeCtx ctx{0ull, ch0, true};
       float x[8];
       C::Decode8(raw, ctx, x);
       if (!valid) {

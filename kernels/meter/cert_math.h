@@ -31,6 +31,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/meter/dither_hash.h"
 #include "kernels/meter/hd.h"
 
 namespace witcert::meter {
@@ -118,14 +119,16 @@ WITCERT_HD inline float TierAEpsilon(const float* q_band_norm, const float* witn
 }
 
 // Tier B (§2): u_t = s_t·C with C = ‖q‖₂·sqrt(ln(2S/δ)/(6d)) (from ς² = s²‖q‖²/(12d)),
-// plus the fp32 decode rounding of x̂ = s(m−ξ) (≤ 2u·127.5·s per channel) times ‖q‖₁/√d.
+// plus the dither grid's bias (≤ kDitherBias·s per channel, dither_hash.h) and the fp32
+// decode rounding of x̂ = s(m−ξ) (≤ 2u·127.5·s per channel), both times ‖q‖₁/√d.
 // Returns C; u_t = C·s_t. δ_loc ∈ (0, 1).
 WITCERT_HD inline float TierBCoefficient(float q_norm2, float q_norm1, int32_t head_dim,
                                          int64_t num_tokens, double delta_loc) {
   double log_term = log(2.0 * static_cast<double>(num_tokens) / delta_loc);
   double c = static_cast<double>(q_norm2) * sqrt(log_term / (6.0 * head_dim)) *
              (1.0 + 64.0 * kUnitRoundoff);
-  c += 260.0 * kUnitRoundoff * static_cast<double>(q_norm1) / sqrt(static_cast<double>(head_dim));
+  c += (kDitherBias + 260.0 * kUnitRoundoff) * static_cast<double>(q_norm1) /
+       sqrt(static_cast<double>(head_dim));
   return RoundUpToFloat(c);
 }
 

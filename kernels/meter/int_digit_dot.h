@@ -81,18 +81,39 @@ WITCERT_HD inline float DigitQueryScale(int32_t k, float inv_sqrt_d) {
 // residual being 2^-15 instead of 2^-22, and Horner γ_2 instead of γ_3: with the products'
 // roundings 6.1u ≥ γ_2 + 4.01u·(1+γ_2)).
 //   η ≤ s/√d · 128 · [c·u·(‖q‖₁ + 1.004·d·2^{k−6}) + 2^{k−7·digits}·d] + 2^-149·(1 + qscale)·2
-// with c = 7.1 (four digits) or 6.1 (three).
-WITCERT_HD inline float IntDigitEtaN(int32_t digits, double q_norm1, int32_t k, int32_t head_dim,
-                                     float smax, float qscale) {
+// with c = `horner_c` (7.1 four digits, 6.1 three, 8.2 the dither keys' terms below).
+WITCERT_HD inline float IntDigitEtaWith(double horner_c, int32_t digits, double q_norm1, int32_t k,
+                                        int32_t head_dim, float smax, float qscale) {
   if (qscale == 0.0f) return 0.0f;  // a zero query: every logit is exactly 0
   const double u = kUnitRoundoff;
   const double p = ldexp(1.0, k - 6);
-  const double horner = digits == 4 ? 7.1 : 6.1;
   double eta = static_cast<double>(smax) / sqrt(static_cast<double>(head_dim)) * 128.0 *
-               (horner * u * (q_norm1 + 1.004 * head_dim * p) +
+               (horner_c * u * (q_norm1 + 1.004 * head_dim * p) +
                 ldexp(1.0, k - 7 * digits) * head_dim);
   eta += 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
   return RoundUpToFloat(eta * (1.0 + 1e-6));
+}
+WITCERT_HD inline float IntDigitEtaN(int32_t digits, double q_norm1, int32_t k, int32_t head_dim,
+                                     float smax, float qscale) {
+  return IntDigitEtaWith(digits == 4 ? 7.1 : 6.1, digits, q_norm1, k, head_dim, smax, qscale);
+}
+
+// int8-dither keys (dither_hash.h): x_c = m_c − ξ_c with ξ_c = (b_c + ½)/256 − ½ = (e_c + ½)/256,
+// e_c = b_c − 128 an int8 (the dither byte with its top bit flipped). So 512·x_c = 512·m_c − 2·e_c − 1
+// and, with the digit dots Dm_j = Σ_c d_{j,c} m_c, De_j = Σ_c d_{j,c} e_c (both exact int8 MMAs)
+// and the digit sums S_j = Σ_c d_{j,c},
+//   F_j = 512·Dm_j − 2·De_j − S_j   (exact in int32: |F_j| ≤ 128·64·(512·127 + 257) < 2^30)
+// gives Σ_j F_j·128^{-j} = 512·Σ_c (q̄_c − r_c)·x_c. The kernel combines the F_j exactly as
+// CombineDigitDots combines the D_j and scales by qscale·2^-9 (DitherQueryScale, exact). The
+// bound is IntDigitEta's with |x_c| ≤ 127.5 < 128, plus the conversions fl(F_j), no longer exact:
+// u·Σ_j |F_j|·128^{-j} more, so c = 8.2 ≥ 7.1 + u(1 + γ_4)/u.
+WITCERT_HD inline int32_t DitherDigitTerm(int32_t dot_codes, int32_t dot_dither, int32_t digit_sum) {
+  return dot_codes * 512 - 2 * dot_dither - digit_sum;
+}
+WITCERT_HD inline float DitherQueryScale(float qscale) { return qscale * 0.001953125f; }
+WITCERT_HD inline float IntDigitEtaDither(double q_norm1, int32_t k, int32_t head_dim, float smax,
+                                          float qscale) {
+  return IntDigitEtaWith(8.2, 4, q_norm1, k, head_dim, smax, qscale);
 }
 
 // The four-digit η of the tensor-core kernels.

@@ -596,23 +596,27 @@ TEST(MeteredDecodeCuda, FirstKernelMatchesCpu) {
 // The tensor-core kernel (int8-rtn, d = 128, G ≤ 4): also the sanitizer case.
 TEST(MeteredDecodeCuda, TensorCoreSmallMatchesCpu) {
   WITCERT_SKIP_WITHOUT_GPU();
-  for (int32_t group : {1, 3, 4}) {
-    for (bool meter : {true, false}) {
-      DecodeCase c;
-      c.scheme = KvScheme::kInt8Rtn;
-      c.d = 128;
-      c.group = group;
-      c.ctx = {1, 37, 300};
-      c.meter = meter;
-      c.kernel = 3;
-      c.seed = 40 + group;
-      RunCase(c);
+  for (KvScheme s : {KvScheme::kInt8Rtn, KvScheme::kInt8Dither}) {
+    for (int32_t group : {1, 3, 4}) {
+      for (bool meter : {true, false}) {
+        DecodeCase c;
+        c.scheme = s;
+        c.d = 128;
+        c.group = group;
+        c.ctx = {1, 37, 300};
+        c.meter = meter;
+        c.delta = s == KvScheme::kInt8Dither && group != 3 ? 1e-6 : 0.0;  // Tier B on and off
+        c.kernel = 3;
+        c.seed = 40 + group;
+        RunCase(c);
+      }
     }
   }
 }
 
 // Stage (128 tokens) and block edges, block sizes, both RoPE pairings, forced and heuristic
 // splits, logit magnitudes up to the hundreds, adversarial rows; soundness against the truth.
+// int8-dither (Tier B on) on every other pair of cases.
 TEST(MeteredDecodeCuda, TensorCoreSweep) {
   WITCERT_SKIP_WITHOUT_GPU();
   int seed = 500;
@@ -620,7 +624,9 @@ TEST(MeteredDecodeCuda, TensorCoreSweep) {
     for (int32_t splits : {0, 1, 3, 7}) {
       for (bool adversarial : {false, true}) {
         DecodeCase c;
-        c.scheme = KvScheme::kInt8Rtn;
+        const bool dither = (seed / 2) % 2 == 1;  // pairings and adversarial rows alternate faster
+        c.scheme = dither ? KvScheme::kInt8Dither : KvScheme::kInt8Rtn;
+        c.delta = dither ? 1e-6 : 0.0;
         c.d = 128;
         c.group = 4;
         c.hkv = 2;
@@ -642,7 +648,7 @@ TEST(MeteredDecodeCuda, TensorCoreSweep) {
 TEST(MeteredDecodeCuda, TensorCoreRejectsOtherShapes) {
   WITCERT_SKIP_WITHOUT_GPU();
   for (auto [scheme, d, hq] : {std::tuple{KvScheme::kInt8Rtn, 64, 4}, std::tuple{KvScheme::kInt8Rtn, 128, 8},
-                                std::tuple{KvScheme::kFp8Scaled, 128, 4}}) {
+                                std::tuple{KvScheme::kInt8Dither, 128, 8}, std::tuple{KvScheme::kFp8Scaled, 128, 4}}) {
     TinyDecode t;
     ASSERT_CUDA_OK(t.Init(scheme, d, hq));
     t.a.kernel = 3;

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/meter/cert_math.h"
+#include "kernels/meter/dither_hash.h"
 #include "kernels/meter/int_digit_dot.h"
 #include "kernels/meter/partial_sum.h"
 
@@ -142,6 +143,71 @@ TEST(IntDigitDot, ThreeDigitsReconstructTheQueryTo2PowMinus15) {
     const double back = d[0] + d[1] / 128.0 + d[2] / 16384.0;
     ASSERT_LE(std::fabs(back - x), std::ldexp(1.0, -15)) << x;
   }
+}
+
+// int8-dither keys: x_c = m_c − ξ_c with ξ_c = DitherFromByte(b_c). The replay runs the
+// tensor-core kernel's dither path (F_j = DitherDigitTerm of the code and dither digit dots and
+// the digit sum, CombineDigitDots, qscale·2^-9) and checks it against IntDigitEtaDither, with
+// saturated codes and extreme dither bytes (|x_c| up to 127.5) among the cases. A wrong F_j
+// (the dither's sign or scale, a missing digit sum) misses the truth by far more than η.
+TEST(IntDigitDot, DitherTermsStayWithinTheirEta) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> code(-127, 127), byte(0, 255);
+  double worst = 0.0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int d = 128;
+    std::vector<float> q(d);
+    std::vector<int> m(d), b(d);
+    const float qmag = std::exp2(static_cast<float>(static_cast<int>(rng() % 60) - 30));
+    for (int c = 0; c < d; ++c) {
+      q[c] = g(rng) * qmag;
+      m[c] = code(rng);
+      b[c] = byte(rng);
+    }
+    switch (trial % 5) {
+      case 0: q[rng() % d] *= 1000.0f; break;
+      case 1: for (int c = 0; c < d; ++c) { m[c] = q[c] > 0 ? 127 : -127; b[c] = q[c] > 0 ? 0 : 255; } break;  // |x| = 127.498
+      case 2: for (int c = 0; c < d; ++c) { m[c] = c % 2 ? 127 : -127; b[c] = c % 2 ? 0 : 255; } break;
+      default: break;
+    }
+    float amax = 0.0f;
+    double n1 = 0.0;
+    for (float v : q) {
+      amax = std::fmax(amax, std::fabs(v));
+      n1 += std::fabs(static_cast<double>(v));
+    }
+    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
+    const int k = DigitExponent(amax);
+    const double sc = std::ldexp(1.0, 6 - k);
+    int64_t dm[4] = {0, 0, 0, 0}, de[4] = {0, 0, 0, 0}, ds[4] = {0, 0, 0, 0};
+    long double dot = 0.0L;
+    for (int c = 0; c < d; ++c) {
+      int8_t dg[4];
+      SplitIntoDigits(q[c] * sc, dg);
+      for (int j = 0; j < 4; ++j) {
+        dm[j] += int64_t{dg[j]} * m[c];
+        de[j] += int64_t{dg[j]} * (b[c] - 128);
+        ds[j] += dg[j];
+      }
+      dot += static_cast<long double>(q[c]) * (m[c] - static_cast<long double>(DitherFromByte(b[c])));
+    }
+    int32_t f[4];
+    for (int j = 0; j < 4; ++j) {
+      f[j] = DitherDigitTerm(static_cast<int32_t>(dm[j]), static_cast<int32_t>(de[j]), static_cast<int32_t>(ds[j]));
+      ASSERT_EQ(int64_t{f[j]}, 512 * dm[j] - 2 * de[j] - ds[j]);  // no int32 overflow
+    }
+    const float s = Bf16Round(std::exp2(static_cast<float>(static_cast<int>(rng() % 40) - 20)) * (1.0f + (rng() % 128) / 128.0f));
+    const float qscale = DigitQueryScale(k, inv_sqrt_d);
+    const float logit = (CombineDigitDots(f[0], f[1], f[2], f[3]) * s) * DitherQueryScale(qscale);
+    const long double truth = dot * s / std::sqrt(static_cast<long double>(d));
+    const long double err = std::fabs(static_cast<long double>(logit) - truth);
+    const float eta = IntDigitEtaDither(n1, k, d, s, qscale);
+    ASSERT_LE(err, static_cast<long double>(eta)) << "trial " << trial;
+    worst = std::max(worst, static_cast<double>(err / eta));
+  }
+  EXPECT_GT(worst, 0.0);
+  std::printf("dither: worst error / η %.3g\n", worst);
 }
 
 TEST(IntDigitDot, ZeroQueryGivesZeroLogit) {

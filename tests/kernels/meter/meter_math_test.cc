@@ -1,5 +1,6 @@
 // Bit-level helpers of kernels/meter: float formats, the dither hash, band layout, the
 // Cauchy–Schwarz lane factors of the pipelined kernel's η.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -67,44 +68,59 @@ TEST(FloatFormats, Fp8E4M3RoundTripAndSaturation) {
   EXPECT_EQ(Fp8E4M3ToFloat(FloatToFp8E4M3Sat(1.07f)), 1.125f);
 }
 
-TEST(DitherHash, UniformOnHalfOpenInterval) {
-  // 10^5 samples: the mean's standard error is sqrt(1/12/1e5) ≈ 9e-4; allow 5 σ.
+TEST(DitherHash, KeysOnTheGridValuesUndithered) {
+  // 10^5 key samples: ξ = (b − 127.5)/256 for a byte b; the mean's standard error is
+  // sqrt(1/12/1e5) ≈ 9e-4, allow 5 σ.
   double sum = 0, sum2 = 0;
   const int n = 100000;
+  std::vector<int> bytes(256, 0);
   for (int i = 0; i < n; ++i) {
-    float x = DitherValue(42, i % 30, i % 3, i / 90, i % 64, i & 1);
-    ASSERT_GE(x, -0.5f);
-    ASSERT_LT(x, 0.5f);
+    float x = DitherValue(42, i % 30, i % 3, i / 90, i % 64, false);
+    const double b = (static_cast<double>(x) + 0.498046875) * 256.0;
+    ASSERT_EQ(b, std::floor(b)) << x;
+    ASSERT_GE(b, 0.0);
+    ASSERT_LE(b, 255.0);
+    ++bytes[static_cast<int>(b)];
     sum += x;
     sum2 += x * x;
   }
   EXPECT_NEAR(sum / n, 0.0, 5 * 9.2e-4);
   EXPECT_NEAR(sum2 / n, 1.0 / 12.0, 0.003);  // var of x² under U: 1/180 → σ ≈ 2.4e-4
+  for (int c : bytes) EXPECT_GT(c, 0);        // every level is used (≈ 390 each)
   EXPECT_EQ(DitherValue(1, 2, 3, 4, 5, false), DitherValue(1, 2, 3, 4, 5, false));
-  EXPECT_NE(DitherValue(1, 2, 3, 4, 5, false), DitherValue(1, 2, 3, 4, 5, true));
   EXPECT_NE(DitherValue(1, 2, 3, 4, 5, false), DitherValue(2, 2, 3, 4, 5, false));
+  EXPECT_EQ(DitherValue(1, 2, 3, 4, 5, true), 0.0f);  // values: round-to-nearest
+  // Byte j of group g's word is channel 4g + j.
+  const uint64_t th = DitherTokenHash(9, 1, 2, 3);
+  for (uint32_t c = 0; c < 128; ++c) {
+    EXPECT_EQ(DitherFromTokenHash(th, c, false), DitherFromByte((DitherWord(th, c / 4) >> (8 * (c % 4))) & 0xffu));
+  }
 }
 
-// Tier B treats the channels of one vector (and its K and V) as independent uniforms. The
-// per-channel step is a 32-bit finalizer over a Weyl sequence; check what a weak mixer of
-// structured inputs would get wrong: uniformity per bin, and correlation between neighbouring
-// channels, between channels 64 apart and between K and V of one channel.
+// Tier B treats the key channels of one vector as independent uniforms. The per-group step is
+// a 32-bit finalizer over a Weyl sequence; check what a weak mixer of structured inputs would
+// get wrong: uniformity per bin, and correlation between neighbouring channels (one word),
+// channels 4 apart (neighbouring words), 64 apart, and one channel at neighbouring positions.
 TEST(DitherHash, ChannelsOfOneVectorLookIndependent) {
   const int vectors = 4000, d = 128;
   std::vector<int> bins(64, 0);
-  double adj = 0, far = 0, kv = 0;
-  int64_t n = 0, pairs_adj = 0, pairs_far = 0;
+  double adj = 0, next_word = 0, far = 0, pos = 0;
+  int64_t n = 0, pairs_adj = 0, pairs_next = 0, pairs_far = 0;
+  std::vector<float> prev(d, 0.0f);
   for (int t = 0; t < vectors; ++t) {
-    std::vector<float> k(d), v(d);
+    std::vector<float> k(d);
     for (int c = 0; c < d; ++c) {
-      k[c] = DitherValue(7, t % 30, t % 8, t, c, false);
-      v[c] = DitherValue(7, t % 30, t % 8, t, c, true);
+      k[c] = DitherValue(7, 3, 5, t, c, false);
       ++bins[static_cast<int>((k[c] + 0.5f) * 64)];
       ++n;
     }
     for (int c = 0; c + 1 < d; ++c, ++pairs_adj) adj += k[c] * k[c + 1];
+    for (int c = 0; c + 4 < d; ++c, ++pairs_next) next_word += k[c] * k[c + 4];
     for (int c = 0; c + 64 < d; ++c, ++pairs_far) far += k[c] * k[c + 64];
-    for (int c = 0; c < d; ++c) kv += k[c] * v[c];
+    if (t > 0) {
+      for (int c = 0; c < d; ++c) pos += k[c] * prev[c];
+    }
+    prev = k;
   }
   double chi2 = 0;
   const double expect = static_cast<double>(n) / 64;
@@ -113,8 +129,42 @@ TEST(DitherHash, ChannelsOfOneVectorLookIndependent) {
   // E[ξ ξ'] = 0 for independent centred uniforms; one product has sd 1/12.
   const double sd = 1.0 / 12.0;
   EXPECT_LT(std::fabs(adj / pairs_adj), 5 * sd / std::sqrt(static_cast<double>(pairs_adj)));
+  EXPECT_LT(std::fabs(next_word / pairs_next), 5 * sd / std::sqrt(static_cast<double>(pairs_next)));
   EXPECT_LT(std::fabs(far / pairs_far), 5 * sd / std::sqrt(static_cast<double>(pairs_far)));
-  EXPECT_LT(std::fabs(kv / n), 5 * sd / std::sqrt(static_cast<double>(n)));
+  const double pairs_pos = static_cast<double>(vectors - 1) * d;
+  EXPECT_LT(std::fabs(pos / pairs_pos), 5 * sd / std::sqrt(pairs_pos));
+}
+
+// The grid's cost in the Tier B bound (dither_hash.h): for any x and scale s, the 256 residuals
+// r/s = x/s + ξ_b − m_b, with m_b rounded as the codec rounds fl(fl(x/s) + ξ_b), stay within
+// ½ + 2^-16, have a mean within kDitherBias and a centred second moment ≤ 1/12. Fails if the
+// grid moves off (b − 127.5)/256 (a mean of up to 1/256) or if kDitherBias drops the 2^-16.
+TEST(DitherHash, ResidualOverTheGridHasBoundedBias) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  double worst_mean = 0.0;
+  for (int i = 0; i < 20000; ++i) {
+    const float s = std::ldexp(1.0f + std::fabs(unit(rng)), -(i % 40));
+    float y = unit(rng) * 126.0f;
+    if (i % 5 == 0) y = std::round(y * 512.0f) / 512.0f;  // on or near the grid's ties
+    if (i % 7 == 0) y = std::nextafter(y, 200.0f);
+    const float x = y * s;
+    const float xs = x / s;
+    long double mean = 0, m2 = 0, rmax = 0;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const float xi = DitherFromByte(b);
+      const float m = std::nearbyint(xs + xi);
+      const long double r = static_cast<long double>(x) / s + xi - m;
+      rmax = std::max(rmax, std::fabs(r));
+      mean += r / 256;
+      m2 += r * r / 256;
+    }
+    ASSERT_LE(rmax, 0.5L + 1.0L / 65536) << x << " " << s;
+    ASSERT_LE(std::fabs(mean), static_cast<long double>(kDitherBias)) << x << " " << s;
+    ASSERT_LE(m2 - mean * mean, 1.0L / 12) << x << " " << s;
+    worst_mean = std::max(worst_mean, static_cast<double>(std::fabs(mean)));
+  }
+  EXPECT_GT(worst_mean, 0.9 / 512);  // the sweep reaches the bias the bound allows for
 }
 
 TEST(Bands, EachBandHoldsWholePairs) {
