@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "kernels/cuda/metered_decode_kernel.cuh"
+#include "kernels/cuda/decode_common.cuh"
 
 namespace witcert {
 namespace {

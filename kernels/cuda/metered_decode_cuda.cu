@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
+#include "kernels/cuda/metered_decode_kernel.cuh"
 #include "kernels/cuda/metered_decode_pipelined.cuh"
 
 namespace witcert {

@@ -46,7 +46,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda/metered_decode_kernel.cuh"
+#include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/meter/int_digit_dot.h"
 

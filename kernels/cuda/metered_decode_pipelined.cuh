@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda/metered_decode_kernel.cuh"
+#include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 
 namespace witcert::cuda_kv {

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/metered_decode_kernel.cuh"
+#include "kernels/cuda/decode_common.cuh"
 
 namespace witcert::cuda_kv {
 
