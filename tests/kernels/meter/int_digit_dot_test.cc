@@ -34,19 +34,35 @@ struct Replay {
   float eta;
 };
 
+// The query's scalars as the kernels take them: max|q|, ‖q‖₁, the digit exponent k and the
+// scaling 2^{6−k} (0 for a zero query), fl(1/√d).
+struct QueryScalars {
+  float amax = 0.0f;
+  double n1 = 0.0;
+  int k = 0;
+  double sc = 0.0;
+  float inv_sqrt_d = 0.0f;
+};
+QueryScalars ScalarsOf(const std::vector<float>& q) {
+  QueryScalars r;
+  for (float v : q) {
+    r.amax = std::fmax(r.amax, std::fabs(v));
+    r.n1 += std::fabs(static_cast<double>(v));
+  }
+  r.inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(q.size()));
+  r.k = r.amax > 0.0f ? DigitExponent(r.amax) : 0;
+  r.sc = r.amax > 0.0f ? std::ldexp(1.0, 6 - r.k) : 0.0;
+  return r;
+}
+
 // `digits` 4: the tensor-core kernels' arithmetic; 3: the three-digit variant.
 Replay ReplayKernelLogit(const std::vector<float>& q, const std::vector<int8_t>& x, float s,
                          int digits = 4) {
   const int d = static_cast<int>(q.size());
-  float amax = 0.0f;
-  double n1 = 0.0;
-  for (float v : q) {
-    amax = std::fmax(amax, std::fabs(v));
-    n1 += std::fabs(static_cast<double>(v));
-  }
-  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
-  const int k = amax > 0.0f ? DigitExponent(amax) : 0;
-  const double sc = amax > 0.0f ? std::ldexp(1.0, 6 - k) : 0.0;
+  const QueryScalars qs = ScalarsOf(q);
+  const float amax = qs.amax, inv_sqrt_d = qs.inv_sqrt_d;
+  const double n1 = qs.n1, sc = qs.sc;
+  const int k = qs.k;
   int64_t D[4] = {0, 0, 0, 0};
   for (int c = 0; c < d; ++c) {
     int8_t dg[4] = {0, 0, 0, 0};
@@ -171,15 +187,10 @@ TEST(IntDigitDot, DitherTermsStayWithinTheirEta) {
       case 2: for (int c = 0; c < d; ++c) { m[c] = c % 2 ? 127 : -127; b[c] = c % 2 ? 0 : 255; } break;
       default: break;
     }
-    float amax = 0.0f;
-    double n1 = 0.0;
-    for (float v : q) {
-      amax = std::fmax(amax, std::fabs(v));
-      n1 += std::fabs(static_cast<double>(v));
-    }
-    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
-    const int k = DigitExponent(amax);
-    const double sc = std::ldexp(1.0, 6 - k);
+    const QueryScalars qs = ScalarsOf(q);
+    const double n1 = qs.n1, sc = qs.sc;
+    const int k = qs.k;
+    const float inv_sqrt_d = qs.inv_sqrt_d;
     int64_t dm[4] = {0, 0, 0, 0}, de[4] = {0, 0, 0, 0}, ds[4] = {0, 0, 0, 0};
     long double dot = 0.0L;
     for (int c = 0; c < d; ++c) {
