@@ -555,6 +555,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       dsm_d.tierb[tid] = tid < G ? TierBCoefficientFromNorms<D>(sm.qbn[tid], nb, sm.q1[tid], range.context, p.delta_loc)
                                  : 0.0f;
     }
+    if (METER) {  // from here on qbn holds ‖q_b‖·(1/√d)·EpsInflation (Tier A's factors, folded)
+      const float k = inv_sqrt_d;
+      const float infl = meter::EpsInflation(D, nb);
+#pragma unroll
+      for (int b = 0; b < nb; ++b) sm.qbn[tid][b] = (sm.qbn[tid][b] * k) * infl;
+    }
     if (tid == 0) {
       float sv = 0.0f;
       for (int w = 0; w < kMmaWarps; ++w) sv = fmaxf(sv, sm.smax[w][1]);
@@ -580,7 +586,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
   MmaHeadSums cpa, cpb;  // heads ha, hb
   float vmax = 0.0f;     // max over the thread's tokens in the split of ν
-  const float infl = meter::EpsInflation(D, nb);
   const int vks = warp & 3, vhalf = warp >> 2;  // value loop: k-step, channel half
   // The value loop's byte offsets of row tig (+4e) in a k-step, for even and odd e.
   const int vchunk = (vhalf * 4 + (gid >> 1)) ^ (tig << 1);
@@ -612,10 +617,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const uint2 kc = *reinterpret_cast<const uint2*>(st + sl.kwit + tok * nb);
         const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[tok]);
         const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[tok];
-        float w8[8];
-        DecodeBandCodes8(kc.x, kc.y, unit, w8);
-        float ea = meter::TierAEpsilon(sm.qbn[ha], w8, 8, inv_sqrt_d, infl);
-        float eb = meter::TierAEpsilon(sm.qbn[hb], w8, 8, inv_sqrt_d, infl);
+        // ε = (Σ_b q'_b·c_b)·U with q'_b = ‖q_b‖/√d·EpsInflation (folded above): TierAEpsilon's
+        // roundings but one (the product by U after the sum instead of c_b·U, exact, before it),
+        // which EpsInflation's k = d/B + B + 10 has room for (cert_math.h).
+        float c8[8];
+        DecodeBandCodes8(kc.x, kc.y, 1.0f, c8);
+        float ea = 0.0f, eb = 0.0f;
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+          ea = fmaf(sm.qbn[ha][b], c8[b], ea);
+          eb = fmaf(sm.qbn[hb][b], c8[b], eb);
+        }
+        ea *= unit;
+        eb *= unit;
         if constexpr (DITHER) {  // Tier B: ε̂ = min(ε, u_t), u_t = C·s_t (the pipelined kernel's)
           const float ks = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc1)[tok]) * (1.0f + 4 * meter::kUnitRoundoff);
           ea = tierb_a > 0.0f ? fminf(ea, tierb_a * ks) : ea;
