@@ -135,6 +135,30 @@ __device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq,
   return r;
 }
 
+// The vector index of every 8-token group of a split's stages: gvec[i] for the tokens
+// [begin_al + 8i, begin_al + 8i + 8), kGroupOutside where the group misses [begin, end) (t_lo, t_hi:
+// begin and end as offsets from begin_al). A group never straddles a block (block_size ≥ 8, a
+// power of 2). The pipelined kernel's loader looks groups up here, filled once per CTA, instead
+// of in the block table with its range checks at every 16-byte copy (fp16 and fp8 11-13% faster,
+// bench/RESULTS.md 2026-12-03). The tensor-core kernel keeps its per-call lookup: the table
+// made its int8-dither meter-on kernel 2-7% slower there. Vector indices are < 2^31.
+constexpr int32_t kGroupOutside = INT32_MIN;
+__device__ __forceinline__ void FillGroupVectors(const DecodeParams& p, int seq, int kvh, int32_t begin_al,
+                                                 int32_t t_lo, int32_t t_hi, int32_t n_groups, int tid,
+                                                 int threads, int32_t* gvec) {
+  const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+  const int32_t hkv = p.layout.num_kv_heads, bmask = p.layout.block_size - 1;
+  for (int i = tid; i < n_groups; i += threads) {
+    const int32_t t0 = 8 * i;
+    int32_t v = kGroupOutside;
+    if (t0 < t_hi && t0 + 8 > t_lo) {
+      const int32_t pos = begin_al + t0;
+      v = ((bt[pos >> p.bs_shift] * hkv + kvh) << p.bs_shift) + (pos & bmask);
+    }
+    gvec[i] = v;
+  }
+}
+
 // ‖q_b‖ of band b of query `qg` [D] under the band map (CPU: QueryBandNorms), scaled so the
 // squares cannot overflow; *abs_sum = Σ|q_c| over the band in double (Tier B's ‖q‖₁).
 template <int D>

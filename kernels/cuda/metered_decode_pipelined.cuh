@@ -71,29 +71,25 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   const int sub = lane / LPT, part = lane % LPT, ch0 = part * 8;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const PagedKvLayout& L = p.layout;
-  const int32_t hkv = L.num_kv_heads, bs = L.block_size, nb = L.num_bands, G = p.q_per_kv;
+  const int32_t nb = L.num_bands, G = p.q_per_kv;
   const SplitRange range = BeginSplit<D>(p, seq, split, kvh, tid);
   if (!range.run) return;
   const int64_t Sctx = range.context, begin = range.begin, end = range.end;
   const StageLayout& sl = plan.stage;
   uint8_t* ring = dsm;
   float* logits = reinterpret_cast<float*>(dsm + plan.logits_off);  // [GMAX, lcap]
-  int32_t* btl = reinterpret_cast<int32_t*>(dsm + plan.bt_off);      // [bt_entries]
+  int32_t* gvec = reinterpret_cast<int32_t*>(dsm + plan.gvec_off);   // [gvec_entries]
   const int64_t begin_al = begin / kStageTokens * kStageTokens;
   const int32_t n_st = static_cast<int32_t>((end - begin_al + kStageTokens - 1) / kStageTokens);
-  const int64_t blk0 = begin_al >> p.bs_shift;
-  const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
-  {
-    const int64_t nblk = ((end - 1) >> p.bs_shift) - blk0 + 1;
-    for (int i = tid; i < nblk; i += kThreads) btl[i] = bt[blk0 + i];
-  }
+  FillGroupVectors(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
+                   static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gvec);
   const int scale_idx = C::kScaled ? (NS > 1 ? ch0 / 32 : 0) : 0;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
   const uint64_t h1 = meter::Mix64(meter::Mix64(p.seed) ^
                                    ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
 
-  __syncthreads();  // btl
+  __syncthreads();  // gvec
 
   // ---- the stage loader: stage k < n_st reads K, k ≥ n_st reads V (+ the K band witnesses,
   // the V summaries and the K scales)
@@ -101,14 +97,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
       const bool isv = k >= n_st;
-      const int64_t sb = begin_al + int64_t{kStageTokens} * (isv ? k - n_st : k);
+      const int32_t* sg = gvec + kStageGroups * (isv ? k - n_st : k);  // this stage's groups
       uint8_t* st = ring + (k % S) * sl.bytes;
       auto group_vec = [&](int grp, bool* ok) -> int64_t {
-        const int64_t t0 = sb + grp * 8;
-        *ok = t0 < end && t0 + 8 > begin;
-        if (!*ok) return 0;
-        const int64_t blk = btl[(t0 >> p.bs_shift) - blk0];
-        return ((blk * hkv + kvh) << p.bs_shift) + (t0 & (bs - 1));
+        const int32_t v = sg[grp];
+        *ok = v != kGroupOutside;
+        return *ok ? v : 0;
       };
       const uint8_t* codes = isv ? p.kv.v_codes : p.kv.k_codes;
       constexpr int CPG = CB / 2;  // 16-byte chunks per 8-token group

@@ -47,10 +47,10 @@ __host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32
 }
 
 // Dynamic shared memory of the pipelined kernel: ring, logits (later the output
-// reduction), block-table slice. Offsets in bytes.
+// reduction), the split's group vector table. Offsets in bytes.
 struct PipeSmemPlan {
   StageLayout stage;
-  int32_t stages, logits_off, bt_off, bt_entries;
+  int32_t stages, logits_off, gvec_off, gvec_entries;
   size_t bytes;
 };
 inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32_t lcap) {
@@ -59,9 +59,10 @@ inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32
   p.stages = PipeStages(SchemeInfo(L.scheme).bits_per_channel, L.head_dim);
   p.logits_off = p.stages * p.stage.bytes;
   const int64_t lf = std::max<int64_t>(int64_t{gmax} * lcap, int64_t{kWarps} * gmax * L.head_dim);
-  p.bt_off = p.logits_off + static_cast<int32_t>(4 * lf);
-  p.bt_entries = (lcap + 2 * kStageTokens) / L.block_size + 2;
-  p.bytes = static_cast<size_t>(p.bt_off) + 4 * static_cast<size_t>(p.bt_entries);
+  // gvec [8-token groups of the split's stages] int32 (FillGroupVectors).
+  p.gvec_off = p.logits_off + static_cast<int32_t>(4 * lf);
+  p.gvec_entries = (lcap + 2 * kStageTokens) / 8 + 2;
+  p.bytes = static_cast<size_t>(p.gvec_off) + 4 * static_cast<size_t>(p.gvec_entries);
   return p;
 }
 
