@@ -111,7 +111,7 @@ __device__ float StoredLogit(const PagedKvLayout& L, const PagedKvLayer& kv, con
     uint32_t raw[cuda_kv::kChunkWords<C::kBytes>];
     cuda_kv::LoadChunk<C::kBytes>(kv.k_codes + vec * cb + c * C::kBytes, raw);
     const float sc = C::kScaled ? cuda_kv::Bf16Bits(kv.k_scales[vec * nscale + (nscale > 1 ? c * 8 / 32 : 0)]) : 1.0f;
-    cuda_kv::DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, c * 8, false};
+    cuda_kv::DecodeCtx ctx{C::kTierB ? meter::DitherTokenHashAt(h1, static_cast<uint64_t>(t)) : 0ull, c * 8, false};
     ctx.params = cuda_kv::KeyParams<C, D>(kv, blk * L.num_kv_heads + kvh, c * 8);
     float x[8];
     C::Decode8(raw, ctx, x);
@@ -148,8 +148,7 @@ __global__ void __launch_bounds__(kThreads) BlockRiskKernel(const PagedKvLayout 
   const int64_t nblocks = (S + L.block_size - 1) / L.block_size;
   float* risk = a.risk + static_cast<int64_t>(blockIdx.x) * a.max_blocks;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
-  const uint64_t h1 = meter::Mix64(meter::Mix64(a.dither_seed) ^
-                                   ((static_cast<uint64_t>(a.layer) << 32) | static_cast<uint32_t>(kvh)));
+  const uint64_t h1 = meter::DitherHeadHash(a.dither_seed, static_cast<uint32_t>(a.layer), static_cast<uint32_t>(kvh));
   const float infl = meter::EpsInflation(D, nb);
   // One pass over the keys: a thread takes whole logical blocks and keeps each block's risk
   // relative to the block's own max logit, stored as a log, ln(r_j) + m_j; the block-wide

@@ -47,6 +47,7 @@
 #include <string>
 
 #include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/int8_mma_ops.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/meter/int_digit_dot.h"
 
@@ -102,27 +103,7 @@ inline MmaSmemPlan MakeMmaSmemPlan(const PagedKvLayout& L, int32_t lcap) {
   return p;
 }
 
-
 __device__ __forceinline__ int MmaSwizzle(int j) { return ((j & 3) << 1) | ((j >> 2) & 1); }
-
-// D += A·B, m16n8k32, int8 inputs, int32 accumulators (exact).
-__device__ __forceinline__ void MmaS8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Transposes 4×4 bytes: o[b] = {t0.byte b, t1.byte b, t2.byte b, t3.byte b}.
-__device__ __forceinline__ void Transpose4x4(uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3, uint32_t (&o)[4]) {
-  const uint32_t lo01 = __byte_perm(t0, t1, 0x5140), hi01 = __byte_perm(t0, t1, 0x7362);
-  const uint32_t lo23 = __byte_perm(t2, t3, 0x5140), hi23 = __byte_perm(t2, t3, 0x7362);
-  o[0] = __byte_perm(lo01, lo23, 0x5410);
-  o[1] = __byte_perm(lo01, lo23, 0x7632);
-  o[2] = __byte_perm(hi01, hi23, 0x5410);
-  o[3] = __byte_perm(hi01, hi23, 0x7632);
-}
 
 struct MmaSmem {
   int8_t qdig[4][kMmaG][kMmaD];             // query digits [digit, head, channel]
@@ -203,61 +184,6 @@ struct MmaHeadSums {
   }
 };
 
-// One query vector's digit split (a warp; lane holds channels 4·lane..4·lane+3 of qg): the
-// four base-128 digits of each channel go to digits[j·digit_stride + channel], and the
-// scalars the logits and η need come back (every lane gets them). Shared by the tensor-core
-// decode and chunked-prefill kernels, so both compute the very logits IntDigitEta bounds.
-struct QueryDigitScalars {
-  double q1 = 0.0;      // ‖q‖₁
-  int32_t exp = 0;      // k with 2^{k−1} ≤ max|q| < 2^k
-  bool bad = false;     // not finite, or k outside [kDigitExpMin, kDigitExpMax]
-  float qscale = 0.0f;  // 2^{k−6}·fl(1/√d), 0 for a zero or bad query
-};
-__device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float (&qv)[4], int lane, float inv_sqrt_d,
-                                                              int8_t* digits, int digit_stride) {
-  float amax = 0.0f;
-  double a1 = 0.0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    amax = fmaxf(amax, fabsf(qv[i]));
-    if (!(fabsf(qv[i]) <= 3.0e38f)) amax = INFINITY;  // NaN or inf
-    a1 += fabs(static_cast<double>(qv[i]));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-  }
-  QueryDigitScalars r;
-  r.q1 = a1;
-  r.bad = !(amax <= 3.0e38f);
-  if (!r.bad && amax > 0.0f) {
-    r.exp = meter::DigitExponent(amax);
-    r.bad = r.exp < meter::kDigitExpMin || r.exp > meter::kDigitExpMax;
-  }
-  const double sc = (!r.bad && amax > 0.0f) ? ldexp(1.0, 6 - r.exp) : 0.0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    int8_t dg[4];
-    meter::SplitIntoDigits(sc == 0.0 ? 0.0 : static_cast<double>(qv[i]) * sc, dg);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) digits[j * digit_stride + lane * 4 + i] = dg[j];
-  }
-  r.qscale = amax > 0.0f && !r.bad ? meter::DigitQueryScale(r.exp, inv_sqrt_d) : 0.0f;
-  return r;
-}
-// Lane l's channels 4l..4l+3 of qg (zeros when not live), as SplitQueryDigits takes them.
-__device__ __forceinline__ void LoadQueryLane(const float* qg, bool live, int lane, float (&qv)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) qv[i] = live ? qg[lane * 4 + i] : 0.0f;
-}
-__device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float* qg, bool live, int lane,
-                                                              float inv_sqrt_d, int8_t* digits,
-                                                              int digit_stride) {
-  float qv[4];
-  LoadQueryLane(qg, live, lane, qv);
-  return SplitQueryDigits(qv, lane, inv_sqrt_d, digits, digit_stride);
-}
 
 // Query digits and the split's scalars: warp g < 4 owns query head g (its lane's channels qv).
 __device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane, int g, float inv_sqrt_d,
@@ -424,7 +350,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   // int8-dither: S_j = Σ_c d_{j,c} of the lane's two A rows (digits dig, dig+1 of head gid&3),
   // from the fragments themselves (byte sums by dp4a, then over the 4 lanes of one gid); the
   // token hashes of stage 0 (then of stage k+1 during stage k; published by the barriers);
-  // h1 as the first kernel's: DitherTokenHash(seed, layer, kvh, pos) = Mix64(h1 ^ pos).
+  // h1 = DitherHeadHash, each token's DitherTokenHashAt(h1, pos).
   int32_t dsum_lo = 0, dsum_hi = 0;
   uint64_t h1 = 0;
   if constexpr (DITHER) {
@@ -440,12 +366,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       dsum_lo += __shfl_xor_sync(0xffffffffu, dsum_lo, o);
       dsum_hi += __shfl_xor_sync(0xffffffffu, dsum_hi, o);
     }
-    h1 = meter::Mix64(meter::Mix64(p.seed) ^ ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
+    h1 = meter::DitherHeadHash(p.seed, static_cast<uint32_t>(p.layer), static_cast<uint32_t>(kvh));
   }
   auto stage_hashes = [&](int k) {  // K stage k's token hashes, thread = token
     if constexpr (DITHER) {
       if (tid < ST) {
-        dsm_d.thash[k & 1][tid] = meter::Mix64(h1 ^ static_cast<uint64_t>(int64_t{base} + ST * k + tid));
+        dsm_d.thash[k & 1][tid] = meter::DitherTokenHashAt(h1, static_cast<uint64_t>(int64_t{base} + ST * k + tid));
       }
     }
   };

@@ -118,9 +118,8 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
   const int scale_idx = C::kScaled ? (nscale > 1 ? ch0 / 32 : 0) : 0;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
-  // DitherTokenHash(seed, layer, kvh, pos) = Mix64(h1 ^ pos).
-  const uint64_t h1 = meter::Mix64(meter::Mix64(p.seed) ^
-                                   ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
+  // DitherTokenHash(seed, layer, kvh, pos) = DitherTokenHashAt(h1, pos).
+  const uint64_t h1 = meter::DitherHeadHash(p.seed, static_cast<uint32_t>(p.layer), static_cast<uint32_t>(kvh));
 
   float q[GMAX][8];
 #pragma unroll
@@ -191,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
 #pragma unroll
       for (int u = 0; u < UB; ++u) {
         const int64_t t = base + (u0 + u) * kWarps * TPW + warp * TPW + sub;
-        DecodeCtx ctx{C::kTierB ? meter::Mix64(h1 ^ static_cast<uint64_t>(t)) : 0ull, ch0, false};
+        DecodeCtx ctx{C::kTierB ? meter::DitherTokenHashAt(h1, static_cast<uint64_t>(t)) : 0ull, ch0, false};
         if constexpr (C::kAffineParams) ctx.params = prm[u];
         float x[8];
         C::Decode8(raw[u], ctx, x);

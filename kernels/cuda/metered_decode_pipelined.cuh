@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   const int scale_idx = C::kScaled ? (NS > 1 ? ch0 / 32 : 0) : 0;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
-  const uint64_t h1 = meter::Mix64(meter::Mix64(p.seed) ^
-                                   ((static_cast<uint64_t>(p.layer) << 32) | static_cast<uint32_t>(kvh)));
+  const uint64_t h1 = meter::DitherHeadHash(p.seed, static_cast<uint32_t>(p.layer), static_cast<uint32_t>(kvh));
 
   __syncthreads();  // gvec
 
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr bool kEtaByNorm = !C::kWideRange && !C::kExact;
   float xss_max = 0.0f;
   int my_h = 0;
-  // int8-dither keys: each stage's token hashes Mix64(h1 ^ t), computed once per token by the
+  // int8-dither keys: each stage's token hashes DitherTokenHashAt(h1, t), computed once per token by the
   // first kStageTokens threads instead of by each of the token's LPT lanes; double-buffered,
   // stage k+1's written during stage k (published by the next stage's barrier). Values are not
   // dithered (meter/dither_hash.h): the V pass needs none.
@@ -208,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   auto stage_hashes = [&](int stage, int buf) {
     if constexpr (C::kTierB) {
       if (tid < kStageTokens) {
-        thash[buf][tid] = meter::Mix64(h1 ^ static_cast<uint64_t>(begin_al + int64_t{kStageTokens} * stage + tid));
+        thash[buf][tid] = meter::DitherTokenHashAt(h1, static_cast<uint64_t>(begin_al + int64_t{kStageTokens} * stage + tid));
       }
     }
   };

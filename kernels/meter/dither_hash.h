@@ -47,12 +47,19 @@ WITCERT_HD inline uint32_t Fmix32(uint32_t x) {
   return x ^ (x >> 16);
 }
 
+// The part of the hash shared by every vector of one (layer, KV head): a decode kernel hashes it
+// once and each token with DitherTokenHashAt.
+WITCERT_HD inline uint64_t DitherHeadHash(uint64_t seed, uint32_t layer, uint32_t kv_head) {
+  return Mix64(Mix64(seed) ^ ((static_cast<uint64_t>(layer) << 32) | kv_head));
+}
+WITCERT_HD inline uint64_t DitherTokenHashAt(uint64_t head_hash, uint64_t pos) {
+  return Mix64(head_hash ^ pos);
+}
+
 // The part of the hash shared by every channel of one cached vector.
 WITCERT_HD inline uint64_t DitherTokenHash(uint64_t seed, uint32_t layer, uint32_t kv_head,
                                            uint64_t pos) {
-  uint64_t h = Mix64(seed);
-  h = Mix64(h ^ ((static_cast<uint64_t>(layer) << 32) | kv_head));
-  return Mix64(h ^ pos);
+  return DitherTokenHashAt(DitherHeadHash(seed, layer, kv_head), pos);
 }
 
 // The dither bytes of key channels [4·group, 4·group + 4) (byte j: channel 4·group + j).
