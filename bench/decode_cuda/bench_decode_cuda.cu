@@ -5,8 +5,10 @@
 // context ∈ {8k,32k,128k}. Bytes = what the kernel must read: K and V codes + scales (kivi2:
 // + its key groups), plus both witnesses when the meter is on (queries, outputs and block
 // tables are < 0.1%).
-// Timing: cudaEvents around each decode call (decode + merge kernels), 5 warm-ups, median of
-// `iters` calls. Shapes whose KV is smaller than 4× the 60 MB L2 rotate over several layers
+// Timing, two ways side by side: cudaEvents around each decode call (decode + merge kernels), 5
+// warm-ups, median of `iters` calls, so the host's launch work between the events counts; and the
+// same calls back to back in a replayed CUDA graph (the engine's decode step is one), median per
+// call over replays. Shapes whose KV is smaller than 4× the 60 MB L2 rotate over several layers
 // so every call reads from HBM. KV is written by the real write path from hashed random
 // fp32 rows (never zeros). Usage: bench_decode_cuda [--quick] [--csv FILE] [--splits N]...
 #include <algorithm>
@@ -65,7 +67,8 @@ struct Row {
   int64_t ctx;
   bool meter;
   int splits;
-  double us, tbps;
+  double us, tbps;              // each call timed alone: host launch work included
+  double graph_us, graph_tbps;  // calls back to back in a CUDA graph, as the engine replays them
 };
 
 double Median(std::vector<float> v) {
@@ -214,16 +217,47 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
           if (i >= 5) ms.push_back(t);
         }
         BENCH_CHECK(cudaGetLastError());
+        // The same calls back to back in one CUDA graph (each on the next layer, so reads stay in
+        // HBM where the rotation asks for it), replayed: the GPU time per call as the engine's
+        // decode step sees it, without the host's launch work between the events.
+        const int graph_calls = std::max(8, 2 * layers);
+        cudaStream_t gs = nullptr;
+        BENCH_CHECK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        BENCH_CHECK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < graph_calls; ++i) {
+          a.layer = i % layers;
+          BENCH_CHECK(MeteredDecodeCuda(L, pool.layer(a.layer), a, gs));
+        }
+        BENCH_CHECK(cudaStreamEndCapture(gs, &graph));
+        BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        std::vector<float> gms;
+        for (int i = 0; i < 2 + std::max(5, iters / 4); ++i) {
+          cudaEventRecord(e0, gs);
+          BENCH_CHECK(cudaGraphLaunch(exec, gs));
+          cudaEventRecord(e1, gs);
+          cudaEventSynchronize(e1);
+          float t = 0;
+          cudaEventElapsedTime(&t, e0, e1);
+          if (i >= 2) gms.push_back(t / graph_calls);
+        }
+        BENCH_CHECK(cudaGetLastError());
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(gs);
         // The stored bytes per token (kivi2's key groups amortized over the block), less the
         // witnesses when the meter does not read them.
         const double per_tok =
             L.BytesPerTokenPerHead() - (meter ? 0.0 : L.key_witness_bytes() + L.value_summary_bytes());
         const double bytes = per_tok * hkv * static_cast<double>(batch) * ctx;
-        const double sec = Median(ms) * 1e-3;
-        rows->push_back({label, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12});
-        std::printf("%-20s batch %2d ctx %6lld meter %d splits %3d layers %2d: %9.1f us  %.3f TB/s\n",
+        const double sec = Median(ms) * 1e-3, gsec = Median(gms) * 1e-3;
+        rows->push_back({label, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12, gsec * 1e6,
+                         bytes / gsec / 1e12});
+        std::printf("%-20s batch %2d ctx %6lld meter %d splits %3d layers %2d: %9.1f us  %.3f TB/s;"
+                    " graph %9.1f us  %.3f TB/s\n",
                     label.c_str(), batch, static_cast<long long>(ctx), meter, splits, layers,
-                    sec * 1e6, bytes / sec / 1e12);
+                    sec * 1e6, bytes / sec / 1e12, gsec * 1e6, bytes / gsec / 1e12);
         std::fflush(stdout);
         cudaFree(a.workspace);
         cudaEventDestroy(e0);
@@ -289,23 +323,26 @@ int Main(int argc, char** argv) {
                 L.BytesPerTokenPerHead(), 1073741824.0 / L.BytesPerTokenPerHead(),
                 static_cast<double>(F.BytesPerTokenPerHead()) / L.BytesPerTokenPerHead());
   }
-  std::printf("\n| scheme | batch | ctx | splits | off us | on us | off TB/s | on TB/s | meter overhead |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| scheme | batch | ctx | splits | off us | on us | off TB/s | on TB/s | meter overhead "
+              "| graph off us | graph on us | graph on TB/s | graph meter overhead |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i + 1 < rows.size(); i += 2) {
     const Row& off = rows[i];
     const Row& on = rows[i + 1];
-    std::printf("| %s | %d | %lldk | %d | %.1f | %.1f | %.2f | %.2f | %+.1f%% |\n", on.scheme.c_str(), on.batch,
-                static_cast<long long>(on.ctx / 1024), on.splits, off.us, on.us, off.tbps, on.tbps,
-                100.0 * (on.us / off.us - 1.0));
+    std::printf("| %s | %d | %lldk | %d | %.1f | %.1f | %.2f | %.2f | %+.1f%% | %.1f | %.1f | %.2f | %+.1f%% |\n",
+                on.scheme.c_str(), on.batch, static_cast<long long>(on.ctx / 1024), on.splits, off.us, on.us,
+                off.tbps, on.tbps, 100.0 * (on.us / off.us - 1.0), off.graph_us, on.graph_us, on.graph_tbps,
+                100.0 * (on.graph_us / off.graph_us - 1.0));
   }
   if (csv != nullptr) {
     FILE* f = std::fopen(csv, "w");
     if (f != nullptr) {
-      std::fprintf(f, "scheme,batch,ctx,meter,splits,us,tbps\n");
+      std::fprintf(f, "scheme,batch,ctx,meter,splits,us,tbps,graph_us,graph_tbps\n");
       for (const Row& r : rows) {
-        std::fprintf(f, "%s,%d,%lld,%d,%d,%.2f,%.4f\n", r.scheme.c_str(), r.batch, static_cast<long long>(r.ctx),
-                     r.meter, r.splits, r.us, r.tbps);
+        std::fprintf(f, "%s,%d,%lld,%d,%d,%.2f,%.4f,%.2f,%.4f\n", r.scheme.c_str(), r.batch,
+                     static_cast<long long>(r.ctx), r.meter, r.splits, r.us, r.tbps, r.graph_us, r.graph_tbps);
       }
-      std::fprintf(f, "copy,0,0,0,0,0,%.4f\n", copy);
+      std::fprintf(f, "copy,0,0,0,0,0,%.4f,0,0\n", copy);
       std::fclose(f);
     }
   }
