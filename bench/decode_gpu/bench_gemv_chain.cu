@@ -4,7 +4,8 @@
 //      loads before waiting for its predecessor (as the engine's GEMVs do);
 //  (b) one persistent cooperative launch per layer, phases separated by grid barriers, each warp
 //      issuing its next phase's first weight loads before the barrier;
-//  (c) one persistent launch for every layer.
+//  (c) one persistent launch for every layer;
+//  (d) as (a), but each CTA reads whole rows, its warps splitting the columns.
 // Times are per layer (median over graph replays of `layers` layers), against the bytes read.
 // Usage: bench_gemv_chain [layers=16] [replays=9]. Needs only CUDA.
 #include <cooperative_groups.h>
@@ -123,6 +124,56 @@ __global__ void __launch_bounds__(kThreads) PhaseKernel(const Phase ph) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   RunPhase(ph, wg, nwarps, lane, wv, xs);
+}
+
+// (d) The same phase with the CTA's warps splitting each row's columns: at every step the CTA
+// reads kRowsD whole rows, so its loads form one contiguous run of kRowsD·cols·2 bytes (instead of
+// 16 rows advancing 512 bytes at a time), then reduces the 8 warps' partial sums in shared memory.
+constexpr int kRowsD = 4;
+template <int PER>  // chunks per thread per row: cols / 8 / kThreads
+__global__ void __launch_bounds__(kThreads) PhaseKernelRowsPerCta(const Phase ph) {
+  __shared__ uint4 xs[kMaxCols / 8];
+  __shared__ float part[kWarps][kRowsD];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int per = PER, kMaxPer = PER;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsD;
+  uint4 wv[kRowsD][kMaxPer];
+#pragma unroll
+  for (int r = 0; r < kRowsD; ++r) {
+    const uint4* wr = reinterpret_cast<const uint4*>(ph.w + (r0 + r) * ph.cols);
+#pragma unroll
+    for (int k = 0; k < kMaxPer; ++k) {
+      if (k < per) wv[r][k] = __ldcs(wr + threadIdx.x + k * kThreads);
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  for (int j = threadIdx.x; j < ph.cols / 4; j += kThreads) {
+    const float4 v = reinterpret_cast<const float4*>(ph.x)[j];
+    reinterpret_cast<uint2*>(xs)[j] = make_uint2(Bf16(v.x) | (uint32_t{Bf16(v.y)} << 16),
+                                                 Bf16(v.z) | (uint32_t{Bf16(v.w)} << 16));
+  }
+  __syncthreads();
+  float acc[kRowsD] = {};
+#pragma unroll
+  for (int k = 0; k < kMaxPer; ++k) {
+    if (k < per) {
+      const uint4 xv = xs[threadIdx.x + k * kThreads];
+#pragma unroll
+      for (int r = 0; r < kRowsD; ++r) acc[r] = Dot8(wv[r][k], xv, acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsD; ++r) {
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane == 0) part[warp][r] = acc[r];
+  }
+  __syncthreads();
+  if (threadIdx.x < kRowsD) {
+    float t = 0.0f;
+    for (int w = 0; w < kWarps; ++w) t += part[w][threadIdx.x];
+    ph.y[r0 + threadIdx.x] = t;
+  }
 }
 
 // Phases [begin, end) in one cooperative launch, grid barriers between them.
@@ -245,6 +296,25 @@ int main(int argc, char** argv) {
         CHECK(cudaLaunchKernelEx(&cfg, PhaseKernel, all.ph[p]));
       }
     }, "(a) a launch per phase (PDL)", (all.ph[1].rows / 2 + kWarps - 1) / kWarps);
+    // (d) a launch per phase, kRowsD whole rows per CTA (columns split across the warps).
+    time_graph([&] {
+      for (int p = 0; p < all.n; ++p) {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(all.ph[p].rows / kRowsD);
+        cfg.blockDim = dim3(kThreads);
+        cfg.stream = st;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (all.ph[p].cols == 4096) {
+          CHECK(cudaLaunchKernelEx(&cfg, PhaseKernelRowsPerCta<2>, all.ph[p]));
+        } else {
+          CHECK(cudaLaunchKernelEx(&cfg, PhaseKernelRowsPerCta<7>, all.ph[p]));
+        }
+      }
+    }, "(d) a launch per phase, 4 whole rows per CTA", all.ph[1].rows / kRowsD);
     // (b) one cooperative launch per layer.
     time_graph([&] {
       for (int l = 0; l < layers; ++l) {
