@@ -17,13 +17,25 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/cuda/dependent_launch.cuh"
+
 namespace cg = cooperative_groups;
+using witcert::CudaStatus;
 
 #define CHECK(x)                                                                         \
   do {                                                                                   \
     cudaError_t e_ = (x);                                                                \
     if (e_ != cudaSuccess) {                                                             \
       std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+#define CHECK_OK(x)                                                                      \
+  do {                                                                                   \
+    const CudaStatus s_ = (x);                                                           \
+    if (!s_.ok) {                                                                        \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, s_.message.c_str());        \
       std::exit(1);                                                                      \
     }                                                                                    \
   } while (0)
@@ -52,9 +64,20 @@ __device__ __forceinline__ float Dot8(uint4 a, uint4 b, float acc) {
   acc = fmaf(Lo(a.w), Lo(b.w), acc); acc = fmaf(Hi(a.w), Hi(b.w), acc);
   return acc;
 }
-__device__ __forceinline__ uint16_t Bf16(float f) {
+// Round to nearest even bf16, for finite f (the inputs here always are). Not cuda_ops::ToBf16Bits:
+// with __float2bfloat16_rn the measured kernels took 74-78 registers instead of 64, i.e. 3 CTAs per
+// SM instead of the 4 that bench/RESULTS.md's figures ran with.
+__device__ __forceinline__ uint32_t Bf16(float f) {
   const uint32_t u = __float_as_uint(f);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+// x [cols] fp32 → xs [cols / 8] bf16, by the whole CTA.
+__device__ __forceinline__ void StageInput(const float* x, int cols, uint4* xs) {
+  for (int j = threadIdx.x; j < cols / 4; j += kThreads) {
+    const float4 v = reinterpret_cast<const float4*>(x)[j];
+    reinterpret_cast<uint2*>(xs)[j] = make_uint2(Bf16(v.x) | (Bf16(v.y) << 16), Bf16(v.z) | (Bf16(v.w) << 16));
+  }
+  __syncthreads();
 }
 
 // The first loads of the warp's first row pair of phase `ph` (weights only: no dependency).
@@ -74,12 +97,7 @@ __device__ __forceinline__ void Prefetch(const Phase& ph, int64_t wg, int lane, 
 // first step's loads are in wv already.
 __device__ void RunPhase(const Phase& ph, int64_t wg, int64_t nwarps, int lane, uint4 (&wv)[2][kUnroll], uint4* xs) {
   const int c8 = ph.cols / 8;
-  for (int j = threadIdx.x; j < ph.cols / 4; j += kThreads) {
-    const float4 v = reinterpret_cast<const float4*>(ph.x)[j];
-    reinterpret_cast<uint2*>(xs)[j] = make_uint2(Bf16(v.x) | (uint32_t{Bf16(v.y)} << 16),
-                                                 Bf16(v.z) | (uint32_t{Bf16(v.w)} << 16));
-  }
-  __syncthreads();
+  StageInput(ph.x, ph.cols, xs);
   bool first = true;
   for (int64_t pair = wg; 2 * pair < ph.rows; pair += nwarps) {
     const uint4* w0 = reinterpret_cast<const uint4*>(ph.w + 2 * pair * ph.cols);
@@ -121,8 +139,8 @@ __global__ void __launch_bounds__(kThreads) PhaseKernel(const Phase ph) {
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kWarps;
   uint4 wv[2][kUnroll];
   Prefetch(ph, wg, lane, wv);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
+  witcert::cuda_launch::WaitForPreviousKernel();
+  witcert::cuda_launch::AllowNextKernelToStart();
   RunPhase(ph, wg, nwarps, lane, wv, xs);
 }
 
@@ -135,33 +153,23 @@ __global__ void __launch_bounds__(kThreads) PhaseKernelRowsPerCta(const Phase ph
   __shared__ uint4 xs[kMaxCols / 8];
   __shared__ float part[kWarps][kRowsD];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int per = PER, kMaxPer = PER;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsD;
-  uint4 wv[kRowsD][kMaxPer];
+  uint4 wv[kRowsD][PER];
 #pragma unroll
   for (int r = 0; r < kRowsD; ++r) {
     const uint4* wr = reinterpret_cast<const uint4*>(ph.w + (r0 + r) * ph.cols);
 #pragma unroll
-    for (int k = 0; k < kMaxPer; ++k) {
-      if (k < per) wv[r][k] = __ldcs(wr + threadIdx.x + k * kThreads);
-    }
+    for (int k = 0; k < PER; ++k) wv[r][k] = __ldcs(wr + threadIdx.x + k * kThreads);
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-  for (int j = threadIdx.x; j < ph.cols / 4; j += kThreads) {
-    const float4 v = reinterpret_cast<const float4*>(ph.x)[j];
-    reinterpret_cast<uint2*>(xs)[j] = make_uint2(Bf16(v.x) | (uint32_t{Bf16(v.y)} << 16),
-                                                 Bf16(v.z) | (uint32_t{Bf16(v.w)} << 16));
-  }
-  __syncthreads();
+  witcert::cuda_launch::WaitForPreviousKernel();
+  witcert::cuda_launch::AllowNextKernelToStart();
+  StageInput(ph.x, ph.cols, xs);
   float acc[kRowsD] = {};
 #pragma unroll
-  for (int k = 0; k < kMaxPer; ++k) {
-    if (k < per) {
-      const uint4 xv = xs[threadIdx.x + k * kThreads];
+  for (int k = 0; k < PER; ++k) {
+    const uint4 xv = xs[threadIdx.x + k * kThreads];
 #pragma unroll
-      for (int r = 0; r < kRowsD; ++r) acc[r] = Dot8(wv[r][k], xv, acc[r]);
-    }
+    for (int r = 0; r < kRowsD; ++r) acc[r] = Dot8(wv[r][k], xv, acc[r]);
   }
 #pragma unroll
   for (int r = 0; r < kRowsD; ++r) {
@@ -284,35 +292,16 @@ int main(int argc, char** argv) {
     // (a) a launch per phase, dependent launches, one CTA per 8 row pairs (as the engine's GEMV).
     time_graph([&] {
       for (int p = 0; p < all.n; ++p) {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3((all.ph[p].rows / 2 + kWarps - 1) / kWarps);
-        cfg.blockDim = dim3(kThreads);
-        cfg.stream = st;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        CHECK(cudaLaunchKernelEx(&cfg, PhaseKernel, all.ph[p]));
+        const dim3 grid((all.ph[p].rows / 2 + kWarps - 1) / kWarps);
+        CHECK_OK(witcert::cuda_launch::Launch(PhaseKernel, grid, kThreads, 0, st, true, all.ph[p]));
       }
     }, "(a) a launch per phase (PDL)", (all.ph[1].rows / 2 + kWarps - 1) / kWarps);
     // (d) a launch per phase, kRowsD whole rows per CTA (columns split across the warps).
     time_graph([&] {
       for (int p = 0; p < all.n; ++p) {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(all.ph[p].rows / kRowsD);
-        cfg.blockDim = dim3(kThreads);
-        cfg.stream = st;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        if (all.ph[p].cols == 4096) {
-          CHECK(cudaLaunchKernelEx(&cfg, PhaseKernelRowsPerCta<2>, all.ph[p]));
-        } else {
-          CHECK(cudaLaunchKernelEx(&cfg, PhaseKernelRowsPerCta<7>, all.ph[p]));
-        }
+        const dim3 grid(all.ph[p].rows / kRowsD);
+        auto* kernel = all.ph[p].cols == 4096 ? PhaseKernelRowsPerCta<2> : PhaseKernelRowsPerCta<7>;
+        CHECK_OK(witcert::cuda_launch::Launch(kernel, grid, kThreads, 0, st, true, all.ph[p]));
       }
     }, "(d) a launch per phase, 4 whole rows per CTA", all.ph[1].rows / kRowsD);
     // (b) one cooperative launch per layer.
