@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/kv_codec_device.cuh"
 #include "kernels/cuda/metered_decode_cuda.h"
 #include "kernels/meter/cert_math.h"
@@ -27,6 +28,7 @@ struct DecodeParams {
   int32_t num_q_heads, q_per_kv, max_blocks, num_splits, lcap, layer;
   int32_t code_bytes, nscale;   // layout.code_bytes(), layout.scales_per_vector(false)
   int32_t bs_shift;             // log2(block_size): no 64-bit division per token
+  bool overlap_previous = false;  // launched to overlap the KV write: q only after the wait
   uint64_t seed;
   double delta_loc;
   float* part_acc;             // [batch, Hq, P, D]
@@ -111,6 +113,9 @@ __device__ __forceinline__ float WideRangeRowNorm(const float (&x)[8], float sca
 struct SplitRange {
   int64_t context = 0, begin = 0, end = 0;
   bool run = false;
+  // The split holds the sequence's newest token, which the kernel before may still be writing
+  // when the decode overlaps it (MeteredDecodeCudaArgs::overlap_previous).
+  __device__ bool HoldsNewest() const { return end == context; }
 };
 template <int D>
 __device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq, int split, int kvh, int tid) {
@@ -121,6 +126,7 @@ __device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq,
   r.begin = len * split;
   r.end = r.begin + len < r.context ? r.begin + len : r.context;
   if (r.end - r.begin > p.lcap) {
+    cuda_launch::WaitForPreviousKernel();  // writes the workspace the previous merge may read
     const int32_t G = p.q_per_kv;
     if (tid < G) {
       meter::CertPartial v;

@@ -27,7 +27,7 @@ extern template CudaStatus LaunchDecodeForCodec<DevInt8Dither>(const DecodeParam
 extern template CudaStatus LaunchDecodeForCodec<DevInt4Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 extern template CudaStatus LaunchDecodeForCodec<DevKivi2>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 #define WITCERT_PIPE_EXTERN(C_) \
-  extern template CudaStatus LaunchPipelinedForCodec<C_>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, cudaStream_t);
+  extern template CudaStatus LaunchPipelinedForCodec<C_>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, bool, cudaStream_t);
 WITCERT_PIPE_EXTERN(DevFp32)
 WITCERT_PIPE_EXTERN(DevFp16)
 WITCERT_PIPE_EXTERN(DevBf16)
@@ -37,10 +37,10 @@ WITCERT_PIPE_EXTERN(DevInt8Rtn)
 WITCERT_PIPE_EXTERN(DevInt8Dither)
 WITCERT_PIPE_EXTERN(DevInt4Rtn)
 #undef WITCERT_PIPE_EXTERN
-extern template CudaStatus LaunchInt8Mma<true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, true>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
 
 namespace {
 
@@ -114,6 +114,9 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   __shared__ float f[kMaxSplits];  // [P] e^{m_i − M}
   __shared__ float s_inv_z;
   __shared__ float s_out[256];     // [head_dim] the output row, for ‖õ‖
+  // The next kernel (the O projection's GEMV at batch 1) may launch now and start on its
+  // weights; it waits for this one before it reads the output.
+  cuda_launch::AllowNextKernelToStart();
   const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
   const int32_t P = static_cast<int32_t>(SplitsUsed(context_lens[seq], num_splits));
   const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
@@ -213,13 +216,13 @@ CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, d
 }
 
 CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, const PipeSmemPlan& plan,
-                                    bool meter, dim3 grid, cudaStream_t stream) {
+                                    bool meter, dim3 grid, bool overlap_previous, cudaStream_t stream) {
   return WithDevCodec(scheme, "MeteredDecodeCuda: unknown scheme", [&](auto codec) {
     using C = typename decltype(codec)::type;
     if constexpr (C::kAffineParams) {
       return CudaStatus::Error("MeteredDecodeCuda: the pipelined kernel has no kivi2 path");
     } else {
-      return LaunchPipelinedForCodec<C>(p, plan, meter, grid, stream);
+      return LaunchPipelinedForCodec<C>(p, plan, meter, grid, overlap_previous, stream);
     }
   });
 }
@@ -335,6 +338,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   p.bs_shift = 0;
   while ((1 << p.bs_shift) < layout.block_size) ++p.bs_shift;
   p.seed = args.dither_seed;
+  p.overlap_previous = args.overlap_previous;
   p.delta_loc = args.delta_loc;
   const size_t cells = static_cast<size_t>(args.batch) * args.num_q_heads * splits;
   p.part_acc = static_cast<float*>(args.workspace);
@@ -379,13 +383,15 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
     const bool dither = layout.scheme == KvScheme::kInt8Dither;
-    WITCERT_CUDA_RETURN_IF_ERROR(dither ? (args.meter ? LaunchInt8Mma<true, true>(p, mplan, grid, stream)
-                                                      : LaunchInt8Mma<false, true>(p, mplan, grid, stream))
-                                        : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, stream)
-                                                      : LaunchInt8Mma<false, false>(p, mplan, grid, stream)));
+    const bool ov = args.overlap_previous;
+    WITCERT_CUDA_RETURN_IF_ERROR(dither ? (args.meter ? LaunchInt8Mma<true, true>(p, mplan, grid, ov, stream)
+                                                      : LaunchInt8Mma<false, true>(p, mplan, grid, ov, stream))
+                                        : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, ov, stream)
+                                                      : LaunchInt8Mma<false, false>(p, mplan, grid, ov, stream)));
   } else if (!exact && !group_keys && !outliers && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
              plan.bytes <= 200 * 1024) {
-    WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
+    WITCERT_CUDA_RETURN_IF_ERROR(
+        LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, args.overlap_previous, stream));
   } else {
     const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,
                                                         static_cast<size_t>(kWarps) * gmax * layout.head_dim);

@@ -63,6 +63,14 @@ struct MeteredDecodeCudaArgs {
   // Outlier channel bypass (layout.outliers() = m > 0): this layer's channel table, as the write
   // path took it. Runs the first kernel with the meter (kivi2: meter on or off).
   const int32_t* outlier_channels = nullptr;  // [Hkv, 2 (K, V), m], device
+  // Launch the tensor-core or pipelined kernel to overlap the kernel before it on the stream
+  // (a programmatic dependent launch, dependent_launch.cuh): before it waits for that kernel, each
+  // split streams its first stages of K/V, except the split holding the sequence's newest token
+  // (position context − 1), which waits first. So the kernel before may write q and each
+  // sequence's newest token (the decode step's KV write) but nothing else this call reads, and
+  // must let its dependents start early (AllowNextKernelToStart) for the overlap to happen.
+  // Other kernels (kivi2, outliers, exact reads, the first kernel) launch the ordinary way.
+  bool overlap_previous = false;
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
   float* out_norm = nullptr;            // optional [batch, Hq] ‖out‖₂ per cell (RowNormsCuda's bits)

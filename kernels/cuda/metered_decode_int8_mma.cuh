@@ -212,13 +212,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   constexpr int32_t nb = 8;  // witness bands (TensorCoreDecodeSupports)
   const int32_t hkv = L.num_kv_heads, bs = L.block_size, G = p.q_per_kv;
   const int h0 = kvh * G;
-  // The query's loads first: nothing they read depends on the split, so their latency overlaps
-  // the context length's and the block table's.
+  // The query's loads first, unless the kernel before may still be writing it: nothing they read
+  // depends on the split, so their latency overlaps the context length's and the block table's.
   float qv[4];
-  if (warp < G4) {
-    const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (warp < G ? warp : 0)) * D;
-    LoadQueryLane(qg, warp < G, lane, qv);
-  }
+  auto load_query = [&] {
+    if (warp < G4) {
+      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (warp < G ? warp : 0)) * D;
+      LoadQueryLane(qg, warp < G, lane, qv);
+    }
+  };
+  if (!p.overlap_previous) load_query();
   const SplitRange range = BeginSplit<D>(p, seq, split, kvh, tid);
   if (!range.run) return;
   const int64_t begin = range.begin, end = range.end;
@@ -309,9 +312,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     }
     CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
   };
+  // Launched to overlap the KV write (MeteredDecodeCudaArgs::overlap_previous): the first stages
+  // stream before the wait, except in the split the write may still be changing.
+  if (range.HoldsNewest()) cuda_launch::WaitForPreviousKernel();
   v0_next = group_vector(0);
 #pragma unroll
   for (int k = 0; k < kMmaRing - 1; ++k) issue(k);
+  cuda_launch::WaitForPreviousKernel();
+  if (p.overlap_previous) load_query();
 
   // ---- prologue, while the first stages load: query digits (warps 0-3), band norms (meter,
   // warp 4, beside them rather than after head 0's digits on warp 0)
@@ -695,13 +703,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
 }
 
 template <bool METER, bool DITHER>
-CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, cudaStream_t stream) {
+CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, bool overlap_previous,
+                         cudaStream_t stream) {
   auto kernel = Int8MmaDecodeKernel<METER, DITHER>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.bytes)));
-  kernel<<<grid, kMmaThreads, plan.bytes, stream>>>(p, plan);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return cuda_launch::Launch(kernel, grid, dim3(kMmaThreads), plan.bytes, stream, overlap_previous, p, plan);
 }
 
 }  // namespace witcert::cuda_kv

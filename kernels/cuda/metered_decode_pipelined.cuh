@@ -167,8 +167,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
     CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
   };
+  // Launched to overlap the KV write (MeteredDecodeCudaArgs::overlap_previous): the first stages
+  // stream before the wait, except in the split the write may still be changing. q is read after.
+  if (range.HoldsNewest()) cuda_launch::WaitForPreviousKernel();
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) issue(k);
+  cuda_launch::WaitForPreviousKernel();
 
   // ---- meter prologue, while the first stages load: query band norms and the Tier B
   // coefficient (CPU: PrepareMeteredQuery)
@@ -473,24 +477,23 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 }
 
 template <class C, int D, int GMAX, bool METER>
-CudaStatus LaunchPipelined(const DecodeParams& p, const PipeSmemPlan& plan, dim3 grid, cudaStream_t stream) {
+CudaStatus LaunchPipelined(const DecodeParams& p, const PipeSmemPlan& plan, dim3 grid, bool overlap_previous,
+                           cudaStream_t stream) {
   auto kernel = PipelinedDecodeKernel<C, D, GMAX, METER>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.bytes)));
-  kernel<<<grid, kThreads, plan.bytes, stream>>>(p, plan);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return cuda_launch::Launch(kernel, grid, dim3(kThreads), plan.bytes, stream, overlap_previous, p, plan);
 }
 
 template <class C>
 CudaStatus LaunchPipelinedForCodec(const DecodeParams& p, const PipeSmemPlan& plan, bool meter, dim3 grid,
-                                   cudaStream_t stream) {
+                                   bool overlap_previous, cudaStream_t stream) {
   const int d = p.layout.head_dim;
   const bool g8 = p.q_per_kv > 4;
 #define WITCERT_PIPE_CASE(D_, G_)                                                  \
   if (d == D_ && g8 == (G_ == 8)) {                                                \
-    return meter ? LaunchPipelined<C, D_, G_, true>(p, plan, grid, stream)         \
-                 : LaunchPipelined<C, D_, G_, false>(p, plan, grid, stream);       \
+    return meter ? LaunchPipelined<C, D_, G_, true>(p, plan, grid, overlap_previous, stream)         \
+                 : LaunchPipelined<C, D_, G_, false>(p, plan, grid, overlap_previous, stream);       \
   }
   WITCERT_PIPE_CASE(64, 4)
   WITCERT_PIPE_CASE(64, 8)

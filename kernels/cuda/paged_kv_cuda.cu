@@ -138,6 +138,9 @@ struct WriteParams {
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WriteKvKernel(const WriteParams p) {
   __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel (keys)
+  // The decode kernel after this one may launch now and stream the blocks this write does not
+  // touch (MeteredDecodeCudaArgs::overlap_previous).
+  cuda_launch::AllowNextKernelToStart();
   cuda_launch::WaitForPreviousKernel();  // launched to overlap the tail of the kernel writing k, v
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;

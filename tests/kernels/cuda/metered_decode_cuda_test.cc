@@ -39,6 +39,7 @@
 #include "kernels/meter/float_formats.h"
 #include "kernels/meter/partial_sum.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/late_copy_cuda.h"
 #include "tests/kernels/meter/long_double_reference.h"
 
 namespace witcert {
@@ -293,6 +294,109 @@ class Problem {
     ASSERT_CUDART(cudaDeviceSynchronize());
     const std::vector<float> norm = dnorm.Download(), norm_ref = dnorm_ref.Download();
     ASSERT_EQ(std::memcmp(norm.data(), norm_ref.data(), norm.size() * sizeof(float)), 0);
+  }
+
+  // The decode launched to overlap the kernel before it (overlap_previous), as the engine's
+  // decode step launches it behind the KV write: every sequence's context but its newest token is
+  // in the pool; then a late kernel (0.2 ms) copies q into place, the write of the newest tokens
+  // follows as a programmatic dependent launch, and the decode as another. A split that read q or
+  // the newest token before its wait would see NaN poison or an unwritten slot. The outputs and
+  // certificates must equal, bit for bit, the ordinary launch's on the finished pool.
+  void CheckOverlapWithWrite() {
+    const int64_t batch = c_.ctx.size(), hq = c_.hkv * c_.group;
+    ASSERT_CUDA_OK(pool_.Init(L_, 1));
+    const int64_t row = int64_t{c_.hkv} * c_.d;
+    std::vector<float> k_new(batch * row), v_new(batch * row);
+    std::vector<int64_t> slot_new(batch), pos_new(batch);
+    auto slot_of = [&](int64_t b, int64_t t) {
+      return static_cast<int64_t>(tables_[b * max_blocks_ + t / c_.bs]) * c_.bs + t % c_.bs;
+    };
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t older = c_.ctx[b] - 1;
+      std::copy_n(&k_[b][older * row], row, &k_new[b * row]);
+      std::copy_n(&v_[b][older * row], row, &v_new[b * row]);
+      slot_new[b] = slot_of(b, older);
+      pos_new[b] = older;
+      if (older == 0) continue;
+      std::vector<int64_t> slots(older), pos(older);
+      for (int64_t t = 0; t < older; ++t) {
+        slots[t] = slot_of(b, t);
+        pos[t] = t;
+      }
+      DeviceBuffer<float> dk, dv;
+      DeviceBuffer<int64_t> ds, dp;
+      dk.Upload(std::vector<float>(k_[b].begin(), k_[b].begin() + older * row));
+      dv.Upload(std::vector<float>(v_[b].begin(), v_[b].begin() + older * row));
+      ds.Upload(slots);
+      dp.Upload(pos);
+      ASSERT_CUDA_OK(WriteKvCuda(L_, pool_.layer(0), KvWriteArgs{dk.get(), dv.get(), ds.get(), dp.get(), older,
+                                                                  kLayer, kSeed, {}},
+                                 nullptr));
+      ASSERT_CUDART(cudaDeviceSynchronize());
+    }
+    DeviceBuffer<float> dq_src, dq(q_.size()), dk_new, dv_new;
+    DeviceBuffer<int64_t> ds_new, dp_new;
+    dq_src.Upload(q_);
+    dq.Fill(0xff);  // NaN until the late copy
+    dk_new.Upload(k_new);
+    dv_new.Upload(v_new);
+    ds_new.Upload(slot_new);
+    dp_new.Upload(pos_new);
+    DeviceBuffer<int32_t> dt, dl;
+    dt.Upload(tables_);
+    dl.Upload(std::vector<int32_t>(c_.ctx.begin(), c_.ctx.end()));
+    MeteredDecodeCudaArgs a;
+    a.q = dq.get();
+    a.block_tables = dt.get();
+    a.context_lens = dl.get();
+    a.batch = static_cast<int32_t>(batch);
+    a.num_q_heads = static_cast<int32_t>(hq);
+    a.max_blocks_per_seq = max_blocks_;
+    a.max_context = max_ctx_;
+    a.layer = kLayer;
+    a.dither_seed = kSeed;
+    a.delta_loc = c_.delta;
+    a.meter = c_.meter;
+    a.num_splits = c_.splits;
+    a.kernel = c_.kernel;
+    int32_t splits = 0;
+    ASSERT_CUDA_OK(ResolveNumSplits(L_, a, &splits));
+    DeviceBuffer<uint8_t> ws(MeteredDecodeWorkspaceBytes(a.batch, a.num_q_heads, c_.d, splits));
+    a.workspace = ws.get();
+    a.workspace_bytes = ws.size();
+    DeviceBuffer<float> out[2], norm[2];
+    DeviceBuffer<meter::CertBound> cert[2];
+    for (int i = 0; i < 2; ++i) {
+      out[i].Resize(batch * hq * c_.d);
+      out[i].Fill(0xff);
+      norm[i].Resize(batch * hq);
+      cert[i].Resize(batch * hq);
+      cert[i].Fill(0xff);
+    }
+    cudaStream_t stream;
+    ASSERT_CUDART(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ASSERT_CUDA_OK(testing::LateCopyCuda(dq_src.get(), dq.get(), q_.size() * sizeof(float), 200'000, stream));
+    ASSERT_CUDA_OK(WriteKvCuda(L_, pool_.layer(0), KvWriteArgs{dk_new.get(), dv_new.get(), ds_new.get(),
+                                                                dp_new.get(), batch, kLayer, kSeed, {}},
+                               stream));
+    for (int i = 0; i < 2; ++i) {  // overlapped, then the ordinary launch on the finished pool
+      a.overlap_previous = i == 0;
+      a.out = out[i].get();
+      a.cert = cert[i].get();
+      a.out_norm = norm[i].get();
+      ASSERT_CUDA_OK(MeteredDecodeCuda(L_, pool_.layer(0), a, stream));
+    }
+    ASSERT_CUDART(cudaStreamSynchronize(stream));
+    ASSERT_CUDART(cudaStreamDestroy(stream));
+    const std::vector<float> o0 = out[0].Download(), o1 = out[1].Download();
+    const std::vector<float> n0 = norm[0].Download(), n1 = norm[1].Download();
+    const std::vector<meter::CertBound> c0 = cert[0].Download(), c1 = cert[1].Download();
+    EXPECT_FALSE(std::isnan(o1[0]));  // the reference itself read q
+    EXPECT_EQ(std::memcmp(o0.data(), o1.data(), o0.size() * sizeof(float)), 0) << "outputs";
+    EXPECT_EQ(std::memcmp(n0.data(), n1.data(), n0.size() * sizeof(float)), 0) << "output norms";
+    if (c_.meter) {
+      EXPECT_EQ(std::memcmp(c0.data(), c1.data(), c0.size() * sizeof(meter::CertBound)), 0) << "certificates";
+    }
   }
 
   // CPU oracle on the rows the GPU stored (decoded by the CPU codec), same split count.
@@ -640,6 +744,38 @@ TEST(MeteredDecodeCuda, TensorCoreSweep) {
         c.kernel = 3;
         c.seed = seed++;
         RunCase(c);
+      }
+    }
+  }
+}
+
+// The decode step's launch order: the decode overlaps the KV write of each sequence's newest token
+// (MeteredDecodeCudaArgs::overlap_previous), on both kernels that take it (tensor-core, pipelined),
+// meter on and off, forced splits that put the newest token in a short last split, ragged batch.
+TEST(MeteredDecodeCuda, OverlapWithTheKvWriteIsBitIdentical) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  int seed = 900;
+  for (auto [scheme, d, group, kernel] : {std::tuple{KvScheme::kInt8Rtn, 128, 4, 3},
+                                          std::tuple{KvScheme::kInt8Dither, 128, 4, 3},
+                                          std::tuple{KvScheme::kFp16, 128, 4, 2},
+                                          std::tuple{KvScheme::kFp8Scaled, 64, 8, 2},
+                                          std::tuple{KvScheme::kInt8Rtn, 64, 1, 2}}) {
+    for (int32_t splits : {0, 3}) {
+      for (bool meter : {true, false}) {
+        DecodeCase c;
+        c.scheme = scheme;
+        c.d = d;
+        c.group = group;
+        c.hkv = 2;
+        c.ctx = {1, 129, 700, 2049};
+        c.splits = splits;
+        c.meter = meter;
+        c.delta = scheme == KvScheme::kInt8Dither ? 1e-6 : 0.0;
+        c.kernel = kernel;
+        c.seed = seed++;
+        SCOPED_TRACE(c.Name());
+        Problem p(c);
+        p.CheckOverlapWithWrite();
       }
     }
   }
