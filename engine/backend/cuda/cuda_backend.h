@@ -48,6 +48,7 @@
 #include "engine/backend/cuda/gate_repair_state.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/ops/gemv_bf16_cuda.h"
 #include "kernels/cuda/ops/sampling_cuda.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 #include "kernels/meter/cert_math.h"
@@ -184,10 +185,15 @@ class CudaBackend : public Backend {
                            uint16_t* staged, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                            float beta);
   // The attention block's input: q [n, q_dim], k and v rows [n, kv_dim] (k_rows, v_rows), q and
-  // k rotated, from the residual x [n, hidden]: RMSNorm, the QKV projection (+ bias), RoPE. One
-  // GEMV whose epilogue rotates and splits at batch 1 (GemvBf16RopeSplitCuda, the same bits).
-  absl::Status ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
-                          const int64_t* d_pos, float* k_rows, float* v_rows);
+  // k rotated, from the residual x [n, hidden]: RMSNorm, the QKV projection (+ bias), RoPE. At
+  // batch 1 a GEMV whose epilogue rotates and splits (GemvBf16RopeSplitCuda, the same bits), in
+  // two launches around the KV write: this one computes k and v and returns true, leaving q to
+  // ProjectQueries after the write, which it overlaps. Otherwise all of q, k, v, and false.
+  absl::StatusOr<bool> ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
+                                  const int64_t* d_pos, float* k_rows, float* v_rows);
+  absl::Status ProjectQueries(const DeviceLayerWeights& lw, const float* x, const int64_t* d_pos);
+  GemvRopeSplitOut RopeSplitTargets(const DeviceLayerWeights& lw, const int64_t* d_pos,
+                                    float* k_rows, float* v_rows) const;
   // act_ [n, ffn] bf16 = SwiGLU of the FFN's gate|up projection of RMSNorm(x): one GEMV with
   // SwiGLU in its epilogue at batch 1 (GemvBf16SwiGluCuda, the same bits).
   absl::Status ProjectGateUp(const DeviceLayerWeights& lw, const float* x, int64_t n);

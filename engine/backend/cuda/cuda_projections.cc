@@ -37,26 +37,17 @@ absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, 
   return Gemm(staged, n, cols, w, rows, y, ldy, beta);
 }
 
-absl::Status CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
-                                     const int64_t* d_pos, float* k_rows, float* v_rows) {
+absl::StatusOr<bool> CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const float* x,
+                                             int64_t n, const int64_t* d_pos, float* k_rows,
+                                             float* v_rows) {
   const int64_t hidden = config_.hidden_dim, qkv_dim = config_.q_dim() + 2 * config_.kv_dim();
   const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
   if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.wqkv.get(), lw.attn_norm.get())) {
-    GemvRopeSplitOut out;
-    out.num_heads = config_.num_heads;
-    out.num_kv_heads = config_.num_kv_heads;
-    out.head_dim = config_.head_dim;
-    out.bias = config_.qkv_bias ? lw.bqkv.get() : nullptr;
-    out.position = d_pos;
-    out.theta = config_.rope_theta;
-    out.interleaved = interleaved;
-    out.q = q_.get();
-    out.k = k_rows;
-    out.v = v_rows;
     WITCERT_KERNEL_OK(GemvBf16RopeSplitCuda(x, lw.attn_norm.get(), config_.rms_norm_eps, hidden,
-                                            lw.wqkv.get(), out, stream_,
-                                            kBatchOneGemv.overlap_previous));
-    return absl::OkStatus();
+                                            lw.wqkv.get(), RopeSplitTargets(lw, d_pos, k_rows, v_rows),
+                                            stream_, kBatchOneGemv.overlap_previous,
+                                            RopeSplitRows::kKeysValues));
+    return true;
   }
   RETURN_IF_ERROR(GemmFromF32(x, lw.attn_norm.get(), n, hidden, xn_.get(), lw.wqkv.get(), qkv_dim,
                               qkv_.get(), qkv_dim, 0.0f));
@@ -67,7 +58,35 @@ absl::Status CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const float* 
                                      config_.num_kv_heads, config_.head_dim, d_pos,
                                      config_.rope_theta, interleaved, q_.get(), k_rows, v_rows,
                                      stream_));
+  return false;
+}
+
+// The q rows of the batch-1 GEMV (ProjectQkv), launched right behind the KV write: it streams its
+// weights and computes q while the write runs, and stores after it (RopeSplitRows::kQueries). Its
+// k and v pointers are ProjectQkv's, unwritten here.
+absl::Status CudaBackend::ProjectQueries(const DeviceLayerWeights& lw, const float* x,
+                                         const int64_t* d_pos) {
+  WITCERT_KERNEL_OK(GemvBf16RopeSplitCuda(x, lw.attn_norm.get(), config_.rms_norm_eps,
+                                          config_.hidden_dim, lw.wqkv.get(),
+                                          RopeSplitTargets(lw, d_pos, k_.get(), v_.get()), stream_,
+                                          /*overlap_previous=*/true, RopeSplitRows::kQueries));
   return absl::OkStatus();
+}
+
+GemvRopeSplitOut CudaBackend::RopeSplitTargets(const DeviceLayerWeights& lw, const int64_t* d_pos,
+                                               float* k_rows, float* v_rows) const {
+  GemvRopeSplitOut out;
+  out.num_heads = config_.num_heads;
+  out.num_kv_heads = config_.num_kv_heads;
+  out.head_dim = config_.head_dim;
+  out.bias = config_.qkv_bias ? lw.bqkv.get() : nullptr;
+  out.position = d_pos;
+  out.theta = config_.rope_theta;
+  out.interleaved = config_.rope_pairing == RopePairing::kInterleaved;
+  out.q = q_.get();
+  out.k = k_rows;
+  out.v = v_rows;
+  return out;
 }
 
 absl::Status CudaBackend::ProjectGateUp(const DeviceLayerWeights& lw, const float* x, int64_t n) {

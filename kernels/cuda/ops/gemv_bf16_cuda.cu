@@ -1,5 +1,6 @@
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
@@ -54,6 +55,9 @@ struct GemvArgs {
   float beta;
   uint16_t* act_bf16 = nullptr;  // kSwiGlu: [rows / 2]
   GemvRopeSplitOut rope{};       // kRopeSplit
+  // The launch's warps are [warp_begin, warp_end) of the warps the whole GEMV has (WarpRows).
+  int64_t warp_begin = 0, warp_end = INT64_MAX;
+  bool wait_before_store = false;  // RopeSplitRows::kQueries: x is read before the wait
 };
 
 // The rows warp `wg` (a global warp index) computes, and whether it has any.
@@ -131,9 +135,9 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
   extern __shared__ uint4 xs[];  // [cols / 8]
   const int64_t cols = a.cols, rows = a.rows, c8 = cols / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t wg = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t wg = a.warp_begin + static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   int64_t row[R];
-  const bool live = WarpRows<R, OUT>(a, wg, row);
+  const bool live = WarpRows<R, OUT>(a, wg, row) && wg < a.warp_end;
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // rows past the end re-read the last row; never stored
@@ -150,9 +154,10 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     }
   }
   // Everything above reads only W. A programmatic dependent launch (GemvLaunch) may have started
-  // this CTA before the previous kernel finished: wait for it before x and y are touched. (Without
-  // that launch attribute both instructions are no-ops.) Let the next kernel launch early too.
-  cuda_launch::WaitForPreviousKernel();
+  // this CTA before the previous kernel finished: wait for it before x and y are touched (with
+  // wait_before_store, only before y: x was final before the previous kernel started). Without
+  // that launch attribute both instructions are no-ops. Let the next kernel launch early too.
+  if (!a.wait_before_store) cuda_launch::WaitForPreviousKernel();
   cuda_launch::AllowNextKernelToStart();
   if constexpr (IN == XIn::kBf16) {
     const uint4* xg = reinterpret_cast<const uint4*>(a.x_bf16);
@@ -176,7 +181,10 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     }
   }
   __syncthreads();
-  if (!live) return;
+  if (!live) {
+    if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();  // every CTA waits
+    return;
+  }
   float acc[R][kUnroll] = {};
   for (; i + (kUnroll - 1) * 32 < c8; i += kUnroll * 32) {
     if (!loaded) {
@@ -207,12 +215,14 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     sum[r] = s;
   }
+  if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();
   StoreRows<R, OUT>(a, wg, row, sum, lane);
 }
 
 template <int R, XIn IN, YOut OUT = YOut::kRows>
 CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
-  const int64_t blocks = (a.rows + kWarps * R - 1) / (kWarps * R);  // R = 2 pair epilogues: rows / 2 warps
+  const int64_t warps = std::min((a.rows + R - 1) / R, a.warp_end) - a.warp_begin;  // R = 2 pairs: rows / 2
+  const int64_t blocks = (warps + kWarps - 1) / kWarps;
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
   return cuda_launch::Launch(GemvBf16Kernel<R, IN, OUT>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
                              static_cast<size_t>(a.cols) * 2, stream, overlap_previous, a);
@@ -284,7 +294,7 @@ CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float ep
 
 CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
                                  const uint16_t* w_qkv, const GemvRopeSplitOut& out,
-                                 cudaStream_t stream, bool overlap_previous) {
+                                 cudaStream_t stream, bool overlap_previous, RopeSplitRows part) {
   const int64_t rows = int64_t{out.num_heads + 2 * out.num_kv_heads} * out.head_dim;
   if (rows <= 0) return CudaStatus::Ok();
   if (!GemvBf16FromF32Supports(cols, x, w_qkv, norm_weight)) {
@@ -298,6 +308,13 @@ CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float
   }
   GemvArgs a{nullptr, x, norm_weight, eps, cols, w_qkv, rows, nullptr, 0.0f};
   a.rope = out;
+  // Warps (WarpRows): the q heads' rotation pairs, then k's, then v's row pairs.
+  const int64_t q_warps = int64_t{out.num_heads} * (out.head_dim / 2);
+  if (part == RopeSplitRows::kKeysValues) a.warp_begin = q_warps;
+  if (part == RopeSplitRows::kQueries) {
+    a.warp_end = q_warps;
+    a.wait_before_store = true;
+  }
   return LaunchPaired<YOut::kRopeSplit>(a, overlap_previous, stream);
 }
 

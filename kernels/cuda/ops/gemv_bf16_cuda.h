@@ -73,8 +73,16 @@ struct GemvRopeSplitOut {
   float* k = nullptr;
   float* v = nullptr;
 };
+// Which rows one launch computes. The batch-1 decode step splits the projection around the KV
+// write: kKeysValues first (the write reads k and v), then kQueries launched to overlap the write.
+// kQueries waits for the kernel before it only before its stores, so with overlap_previous it
+// streams its weights and computes q while that kernel runs; the kernel before may then write q,
+// k or v but not x, the weights, the bias or the position. Either way the launch completes only
+// after the kernel before it has.
+enum class RopeSplitRows { kAll, kKeysValues, kQueries };
 CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
                                  const uint16_t* w_qkv, const GemvRopeSplitOut& out,
-                                 cudaStream_t stream, bool overlap_previous = false);
+                                 cudaStream_t stream, bool overlap_previous = false,
+                                 RopeSplitRows part = RopeSplitRows::kAll);
 
 }  // namespace witcert

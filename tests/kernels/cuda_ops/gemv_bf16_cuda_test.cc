@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
 #include "kernels/cuda/ops/transformer_ops_cuda.h"
+#include "tests/kernels/cuda/late_copy_cuda.h"
 #include "tests/kernels/cuda_ops/ops_test_util.h"
 
 namespace witcert {
@@ -255,6 +256,55 @@ TEST(GemvBf16Cuda, RopeSplitEpilogueIsTheThreeKernelPathBitForBit) {
         ExpectSameBits(v2.Get(), v1.Get());
       }
     }
+  }
+}
+
+// The batch-1 step's two launches around the KV write (RopeSplitRows): k and v first, then q as a
+// programmatic dependent launch behind a kernel that lets it start at once, sleeps 0.2 ms and only
+// then writes poison over q. kQueries computes before its wait but stores after it, so q ends as
+// the one-launch projection's bits; a store before the wait would be overwritten by the poison.
+TEST(GemvBf16Cuda, RopeSplitRowsInTwoLaunchesAreTheOneLaunchBits) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int32_t hq, hkv, d;
+    int64_t cols;
+  };
+  for (const Shape s : {Shape{32, 8, 128, 4096}, Shape{9, 3, 64, 576}, Shape{2, 1, 8, 16}}) {
+    const int64_t rows = int64_t{s.hq + 2 * s.hkv} * s.d, qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
+    SCOPED_TRACE(std::to_string(s.hq) + "/" + std::to_string(s.hkv) + " d " + std::to_string(s.d));
+    Dev<float> dx(RandomFloats(s.cols, 71 + s.cols, -4, 4)), dn(RandomFloats(s.cols, 73, 0.5, 1.5));
+    Dev<float> dbias(RandomFloats(rows, 79 + rows, -1, 1));
+    Dev<uint16_t> dw(RandomBf16(rows * s.cols, 83 + rows, 1.0f));
+    Dev<int64_t> dpos(std::vector<int64_t>{4099});
+    Dev<float> poison(std::vector<float>(static_cast<size_t>(qd), NAN));
+    Dev<float> q1(static_cast<size_t>(qd)), k1(static_cast<size_t>(kvd)), v1(static_cast<size_t>(kvd));
+    Dev<float> q2(static_cast<size_t>(qd)), k2(static_cast<size_t>(kvd)), v2(static_cast<size_t>(kvd));
+    GemvRopeSplitOut out;
+    out.num_heads = s.hq;
+    out.num_kv_heads = s.hkv;
+    out.head_dim = s.d;
+    out.bias = dbias.get();
+    out.position = dpos.get();
+    out.theta = 10000.0f;
+    out.q = q1.get();
+    out.k = k1.get();
+    out.v = v1.get();
+    EXPECT_KERNEL_OK(GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, nullptr));
+    out.q = q2.get();
+    out.k = k2.get();
+    out.v = v2.get();
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_TRUE(GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, stream, false,
+                                      RopeSplitRows::kKeysValues).ok);
+    ASSERT_TRUE(testing::LateCopyCuda(poison.get(), q2.get(), qd * sizeof(float), 200'000, stream).ok);
+    ASSERT_TRUE(GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, stream, true,
+                                      RopeSplitRows::kQueries).ok);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+    ExpectSameBits(q2.Get(), q1.Get());
+    ExpectSameBits(k2.Get(), k1.Get());
+    ExpectSameBits(v2.Get(), v1.Get());
   }
 }
 
