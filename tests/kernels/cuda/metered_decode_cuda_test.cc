@@ -193,6 +193,25 @@ class Problem {
     return false;
   }
 
+  // The case's decode arguments over device q, block tables and context lengths (no outputs yet).
+  MeteredDecodeCudaArgs CaseArgs(const float* q, const int32_t* tables, const int32_t* lens) const {
+    MeteredDecodeCudaArgs a;
+    a.q = q;
+    a.block_tables = tables;
+    a.context_lens = lens;
+    a.batch = static_cast<int32_t>(c_.ctx.size());
+    a.num_q_heads = c_.hkv * c_.group;
+    a.max_blocks_per_seq = max_blocks_;
+    a.max_context = max_ctx_;
+    a.layer = kLayer;
+    a.dither_seed = kSeed;
+    a.delta_loc = c_.delta;
+    a.meter = c_.meter;
+    a.num_splits = c_.splits;
+    a.kernel = c_.kernel;
+    return a;
+  }
+
   // GPU: write every token, then decode.
   void RunGpu(DecodeOutcome* r) {
     const int64_t batch = c_.ctx.size(), hq = c_.hkv * c_.group;
@@ -232,20 +251,7 @@ class Problem {
     dout.Resize(batch * hq * c_.d);
     dout.Fill(0xff);  // NaN poison: every element must be written
     dc.Fill(0xff);
-    MeteredDecodeCudaArgs a;
-    a.q = dq.get();
-    a.block_tables = dt.get();
-    a.context_lens = dl.get();
-    a.batch = static_cast<int32_t>(batch);
-    a.num_q_heads = static_cast<int32_t>(hq);
-    a.max_blocks_per_seq = max_blocks_;
-    a.max_context = max_ctx_;
-    a.layer = kLayer;
-    a.dither_seed = kSeed;
-    a.delta_loc = c_.delta;
-    a.meter = c_.meter;
-    a.num_splits = c_.splits;
-    a.kernel = c_.kernel;
+    MeteredDecodeCudaArgs a = CaseArgs(dq.get(), dt.get(), dl.get());
     a.out = dout.get();
     a.cert = dc.get();
     a.outlier_channels = tables_dev_.channels.get();
@@ -345,20 +351,7 @@ class Problem {
     DeviceBuffer<int32_t> dt, dl;
     dt.Upload(tables_);
     dl.Upload(std::vector<int32_t>(c_.ctx.begin(), c_.ctx.end()));
-    MeteredDecodeCudaArgs a;
-    a.q = dq.get();
-    a.block_tables = dt.get();
-    a.context_lens = dl.get();
-    a.batch = static_cast<int32_t>(batch);
-    a.num_q_heads = static_cast<int32_t>(hq);
-    a.max_blocks_per_seq = max_blocks_;
-    a.max_context = max_ctx_;
-    a.layer = kLayer;
-    a.dither_seed = kSeed;
-    a.delta_loc = c_.delta;
-    a.meter = c_.meter;
-    a.num_splits = c_.splits;
-    a.kernel = c_.kernel;
+    MeteredDecodeCudaArgs a = CaseArgs(dq.get(), dt.get(), dl.get());
     int32_t splits = 0;
     ASSERT_CUDA_OK(ResolveNumSplits(L_, a, &splits));
     DeviceBuffer<uint8_t> ws(MeteredDecodeWorkspaceBytes(a.batch, a.num_q_heads, c_.d, splits));

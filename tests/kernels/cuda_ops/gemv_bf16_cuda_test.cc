@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -209,18 +210,23 @@ TEST(GemvBf16Cuda, SwiGluEpilogueIsTheTwoKernelPathBitForBit) {
   }
 }
 
+// QKV shapes of the RoPE-split tests: 8B (GQA 32/8, d = 128), SmolLM (9/3, d = 64), a tiny one.
+struct RopeShape {
+  int32_t hq, hkv, d;
+  int64_t cols;
+  int64_t Rows() const { return int64_t{hq + 2 * hkv} * d; }
+  std::string Name() const { return std::to_string(hq) + "/" + std::to_string(hkv) + " d " + std::to_string(d); }
+};
+constexpr RopeShape kRopeShapes[] = {{32, 8, 128, 4096}, {9, 3, 64, 576}, {2, 1, 8, 16}};
+
 // The RoPE-split epilogue (warp: the two rows of one rotation pair, or two v rows) against the
 // QKV GEMV, the bias add and RopeSplitQkvCuda, bit for bit: 8B (GQA 32/8, d = 128), SmolLM
 // (9/3, d = 64) and a tiny shape, both pairings, with and without a bias, at a large position.
 TEST(GemvBf16Cuda, RopeSplitEpilogueIsTheThreeKernelPathBitForBit) {
   SKIP_WITHOUT_GPU();
-  struct Shape {
-    int32_t hq, hkv, d;
-    int64_t cols;
-  };
-  for (const Shape s : {Shape{32, 8, 128, 4096}, Shape{9, 3, 64, 576}, Shape{2, 1, 8, 16}}) {
-    const int64_t rows = int64_t{s.hq + 2 * s.hkv} * s.d, qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
-    SCOPED_TRACE(std::to_string(s.hq) + "/" + std::to_string(s.hkv) + " d " + std::to_string(s.d));
+  for (const RopeShape s : kRopeShapes) {
+    const int64_t rows = s.Rows(), qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
+    SCOPED_TRACE(s.Name());
     Dev<float> dx(RandomFloats(s.cols, 53 + s.cols, -4, 4)), dn(RandomFloats(s.cols, 59, 0.5, 1.5));
     Dev<float> dbias(RandomFloats(rows, 61 + rows, -1, 1));
     Dev<uint16_t> dw(RandomBf16(rows * s.cols, 67 + rows, 1.0f));
@@ -265,13 +271,9 @@ TEST(GemvBf16Cuda, RopeSplitEpilogueIsTheThreeKernelPathBitForBit) {
 // the one-launch projection's bits; a store before the wait would be overwritten by the poison.
 TEST(GemvBf16Cuda, RopeSplitRowsInTwoLaunchesAreTheOneLaunchBits) {
   SKIP_WITHOUT_GPU();
-  struct Shape {
-    int32_t hq, hkv, d;
-    int64_t cols;
-  };
-  for (const Shape s : {Shape{32, 8, 128, 4096}, Shape{9, 3, 64, 576}, Shape{2, 1, 8, 16}}) {
-    const int64_t rows = int64_t{s.hq + 2 * s.hkv} * s.d, qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
-    SCOPED_TRACE(std::to_string(s.hq) + "/" + std::to_string(s.hkv) + " d " + std::to_string(s.d));
+  for (const RopeShape s : kRopeShapes) {
+    const int64_t rows = s.Rows(), qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
+    SCOPED_TRACE(s.Name());
     Dev<float> dx(RandomFloats(s.cols, 71 + s.cols, -4, 4)), dn(RandomFloats(s.cols, 73, 0.5, 1.5));
     Dev<float> dbias(RandomFloats(rows, 79 + rows, -1, 1));
     Dev<uint16_t> dw(RandomBf16(rows * s.cols, 83 + rows, 1.0f));
