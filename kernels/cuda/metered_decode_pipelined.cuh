@@ -490,10 +490,10 @@ CudaStatus LaunchPipelinedForCodec(const DecodeParams& p, const PipeSmemPlan& pl
                                    bool overlap_previous, cudaStream_t stream) {
   const int d = p.layout.head_dim;
   const bool g8 = p.q_per_kv > 4;
-#define WITCERT_PIPE_CASE(D_, G_)                                                  \
-  if (d == D_ && g8 == (G_ == 8)) {                                                \
-    return meter ? LaunchPipelined<C, D_, G_, true>(p, plan, grid, overlap_previous, stream)         \
-                 : LaunchPipelined<C, D_, G_, false>(p, plan, grid, overlap_previous, stream);       \
+#define WITCERT_PIPE_CASE(D_, G_)                                                            \
+  if (d == D_ && g8 == (G_ == 8)) {                                                          \
+    return meter ? LaunchPipelined<C, D_, G_, true>(p, plan, grid, overlap_previous, stream)  \
+                 : LaunchPipelined<C, D_, G_, false>(p, plan, grid, overlap_previous, stream); \
   }
   WITCERT_PIPE_CASE(64, 4)
   WITCERT_PIPE_CASE(64, 8)
