@@ -28,7 +28,7 @@ struct DecodeParams {
   int32_t num_q_heads, q_per_kv, max_blocks, num_splits, lcap, layer;
   int32_t code_bytes, nscale;   // layout.code_bytes(), layout.scales_per_vector(false)
   int32_t bs_shift;             // log2(block_size): no 64-bit division per token
-  bool overlap_previous = false;  // launched to overlap the KV write: q only after the wait
+  bool overlap_previous = false;  // MeteredDecodeCudaArgs::overlap_previous: the launch, and q after the wait
   uint64_t seed;
   double delta_loc;
   float* part_acc;             // [batch, Hq, P, D]

@@ -2,6 +2,6 @@
 #include "kernels/cuda/metered_decode_pipelined.cuh"
 
 namespace witcert::cuda_kv {
-template CudaStatus LaunchPipelinedForCodec<DevFp8Scaled>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, bool, cudaStream_t);
-template CudaStatus LaunchPipelinedForCodec<DevInt4Rtn>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, bool, cudaStream_t);
+template CudaStatus LaunchPipelinedForCodec<DevFp8Scaled>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, cudaStream_t);
+template CudaStatus LaunchPipelinedForCodec<DevInt4Rtn>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, cudaStream_t);
 }  // namespace witcert::cuda_kv

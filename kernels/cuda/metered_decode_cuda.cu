@@ -27,7 +27,7 @@ extern template CudaStatus LaunchDecodeForCodec<DevInt8Dither>(const DecodeParam
 extern template CudaStatus LaunchDecodeForCodec<DevInt4Rtn>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 extern template CudaStatus LaunchDecodeForCodec<DevKivi2>(const DecodeParams&, bool, dim3, size_t, cudaStream_t);
 #define WITCERT_PIPE_EXTERN(C_) \
-  extern template CudaStatus LaunchPipelinedForCodec<C_>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, bool, cudaStream_t);
+  extern template CudaStatus LaunchPipelinedForCodec<C_>(const DecodeParams&, const PipeSmemPlan&, bool, dim3, cudaStream_t);
 WITCERT_PIPE_EXTERN(DevFp32)
 WITCERT_PIPE_EXTERN(DevFp16)
 WITCERT_PIPE_EXTERN(DevBf16)
@@ -37,10 +37,10 @@ WITCERT_PIPE_EXTERN(DevInt8Rtn)
 WITCERT_PIPE_EXTERN(DevInt8Dither)
 WITCERT_PIPE_EXTERN(DevInt4Rtn)
 #undef WITCERT_PIPE_EXTERN
-extern template CudaStatus LaunchInt8Mma<true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, true>(const DecodeParams&, const MmaSmemPlan&, dim3, bool, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 
 namespace {
 
@@ -216,13 +216,13 @@ CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, d
 }
 
 CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, const PipeSmemPlan& plan,
-                                    bool meter, dim3 grid, bool overlap_previous, cudaStream_t stream) {
+                                    bool meter, dim3 grid, cudaStream_t stream) {
   return WithDevCodec(scheme, "MeteredDecodeCuda: unknown scheme", [&](auto codec) {
     using C = typename decltype(codec)::type;
     if constexpr (C::kAffineParams) {
       return CudaStatus::Error("MeteredDecodeCuda: the pipelined kernel has no kivi2 path");
     } else {
-      return LaunchPipelinedForCodec<C>(p, plan, meter, grid, overlap_previous, stream);
+      return LaunchPipelinedForCodec<C>(p, plan, meter, grid, stream);
     }
   });
 }
@@ -383,15 +383,13 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
     const bool dither = layout.scheme == KvScheme::kInt8Dither;
-    const bool ov = args.overlap_previous;
-    WITCERT_CUDA_RETURN_IF_ERROR(dither ? (args.meter ? LaunchInt8Mma<true, true>(p, mplan, grid, ov, stream)
-                                                      : LaunchInt8Mma<false, true>(p, mplan, grid, ov, stream))
-                                        : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, ov, stream)
-                                                      : LaunchInt8Mma<false, false>(p, mplan, grid, ov, stream)));
+    WITCERT_CUDA_RETURN_IF_ERROR(dither ? (args.meter ? LaunchInt8Mma<true, true>(p, mplan, grid, stream)
+                                                      : LaunchInt8Mma<false, true>(p, mplan, grid, stream))
+                                        : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, stream)
+                                                      : LaunchInt8Mma<false, false>(p, mplan, grid, stream)));
   } else if (!exact && !group_keys && !outliers && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
              plan.bytes <= 200 * 1024) {
-    WITCERT_CUDA_RETURN_IF_ERROR(
-        LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, args.overlap_previous, stream));
+    WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
   } else {
     const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,
                                                         static_cast<size_t>(kWarps) * gmax * layout.head_dim);

@@ -703,12 +703,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
 }
 
 template <bool METER, bool DITHER>
-CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, bool overlap_previous,
-                         cudaStream_t stream) {
+CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, cudaStream_t stream) {
   auto kernel = Int8MmaDecodeKernel<METER, DITHER>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.bytes)));
-  return cuda_launch::Launch(kernel, grid, dim3(kMmaThreads), plan.bytes, stream, overlap_previous, p, plan);
+  return cuda_launch::Launch(kernel, grid, dim3(kMmaThreads), plan.bytes, stream, p.overlap_previous, p, plan);
 }
 
 }  // namespace witcert::cuda_kv

@@ -477,23 +477,22 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 }
 
 template <class C, int D, int GMAX, bool METER>
-CudaStatus LaunchPipelined(const DecodeParams& p, const PipeSmemPlan& plan, dim3 grid, bool overlap_previous,
-                           cudaStream_t stream) {
+CudaStatus LaunchPipelined(const DecodeParams& p, const PipeSmemPlan& plan, dim3 grid, cudaStream_t stream) {
   auto kernel = PipelinedDecodeKernel<C, D, GMAX, METER>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.bytes)));
-  return cuda_launch::Launch(kernel, grid, dim3(kThreads), plan.bytes, stream, overlap_previous, p, plan);
+  return cuda_launch::Launch(kernel, grid, dim3(kThreads), plan.bytes, stream, p.overlap_previous, p, plan);
 }
 
 template <class C>
 CudaStatus LaunchPipelinedForCodec(const DecodeParams& p, const PipeSmemPlan& plan, bool meter, dim3 grid,
-                                   bool overlap_previous, cudaStream_t stream) {
+                                   cudaStream_t stream) {
   const int d = p.layout.head_dim;
   const bool g8 = p.q_per_kv > 4;
-#define WITCERT_PIPE_CASE(D_, G_)                                                            \
-  if (d == D_ && g8 == (G_ == 8)) {                                                          \
-    return meter ? LaunchPipelined<C, D_, G_, true>(p, plan, grid, overlap_previous, stream)  \
-                 : LaunchPipelined<C, D_, G_, false>(p, plan, grid, overlap_previous, stream); \
+#define WITCERT_PIPE_CASE(D_, G_)                                                  \
+  if (d == D_ && g8 == (G_ == 8)) {                                                \
+    return meter ? LaunchPipelined<C, D_, G_, true>(p, plan, grid, stream)         \
+                 : LaunchPipelined<C, D_, G_, false>(p, plan, grid, stream);       \
   }
   WITCERT_PIPE_CASE(64, 4)
   WITCERT_PIPE_CASE(64, 8)

@@ -138,8 +138,9 @@ struct WriteParams {
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WriteKvKernel(const WriteParams p) {
   __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel (keys)
-  // The decode kernel after this one may launch now and stream the blocks this write does not
-  // touch (MeteredDecodeCudaArgs::overlap_previous).
+  // The kernel after this one may launch now: at batch 1 the q rows of the QKV projection, which
+  // compute while this write runs (RopeSplitRows::kQueries), or else the decode, which streams
+  // the blocks this write does not touch (MeteredDecodeCudaArgs::overlap_previous).
   cuda_launch::AllowNextKernelToStart();
   cuda_launch::WaitForPreviousKernel();  // launched to overlap the tail of the kernel writing k, v
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

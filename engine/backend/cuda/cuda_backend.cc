@@ -462,8 +462,9 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.delta_loc = g.delta_loc;
         a.meter = g.meter;
         a.num_splits = g.num_splits;
-        // Overlap the KV write (or the previous group's merge): the kernels before write q and
-        // each row's newest token only. Not when a repair put its own context lengths in place.
+        // Overlap the kernel before (the q projection, the KV write or the previous group's merge):
+        // since the step's input copy, the kernels have written q and each row's newest token
+        // only. Not when a repair put its own context lengths in place.
         a.overlap_previous = fast_ctx == d_ctx;
         a.out = attn_.get() + g.first_row * q_dim;
         const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
