@@ -5,18 +5,25 @@
 //  (b) one persistent cooperative launch per layer, phases separated by grid barriers, each warp
 //      issuing its next phase's first weight loads before the barrier;
 //  (c) one persistent launch for every layer;
-//  (d) as (a), but each CTA reads whole rows, its warps splitting the columns.
+//  (d) as (a), but each CTA reads whole rows, its warps splitting the columns;
+//  (e) one persistent launch per layer, each CTA streaming its rows of every phase through one
+//      shared-memory ring of whole-row stages (cp.async.bulk) that runs on across the phases;
+//  (f) as (a), with each lane's weight loads in its own shared-memory slots (cp.async), 2 to 4
+//      loop steps in flight instead of the one (a) holds in registers; (a)'s bits.
 // Times are per layer (median over graph replays of `layers` layers), against the bytes read.
 // Usage: bench_gemv_chain [layers=16] [replays=9]. Needs only CUDA.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 
 namespace cg = cooperative_groups;
@@ -184,6 +191,195 @@ __global__ void __launch_bounds__(kThreads) PhaseKernelRowsPerCta(const Phase ph
   }
 }
 
+// (e) One persistent launch per layer whose weights stream through one shared-memory ring that
+// runs on across the phase boundaries: thread 0 issues each stage (whole rows of one phase, one
+// bulk copy) as soon as its slot is free, whatever phase it belongs to, so the copies of the next
+// phase are in flight while the CTAs wait at the grid barrier for its input. One CTA per SM, the
+// ring ~190 KB, which is what keeps a steady ~4.4 TB/s (bench_gemv: the head's GEMV).
+constexpr int kRingSlots = 6, kSlotBytes = 32768, kMaxStageRows = 4, kMaxLocalRows = 256;
+constexpr size_t kRingXOff = 64 + kRingSlots * kWarps * kMaxStageRows * 4 + kMaxLocalRows * 4;
+constexpr size_t kRingOff = (kRingXOff + kMaxCols * 2 + 127) / 128 * 128;
+constexpr size_t kRingSmem = kRingOff + size_t{kRingSlots} * kSlotBytes;
+
+struct RingPhase {  // one CTA's share of one phase
+  int64_t r0;
+  int nrows, stage_rows, nst;
+};
+__device__ __forceinline__ RingPhase PhaseShare(const Phase& ph) {
+  RingPhase q;
+  q.r0 = int64_t{blockIdx.x} * ph.rows / gridDim.x;
+  q.nrows = static_cast<int>(int64_t{blockIdx.x + 1} * ph.rows / gridDim.x - q.r0);
+  q.stage_rows = max(1, min(kMaxStageRows, kSlotBytes / (ph.cols * 2)));
+  q.nst = (q.nrows + q.stage_rows - 1) / q.stage_rows;
+  return q;
+}
+
+__global__ void __launch_bounds__(kThreads) RingChainKernel(const Chain c, int begin, int end, unsigned* arrivals,
+                                                             int slots) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem);           // [slots]
+  float* part = reinterpret_cast<float*>(smem + 64);            // [slots, kWarps, kMaxStageRows]
+  float* sums = part + kRingSlots * kWarps * kMaxStageRows;     // [kMaxLocalRows]
+  uint4* xs = reinterpret_cast<uint4*>(smem + kRingXOff);       // [cols / 8]
+  unsigned char* ring = smem + kRingOff;                        // [slots, kSlotBytes]
+  // Each phase's share of this CTA, computed once (the 64-bit divisions are slow on the issue path).
+  __shared__ RingPhase share[64];
+  for (int p = begin + static_cast<int>(threadIdx.x); p < end; p += kThreads) share[p - begin] = PhaseShare(c.ph[p]);
+  __syncthreads();
+  // The producer's cursor (thread 0 only): next phase and stage to issue, and stages issued.
+  int ip = begin, is = 0, issued = 0;
+  uint64_t policy = 0;
+  auto issue_next = [&] {
+    while (ip < end && is >= share[ip - begin].nst) { ++ip; is = 0; }
+    if (ip >= end) return;
+    const Phase& ph = c.ph[ip];
+    const RingPhase q = share[ip - begin];
+    const int rows = min(q.stage_rows, q.nrows - is * q.stage_rows);
+    uint64_t* bar = &bars[issued % slots];
+    const uint32_t bytes = static_cast<uint32_t>(rows) * ph.cols * 2;
+    witcert::cuda_bulk::ExpectBytes(bar, bytes);
+    witcert::cuda_bulk::CopyToShared(ring + size_t{static_cast<size_t>(issued % slots)} * kSlotBytes,
+                                     ph.w + (q.r0 + int64_t{is} * q.stage_rows) * ph.cols, bytes, bar, policy);
+    ++is;
+    ++issued;
+  };
+  if (threadIdx.x == 0) {
+    policy = witcert::cuda_bulk::EvictFirstPolicy();
+    for (int s = 0; s < slots; ++s) witcert::cuda_bulk::InitBarrier(&bars[s]);
+    witcert::cuda_bulk::FenceBarrierInit();
+    for (int s = 0; s < slots; ++s) issue_next();
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int g = 0;  // stages consumed
+  for (int p = begin; p < end; ++p) {
+    const Phase& ph = c.ph[p];
+    if (p > begin) {  // grid barrier: every CTA's rows of phase p - 1 are stored
+      if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(arrivals, 1u);
+        const unsigned target = static_cast<unsigned>(p - begin) * gridDim.x;
+        while (atomicAdd(arrivals, 0u) < target) __nanosleep(64);
+        __threadfence();
+      }
+      __syncthreads();
+    }
+    for (int j = threadIdx.x; j < ph.cols / 4; j += kThreads) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(ph.x) + j);
+      reinterpret_cast<uint2*>(xs)[j] = make_uint2(Bf16(v.x) | (Bf16(v.y) << 16), Bf16(v.z) | (Bf16(v.w) << 16));
+    }
+    __syncthreads();
+    const RingPhase q = share[p - begin];
+    const int c8 = ph.cols / 8;
+    for (int s = 0; s < q.nst; ++s, ++g) {
+      const int slot = g % slots, l0 = s * q.stage_rows, n = min(q.stage_rows, q.nrows - l0);
+      witcert::cuda_bulk::WaitPhase(&bars[slot], static_cast<uint32_t>(g / slots) & 1u);
+      const uint4* st = reinterpret_cast<const uint4*>(ring + size_t{static_cast<size_t>(slot)} * kSlotBytes);
+      float* ps = part + slot * kWarps * kMaxStageRows;
+      for (int r = 0; r < n; ++r) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x; k < c8; k += kThreads) acc = Dot8(st[r * c8 + k], xs[k], acc);
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) ps[warp * kMaxStageRows + r] = acc;
+      }
+      __syncthreads();
+      if (threadIdx.x < n) {
+        float t = 0.0f;
+        for (int w = 0; w < kWarps; ++w) t += ps[w * kMaxStageRows + threadIdx.x];
+        sums[l0 + threadIdx.x] = t;
+      }
+      if (threadIdx.x == 0) issue_next();
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < q.nrows; r += kThreads) ph.y[q.r0 + r] = sums[r];
+  }
+}
+
+// (f) As (a), with each lane's weight loads going through its own shared-memory slots
+// (cp.async, 16 bytes each) instead of registers: S steps of the (a) loop in flight per lane at
+// all times (each step 2 rows × 4 chunks), the step after next issued as soon as a step is read.
+// The same arithmetic as (a), so the same bits. Registers no longer bound the bytes in flight.
+__device__ __forceinline__ void LaneCopy(uint4* dst, const uint4* src, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src), "l"(policy)
+               : "memory");
+}
+template <int S>
+__global__ void __launch_bounds__(kThreads) LaneRingKernel(const Phase ph) {
+  extern __shared__ __align__(16) uint4 dyn[];
+  uint4* ring = dyn;                          // [S, 2, kUnroll, kThreads]: each thread's own slots
+  uint4* xs = dyn + S * 2 * kUnroll * kThreads;  // [cols / 8]
+  const int lane = threadIdx.x & 31;
+  const int64_t wg = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int64_t r0 = 2 * wg;
+  const bool live = r0 < ph.rows;
+  const int c8 = ph.cols / 8, steps = c8 / (32 * kUnroll);
+  const uint4* w0 = reinterpret_cast<const uint4*>(ph.w + (live ? r0 : 0) * ph.cols);
+  const uint4* w1 = reinterpret_cast<const uint4*>(ph.w + (live ? r0 + 1 : 0) * ph.cols);
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  auto slot = [&](int k, int r, int u) { return ring + (((k % S) * 2 + r) * kUnroll + u) * kThreads + threadIdx.x; };
+  auto issue = [&](int k) {
+    if (live && k < steps) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = lane + 32 * u + int64_t{k} * 32 * kUnroll;
+        LaneCopy(slot(k, 0, u), w0 + i, policy);
+        LaneCopy(slot(k, 1, u), w1 + i, policy);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+#pragma unroll
+  for (int k = 0; k < S; ++k) issue(k);  // weights only: before the wait
+  witcert::cuda_launch::WaitForPreviousKernel();
+  witcert::cuda_launch::AllowNextKernelToStart();
+  StageInput(ph.x, ph.cols, xs);
+  if (!live) return;
+  float a0 = 0.0f, a1 = 0.0f;  // (a)'s order: one running sum per row over the chunks
+  for (int k = 0; k < steps; ++k) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+    uint4 wv[2][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      wv[0][u] = *slot(k, 0, u);
+      wv[1][u] = *slot(k, 1, u);
+    }
+    issue(k + S);  // this thread's slot k % S is read: refill it
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint4 xv = xs[lane + 32 * u + k * 32 * kUnroll];
+      a0 = Dot8(wv[0][u], xv, a0);
+      a1 = Dot8(wv[1][u], xv, a1);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+    a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+  }
+  if (lane == 0) {
+    ph.y[r0] = a0;
+    ph.y[r0 + 1] = a1;
+  }
+}
+template <int S>
+void LaunchLaneRing(const Phase& ph, cudaStream_t st) {
+  const size_t smem = size_t{S} * 2 * kUnroll * kThreads * 16 + ph.cols * 2;
+  CHECK_OK(witcert::cuda_launch::Launch(LaneRingKernel<S>, dim3((ph.rows / 2 + kWarps - 1) / kWarps), kThreads, smem,
+                                        st, true, ph));
+}
+
+// Random bf16 weights and fp32 x, for the check that (e) computes what (a) does.
+__global__ void FillRandom(uint16_t* w, int64_t n, float* x, int nx, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 0x9e3779b9u ^ seed;
+    h ^= h >> 15; h *= 0x85ebca6bu; h ^= h >> 13;
+    w[i] = Bf16((static_cast<float>(h & 0xffff) / 65536.0f - 0.5f) * 0.1f);
+    if (i < nx) x[i] = (static_cast<float>((h >> 16) & 0xff) / 256.0f - 0.5f) * 4.0f;
+  }
+}
+
 // Phases [begin, end) in one cooperative launch, grid barriers between them.
 __global__ void __launch_bounds__(kThreads) ChainKernel(const Chain c, int begin, int end) {
   __shared__ uint4 xs[kMaxCols / 8];
@@ -287,6 +483,72 @@ int main(int argc, char** argv) {
     if (g != nullptr) cudaGraphDestroy(g);
   };
 
+  CHECK(cudaFuncSetAttribute(RingChainKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kRingSmem)));
+  unsigned* arrivals = nullptr;  // one grid-barrier counter per layer, zeroed before each replay
+  CHECK(cudaMalloc(&arrivals, 64 * sizeof(unsigned)));
+  auto launch_ring = [&](const Chain& c, int b, int e, int slots) {
+    unsigned* counter = arrivals + b / 3;
+    void* args[] = {const_cast<Chain*>(&c), &b, &e, &counter, &slots};
+    CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(RingChainKernel), sms, kThreads, args, kRingSmem, st));
+  };
+  for (auto* k : {LaneRingKernel<2>, LaneRingKernel<3>, LaneRingKernel<4>}) {
+    CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+  }
+  // (e) and (f) against (a) on random data, layer 0's three phases: the same sums up to fp32 order.
+  {
+    float* x0 = nullptr;
+    std::vector<float*> ya(3), ye(3);
+    CHECK(cudaMalloc(&x0, kMaxCols * 4));
+    for (int p = 0; p < 3; ++p) {
+      const Phase& ph = all.ph[p];
+      CHECK(cudaMalloc(&ya[p], 28672 * 4));
+      CHECK(cudaMalloc(&ye[p], 28672 * 4));
+      FillRandom<<<1024, 256, 0, st>>>(const_cast<uint16_t*>(ph.w), int64_t{ph.rows} * ph.cols, x0, p == 0 ? ph.cols : 0, 17u + p);
+    }
+    Chain ca = all, ce = all;
+    for (int p = 0; p < 3; ++p) {
+      ca.ph[p].x = p == 0 ? x0 : ya[p - 1];
+      ca.ph[p].y = ya[p];
+      ce.ph[p].x = p == 0 ? x0 : ye[p - 1];
+      ce.ph[p].y = ye[p];
+      CHECK_OK(witcert::cuda_launch::Launch(PhaseKernel, dim3((ca.ph[p].rows / 2 + kWarps - 1) / kWarps), kThreads, 0,
+                                            st, false, ca.ph[p]));
+    }
+    CHECK(cudaMemsetAsync(arrivals, 0, 64 * sizeof(unsigned), st));
+    launch_ring(ce, 0, 3, kRingSlots);
+    CHECK(cudaStreamSynchronize(st));
+    for (int p = 0; p < 3; ++p) {
+      const int rows = all.ph[p].rows;
+      std::vector<float> ha(rows), he(rows);
+      CHECK(cudaMemcpy(ha.data(), ya[p], rows * 4, cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(he.data(), ye[p], rows * 4, cudaMemcpyDeviceToHost));
+      double worst = 0, scale = 0;
+      for (int r = 0; r < rows; ++r) {
+        worst = std::max(worst, static_cast<double>(std::fabs(ha[r] - he[r])));
+        scale = std::max(scale, static_cast<double>(std::fabs(ha[r])));
+      }
+      std::printf("check phase %d (%dx%d): max |(a) - (e)| %.3g (max |y| %.3g)%s\n", p, rows, all.ph[p].cols, worst,
+                  scale, worst <= 1e-3 * scale + 1e-6 ? "" : "  MISMATCH");
+    }
+    // (f) runs (a)'s arithmetic: the same bits, phase by phase on (a)'s inputs.
+    for (int p = 0; p < 3; ++p) {
+      Phase pf = ca.ph[p];
+      pf.y = ye[p];
+      LaunchLaneRing<3>(pf, st);
+      CHECK(cudaStreamSynchronize(st));  // st does not synchronize with the legacy stream's copies
+      const int rows = all.ph[p].rows;
+      std::vector<float> ha(rows), hf(rows);
+      CHECK(cudaMemcpy(ha.data(), ya[p], rows * 4, cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(hf.data(), ye[p], rows * 4, cudaMemcpyDeviceToHost));
+      std::printf("check phase %d: (f) %s (a) bit for bit\n", p,
+                  std::memcmp(ha.data(), hf.data(), rows * 4) == 0 ? "equals" : "DIFFERS FROM");
+    }
+    CHECK(cudaFree(x0));
+    for (int p = 0; p < 3; ++p) {
+      CHECK(cudaFree(ya[p]));
+      CHECK(cudaFree(ye[p]));
+    }
+  }
   for (int round = 0; round < 2; ++round) {
     CHECK(cudaGetLastError());
     // (a) a launch per phase, dependent launches, one CTA per 8 row pairs (as the engine's GEMV).
@@ -304,6 +566,20 @@ int main(int argc, char** argv) {
         CHECK_OK(witcert::cuda_launch::Launch(kernel, grid, kThreads, 0, st, true, all.ph[p]));
       }
     }, "(d) a launch per phase, 4 whole rows per CTA", all.ph[1].rows / kRowsD);
+    for (int slots : {6, 4}) {
+      char name[64];
+      std::snprintf(name, sizeof name, "(e) ring chain, %d x 32 KB per SM", slots);
+      time_graph([&] {
+        CHECK(cudaMemsetAsync(arrivals, 0, 64 * sizeof(unsigned), st));
+        for (int l = 0; l < layers; ++l) launch_ring(all, 3 * l, 3 * l + 3, slots);
+      }, name, sms);
+    }
+    time_graph([&] {
+      for (int p = 0; p < all.n; ++p) launch_ring(all, p, p + 1, kRingSlots);
+    }, "(e') the same kernel, a launch per phase", sms);
+    time_graph([&] { for (int p = 0; p < all.n; ++p) LaunchLaneRing<2>(all.ph[p], st); }, "(f) lane slots, 2 steps", 0);
+    time_graph([&] { for (int p = 0; p < all.n; ++p) LaunchLaneRing<3>(all.ph[p], st); }, "(f) lane slots, 3 steps", 0);
+    time_graph([&] { for (int p = 0; p < all.n; ++p) LaunchLaneRing<4>(all.ph[p], st); }, "(f) lane slots, 4 steps", 0);
     // (b) one cooperative launch per layer.
     time_graph([&] {
       for (int l = 0; l < layers; ++l) {
