@@ -17,11 +17,6 @@ namespace {
 // (bench/RESULTS.md, 2026-12-01 21:45 UTC). Larger batches keep cuBLAS.
 bool UseGemv(int64_t n) { return n == 1; }
 constexpr GemvLaunch kBatchOneGemv{/*rows_per_warp=*/2, /*overlap_previous=*/true};
-#ifndef WITCERT_GEMV_MLP_STEPS
-#define WITCERT_GEMV_MLP_STEPS 0
-#endif
-// The MLP's projections and the head: weight loads in shared memory (GemvLaunch::steps_in_flight).
-constexpr GemvLaunch kBatchOneStreamingGemv{2, true, WITCERT_GEMV_MLP_STEPS};
 
 }  // namespace
 
@@ -30,8 +25,7 @@ absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, 
                                       int64_t rows, float* y, int64_t ldy, float beta) {
   if (UseGemv(n) && GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
     WITCERT_KERNEL_OK(GemvBf16FromF32Cuda(x, norm_weight, config_.rms_norm_eps, cols, w, rows, y,
-                                          beta, stream_,
-                                          norm_weight != nullptr ? kBatchOneStreamingGemv : kBatchOneGemv));
+                                          beta, stream_, kBatchOneGemv));
     return absl::OkStatus();
   }
   if (norm_weight != nullptr) {
@@ -100,7 +94,7 @@ absl::Status CudaBackend::ProjectGateUp(const DeviceLayerWeights& lw, const floa
   if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.w_gate_up.get(), lw.ffn_norm.get())) {
     WITCERT_KERNEL_OK(GemvBf16SwiGluCuda(x, lw.ffn_norm.get(), config_.rms_norm_eps, hidden,
                                          lw.w_gate_up.get(), ffn, act_.get(), stream_,
-                                         kBatchOneStreamingGemv));
+                                         kBatchOneGemv.overlap_previous));
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(GemmFromF32(x, lw.ffn_norm.get(), n, hidden, xn_.get(), lw.w_gate_up.get(),
@@ -113,7 +107,7 @@ absl::Status CudaBackend::ProjectGateUp(const DeviceLayerWeights& lw, const floa
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
                                int64_t rows, float* y, int64_t ldy, float beta) {
   if (UseGemv(n) && GemvBf16Supports(cols, x, w)) {
-    WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_, kBatchOneStreamingGemv));
+    WITCERT_KERNEL_OK(GemvBf16Cuda(x, cols, w, rows, y, beta, stream_, kBatchOneGemv));
     return absl::OkStatus();
   }
   const float alpha = 1.0f;

@@ -11,11 +11,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kUnroll = 4;          // 16-byte chunks per row per lane in a step of the loop
-#ifndef WITCERT_GEMV_CARVEOUT_MAX
-#define WITCERT_GEMV_CARVEOUT_MAX 0
-#endif
-constexpr bool kCarveoutMax = WITCERT_GEMV_CARVEOUT_MAX;
+constexpr int kUnroll = 4;          // 16-byte loads in flight per lane
 constexpr int64_t kMaxCols = 24576; // 48 KB of bf16 x in shared memory
 
 __device__ __forceinline__ float Lo(uint32_t v) { return __uint_as_float(v << 16); }
@@ -62,7 +58,6 @@ struct GemvArgs {
   // The launch's warps are [warp_begin, warp_end) of the warps the whole GEMV has (WarpRows).
   int64_t warp_begin = 0, warp_end = INT64_MAX;
   bool wait_before_store = false;  // RopeSplitRows::kQueries: x is read before the wait
-  int steps = 0;                    // GemvLaunch::steps_in_flight
 };
 
 // The rows warp `wg` (a global warp index) computes, and whether it has any.
@@ -131,13 +126,42 @@ __device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const i
   }
 }
 
-// x → xs [cols / 8] in bf16 by the whole CTA (then a __syncthreads()).
-template <XIn IN>
-__device__ __forceinline__ void StageX(const GemvArgs& a, uint4* xs) {
-  const int64_t cols = a.cols;
+// R output rows per warp: each 16-byte chunk of x (from shared memory) serves R rows, and a
+// lane keeps R · kUnroll weight loads in flight. A warp issues its first weight loads before
+// the CTA stages x, so they are in flight during that prologue (for kF32Norm a block-wide
+// reduction).
+template <int R, XIn IN, YOut OUT>
+__global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
+  extern __shared__ uint4 xs[];  // [cols / 8]
+  const int64_t cols = a.cols, rows = a.rows, c8 = cols / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t wg = a.warp_begin + static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  int64_t row[R];
+  const bool live = WarpRows<R, OUT>(a, wg, row) && wg < a.warp_end;
+  const uint4* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {  // rows past the end re-read the last row; never stored
+    wr[r] = reinterpret_cast<const uint4*>(a.w + (row[r] < rows ? row[r] : rows - 1) * cols);
+  }
+  int64_t i = lane;
+  uint4 wv[R][kUnroll];
+  bool loaded = live && i + (kUnroll - 1) * 32 < c8;
+  if (loaded) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
+    }
+  }
+  // Everything above reads only W. A programmatic dependent launch (GemvLaunch) may have started
+  // this CTA before the previous kernel finished: wait for it before x and y are touched (with
+  // wait_before_store, only before y: x was final before the previous kernel started). Without
+  // that launch attribute both instructions are no-ops. Let the next kernel launch early too.
+  if (!a.wait_before_store) cuda_launch::WaitForPreviousKernel();
+  cuda_launch::AllowNextKernelToStart();
   if constexpr (IN == XIn::kBf16) {
     const uint4* xg = reinterpret_cast<const uint4*>(a.x_bf16);
-    for (int64_t j = threadIdx.x; j < cols / 8; j += kThreads) xs[j] = xg[j];
+    for (int64_t j = threadIdx.x; j < c8; j += kThreads) xs[j] = xg[j];
   } else {
     const int64_t n4 = cols / 4;
     float4 xv[kMaxVec4PerThread];
@@ -157,66 +181,6 @@ __device__ __forceinline__ void StageX(const GemvArgs& a, uint4* xs) {
     }
   }
   __syncthreads();
-}
-
-// The lane's partial sums acc [R][kUnroll] → the warp's row sums → the output (after the wait
-// for the previous kernel when the launch stores only after it).
-template <int R, YOut OUT>
-__device__ __forceinline__ void FinishRows(const GemvArgs& a, int64_t wg, const int64_t (&row)[R],
-                                           const float (&acc)[R][kUnroll], int lane) {
-  float sum[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float s = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    sum[r] = s;
-  }
-  if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();
-  StoreRows<R, OUT>(a, wg, row, sum, lane);
-}
-
-// The rows' weight pointers of warp wg, and whether it has rows.
-template <int R, YOut OUT>
-__device__ __forceinline__ bool WarpWeights(const GemvArgs& a, int64_t wg, int64_t (&row)[R], const uint4* (&wr)[R]) {
-  const bool live = WarpRows<R, OUT>(a, wg, row) && wg < a.warp_end;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {  // rows past the end re-read the last row; never stored
-    wr[r] = reinterpret_cast<const uint4*>(a.w + (row[r] < a.rows ? row[r] : a.rows - 1) * a.cols);
-  }
-  return live;
-}
-
-// R output rows per warp: each 16-byte chunk of x (from shared memory) serves R rows, and a
-// lane keeps R · kUnroll weight loads in flight, in registers. A warp issues its first weight
-// loads before the CTA stages x, so they are in flight during that prologue (for kF32Norm a
-// block-wide reduction).
-template <int R, XIn IN, YOut OUT>
-__global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
-  extern __shared__ uint4 xs[];  // [cols / 8]
-  const int64_t c8 = a.cols / 8;
-  const int lane = threadIdx.x & 31;
-  const int64_t wg = a.warp_begin + static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  int64_t row[R];
-  const uint4* wr[R];
-  const bool live = WarpWeights<R, OUT>(a, wg, row, wr);
-  int64_t i = lane;
-  uint4 wv[R][kUnroll];
-  bool loaded = live && i + (kUnroll - 1) * 32 < c8;
-  if (loaded) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
-    }
-  }
-  // Everything above reads only W. A programmatic dependent launch (GemvLaunch) may have started
-  // this CTA before the previous kernel finished: wait for it before x and y are touched (with
-  // wait_before_store, only before y: x was final before the previous kernel started). Without
-  // that launch attribute both instructions are no-ops. Let the next kernel launch early too.
-  if (!a.wait_before_store) cuda_launch::WaitForPreviousKernel();
-  cuda_launch::AllowNextKernelToStart();
-  StageX<IN>(a, xs);
   if (!live) {
     if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();  // every CTA waits
     return;
@@ -243,159 +207,41 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r][0] = Dot8(__ldcs(wr[r] + i), xv, acc[r][0]);
   }
-  FinishRows<R, OUT>(a, wg, row, acc, lane);
-}
-
-// A lane's weight chunk (16 bytes) into its own shared-memory slot, bypassing L1 and marked
-// evict-first in L2 (streamed once).
-__device__ __forceinline__ void CopyChunk(uint4* slot, const uint4* src, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(slot))),
-               "l"(src), "l"(policy)
-               : "memory");
-}
-__device__ __forceinline__ void CommitChunks() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most `pending` (< 4) of this thread's groups are still in flight.
-__device__ __forceinline__ void WaitChunks(int pending) {
-  switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+  float sum[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float s = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    sum[r] = s;
   }
-}
-
-// GemvBf16Kernel's arithmetic, with the weight loads in shared memory instead of registers: a
-// step of the loop reads kUnroll chunks of each row per lane, and the lane keeps a.steps steps in
-// flight at all times, each chunk copied (cp.async) into the lane's own slot, so registers no
-// longer bound the bytes in flight. When a step is read, the step a.steps ahead is issued into
-// its slots. The first a.steps steps go out before the wait for the previous kernel.
-template <int R, XIn IN, YOut OUT>
-__global__ void __launch_bounds__(kThreads) GemvBf16SlotKernel(const GemvArgs a) {
-  extern __shared__ uint4 smem[];
-  const int S = a.steps;
-  uint4* ring = smem;                             // [S, R, kUnroll, kThreads]: each thread's slots
-  uint4* xs = smem + S * R * kUnroll * kThreads;  // [cols / 8]
-  const int64_t c8 = a.cols / 8;
-  const int lane = threadIdx.x & 31;
-  const int64_t wg = a.warp_begin + static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  int64_t row[R];
-  const uint4* wr[R];
-  const bool live = WarpWeights<R, OUT>(a, wg, row, wr);
-  // The lane's full steps (chunks lane + 32·u + 32·kUnroll·k, all four below c8), as
-  // GemvBf16Kernel's loop takes them; the rest of its chunks one at a time after them.
-  const int64_t past = c8 - (kUnroll - 1) * 32 - lane;
-  const int64_t steps = live && past > 0 ? (past + kUnroll * 32 - 1) / (kUnroll * 32) : 0;
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  auto slot = [&](int64_t k, int r, int u) { return ring + ((k % S * R + r) * kUnroll + u) * kThreads + threadIdx.x; };
-  auto issue = [&](int64_t k) {  // step k's chunks, one commit group (empty past the last step)
-    if (k < steps) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) CopyChunk(slot(k, r, u), wr[r] + lane + u * 32 + k * kUnroll * 32, policy);
-      }
-    }
-    CommitChunks();
-  };
-  for (int k = 0; k < S; ++k) issue(k);
-  if (!a.wait_before_store) cuda_launch::WaitForPreviousKernel();  // as in GemvBf16Kernel
-  cuda_launch::AllowNextKernelToStart();
-  StageX<IN>(a, xs);
-  if (!live) {
-    if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();  // every CTA waits
-    return;
-  }
-  float acc[R][kUnroll] = {};
-  for (int64_t k = 0; k < steps; ++k) {
-    WaitChunks(S - 1);  // step k's group is in (groups complete in order)
-    uint4 wv[R][kUnroll];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[r][u] = *slot(k, r, u);
-    }
-    issue(k + S);  // the slots just read take the step S ahead
-    const int64_t i = lane + k * kUnroll * 32;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const uint4 xv = xs[i + u * 32];
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r][u] = Dot8(wv[r][u], xv, acc[r][u]);
-    }
-  }
-  WaitChunks(0);
-  for (int64_t i = lane + steps * kUnroll * 32; i < c8; i += 32) {
-    const uint4 xv = xs[i];
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r][0] = Dot8(__ldcs(wr[r] + i), xv, acc[r][0]);
-  }
-  FinishRows<R, OUT>(a, wg, row, acc, lane);
-}
-
-// The device's shared-memory limit per CTA (opt-in), read once per device.
-CudaStatus SmemLimit(int* bytes) {
-  constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
-  int dev = 0;
-  WITCERT_CUDA_CALL(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) return CudaStatus::Error("GemvBf16Cuda: device index out of range");
-  if (cached[dev] == 0) {
-    int v = 0;
-    WITCERT_CUDA_CALL(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cached[dev] = v;  // the same value from any thread that races here
-  }
-  *bytes = cached[dev];
-  return CudaStatus::Ok();
+  if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();
+  StoreRows<R, OUT>(a, wg, row, sum, lane);
 }
 
 template <int R, XIn IN, YOut OUT = YOut::kRows>
-CudaStatus Launch(GemvArgs a, GemvLaunch launch, cudaStream_t stream) {
+CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
   const int64_t warps = std::min((a.rows + R - 1) / R, a.warp_end) - a.warp_begin;  // R = 2 pairs: rows / 2
   const int64_t blocks = (warps + kWarps - 1) / kWarps;
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
-  a.steps = launch.steps_in_flight;
-  if (a.steps < 0 || a.steps > 4) return CudaStatus::Error("GemvBf16Cuda: steps_in_flight must be 0 to 4");
-  if (a.steps == 0) {
-    if (kCarveoutMax) {
-      WITCERT_CUDA_CALL(cudaFuncSetAttribute(GemvBf16Kernel<R, IN, OUT>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             cudaSharedmemCarveoutMaxShared));
-    }
-    return cuda_launch::Launch(GemvBf16Kernel<R, IN, OUT>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                               static_cast<size_t>(a.cols) * 2, stream, launch.overlap_previous, a);
-  }
-  const int64_t smem = int64_t{a.steps} * R * kUnroll * kThreads * 16 + a.cols * 2;
-  int limit = 0;
-  if (CudaStatus st = SmemLimit(&limit); !st.ok) return st;
-  if (smem + 1024 > limit) {  // the norm's block reduction adds a little static shared memory
-    return CudaStatus::Error("GemvBf16Cuda: the shape and steps in flight need more shared memory than a CTA has");
-  }
-  auto* kernel = GemvBf16SlotKernel<R, IN, OUT>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  if (kCarveoutMax) {
-    WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
-  }
-  return cuda_launch::Launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(smem),
-                             stream, launch.overlap_previous, a);
+  return cuda_launch::Launch(GemvBf16Kernel<R, IN, OUT>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                             static_cast<size_t>(a.cols) * 2, stream, overlap_previous, a);
 }
 
 template <XIn IN>
 CudaStatus LaunchRows(const GemvArgs& a, GemvLaunch launch, cudaStream_t stream) {
   switch (launch.rows_per_warp) {
-    case 1: return Launch<1, IN>(a, launch, stream);
-    case 2: return Launch<2, IN>(a, launch, stream);
-    case 4: return Launch<4, IN>(a, launch, stream);
+    case 1: return Launch<1, IN>(a, launch.overlap_previous, stream);
+    case 2: return Launch<2, IN>(a, launch.overlap_previous, stream);
+    case 4: return Launch<4, IN>(a, launch.overlap_previous, stream);
     default: return CudaStatus::Error("GemvBf16Cuda: rows_per_warp must be 1, 2 or 4");
   }
 }
 
 template <YOut OUT>
-CudaStatus LaunchPaired(const GemvArgs& a, GemvLaunch launch, cudaStream_t stream) {
-  launch.rows_per_warp = 2;
-  return a.norm_weight != nullptr ? Launch<2, XIn::kF32Norm, OUT>(a, launch, stream)
-                                  : Launch<2, XIn::kF32, OUT>(a, launch, stream);
+CudaStatus LaunchPaired(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
+  return a.norm_weight != nullptr ? Launch<2, XIn::kF32Norm, OUT>(a, overlap_previous, stream)
+                                  : Launch<2, XIn::kF32, OUT>(a, overlap_previous, stream);
 }
 
 }  // namespace
@@ -435,7 +281,7 @@ CudaStatus GemvBf16FromF32Cuda(const float* x, const float* norm_weight, float e
 
 CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
                               const uint16_t* w_gate_up, int64_t ffn, uint16_t* act,
-                              cudaStream_t stream, GemvLaunch launch) {
+                              cudaStream_t stream, bool overlap_previous) {
   if (ffn <= 0) return CudaStatus::Ok();
   if (!GemvBf16FromF32Supports(cols, x, w_gate_up, norm_weight) || act == nullptr) {
     return CudaStatus::Error("GemvBf16SwiGluCuda: cols must be a multiple of 8 up to 8192, x, W "
@@ -443,7 +289,7 @@ CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float ep
   }
   GemvArgs a{nullptr, x, norm_weight, eps, cols, w_gate_up, 2 * ffn, nullptr, 0.0f};
   a.act_bf16 = act;
-  return LaunchPaired<YOut::kSwiGlu>(a, launch, stream);
+  return LaunchPaired<YOut::kSwiGlu>(a, overlap_previous, stream);
 }
 
 CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
@@ -469,7 +315,7 @@ CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float
     a.warp_end = q_warps;
     a.wait_before_store = true;
   }
-  return LaunchPaired<YOut::kRopeSplit>(a, GemvLaunch{2, overlap_previous}, stream);
+  return LaunchPaired<YOut::kRopeSplit>(a, overlap_previous, stream);
 }
 
 }  // namespace witcert

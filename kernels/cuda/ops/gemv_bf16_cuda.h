@@ -24,20 +24,15 @@ namespace witcert {
 bool GemvBf16Supports(int64_t cols, const void* x, const void* w);
 
 // How a GEMV launches.
-//  * rows_per_warp (1, 2 or 4): output rows each warp computes (each x chunk serves that many).
+//  * rows_per_warp (1, 2 or 4): output rows each warp computes (more loads in flight per lane).
 //  * overlap_previous: a programmatic dependent launch. The kernel may start while the previous
 //    kernel on the stream is still finishing and issue its first weight loads then (W depends
 //    on nothing earlier in the stream); it waits for that kernel (griddepcontrol.wait) before it
 //    reads x or reads or writes y. Saves the launch gap and the first DRAM round trip of each
 //    GEMV in a dependent chain of them (a batch-1 decode step).
-//  * steps_in_flight: 0 keeps one loop step of weight loads (4 chunks of 16 bytes of each of the
-//    warp's rows per lane) in registers; 1 to 4 keep that many steps in flight in shared memory
-//    (cp.async into each lane's own slots), the same arithmetic and bits. More bytes in flight per
-//    SM, at the price of shared memory the next kernel's CTAs cannot use while these run.
 struct GemvLaunch {
   int rows_per_warp = 1;
   bool overlap_previous = false;
-  int steps_in_flight = 0;
 };
 
 CudaStatus GemvBf16Cuda(const uint16_t* x, int64_t cols, const uint16_t* w, int64_t rows,
@@ -60,10 +55,9 @@ CudaStatus GemvBf16FromF32Cuda(const float* x, const float* norm_weight, float e
 //
 // act [ffn] = bf16(silu(g)·u) with [g; u] = W_gate_up [2·ffn, cols] · x: bit for bit
 // GemvBf16FromF32Cuda into [g; u] followed by SwiGluCuda(…, out_bf16 = act).
-// `launch`: its overlap and steps in flight (two rows per warp, always).
 CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
                               const uint16_t* w_gate_up, int64_t ffn, uint16_t* act,
-                              cudaStream_t stream, GemvLaunch launch = {});
+                              cudaStream_t stream, bool overlap_previous = false);
 
 // The fused QKV projection of one token, split and rotated: W_qkv [(Hq + 2·Hkv)·d, cols] holds
 // the q heads' rows, then k's, then v's. q [Hq·d], k [Hkv·d], v [Hkv·d]; bias [(Hq + 2·Hkv)·d]
