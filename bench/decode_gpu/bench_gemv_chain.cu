@@ -100,6 +100,28 @@ __device__ __forceinline__ void Prefetch(const Phase& ph, int64_t wg, int lane, 
   }
 }
 
+// One loop step of a warp's row pair: chunks u·32 of xs (already offset to the step and lane)
+// against the pair's weights wv, into the running sums.
+__device__ __forceinline__ void StepDot(const uint4 (&wv)[2][kUnroll], const uint4* xs, float& a0, float& a1) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint4 xv = xs[32 * u];
+    a0 = Dot8(wv[0][u], xv, a0);
+    a1 = Dot8(wv[1][u], xv, a1);
+  }
+}
+// The pair's sums over the warp, stored by lane 0 at y[row] and y[row + 1].
+__device__ __forceinline__ void StorePair(float* y, int64_t row, float a0, float a1, int lane) {
+  for (int o = 16; o > 0; o >>= 1) {
+    a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+    a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+  }
+  if (lane == 0) {
+    y[row] = a0;
+    y[row + 1] = a1;
+  }
+}
+
 // y = W·bf16(x) over the phase's rows, two rows per warp per step, warps grid-strided; the
 // first step's loads are in wv already.
 __device__ void RunPhase(const Phase& ph, int64_t wg, int64_t nwarps, int lane, uint4 (&wv)[2][kUnroll], uint4* xs) {
@@ -119,21 +141,9 @@ __device__ void RunPhase(const Phase& ph, int64_t wg, int64_t nwarps, int lane, 
         }
       }
       first = false;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const uint4 xv = xs[i + 32 * u];
-        a0 = Dot8(wv[0][u], xv, a0);
-        a1 = Dot8(wv[1][u], xv, a1);
-      }
+      StepDot(wv, xs + i, a0, a1);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      a0 += __shfl_xor_sync(0xffffffffu, a0, o);
-      a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-    }
-    if (lane == 0) {
-      ph.y[2 * pair] = a0;
-      ph.y[2 * pair + 1] = a1;
-    }
+    StorePair(ph.y, 2 * pair, a0, a1, lane);
   }
   __syncthreads();  // xs is rewritten by the next phase
 }
@@ -347,21 +357,9 @@ __global__ void __launch_bounds__(kThreads) LaneRingKernel(const Phase ph) {
       wv[1][u] = *slot(k, 1, u);
     }
     issue(k + S);  // this thread's slot k % S is read: refill it
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const uint4 xv = xs[lane + 32 * u + k * 32 * kUnroll];
-      a0 = Dot8(wv[0][u], xv, a0);
-      a1 = Dot8(wv[1][u], xv, a1);
-    }
+    StepDot(wv, xs + lane + k * 32 * kUnroll, a0, a1);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    a0 += __shfl_xor_sync(0xffffffffu, a0, o);
-    a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-  }
-  if (lane == 0) {
-    ph.y[r0] = a0;
-    ph.y[r0 + 1] = a1;
-  }
+  StorePair(ph.y, r0, a0, a1, lane);
 }
 template <int S>
 void LaunchLaneRing(const Phase& ph, cudaStream_t st) {
