@@ -8,7 +8,11 @@
 // machine had put gate|up and down 3–5% behind cuBLAS.) So CudaBackend uses it for every
 // batch-1 projection. Structure: R rows per warp, 16-byte weight loads, 4·R in flight per lane,
 // x staged once per CTA in shared memory (the L2 sees x once per 8·R rows). Eight loads per
-// row in flight (for the one-wave shapes) measured no faster and was not kept.
+// row in flight (for the one-wave shapes) measured no faster and was not kept. Neither were
+// weight loads staged in shared memory (2026-12-03; bench/decode_gpu/bench_gemv_chain (e), (f)):
+// cp.async into per-lane slots, 3 steps in flight, streams a chain of GEMVs alone 5% faster, but
+// made the batch-1 decode step 0.17–0.5 ms slower. A copy-engine ring per GEMV was slower
+// everywhere but the head.
 #pragma once
 
 #include <cstdint>
