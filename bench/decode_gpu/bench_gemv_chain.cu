@@ -207,7 +207,9 @@ __global__ void __launch_bounds__(kThreads) PhaseKernelRowsPerCta(const Phase ph
 // runs on across the phase boundaries: thread 0 issues each stage (whole rows of one phase, one
 // bulk copy) as soon as its slot is free, whatever phase it belongs to, so the copies of the next
 // phase are in flight while the CTAs wait at the grid barrier for its input. One CTA per SM, the
-// ring ~190 KB, which is what keeps a steady ~4.4 TB/s (bench_gemv: the head's GEMV).
+// ring 192 KB (two CTAs' worth of bytes in flight let a copy-engine ring stream the head's GEMV
+// at 4.4 TB/s). Measured 3.0 TB/s (bench/RESULTS.md, 2026-12-03, sixth session): one CTA of 8
+// warps per SM consumes the stages too slowly.
 constexpr int kRingSlots = 6, kSlotBytes = 32768, kMaxStageRows = 4, kMaxLocalRows = 256;
 constexpr size_t kRingXOff = 64 + kRingSlots * kWarps * kMaxStageRows * 4 + kMaxLocalRows * 4;
 constexpr size_t kRingOff = (kRingXOff + kMaxCols * 2 + 127) / 128 * 128;
