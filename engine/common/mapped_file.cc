@@ -7,13 +7,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace witcert {
 
-absl::StatusOr<FileMapping> MapFileReadOnly(const std::string& path) {
+absl::StatusOr<FileBytes> FileBytes::Map(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -25,20 +26,50 @@ absl::StatusOr<FileMapping> MapFileReadOnly(const std::string& path) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
-  FileMapping mapping;
-  mapping.size = static_cast<size_t>(st.st_size);
-  if (mapping.size > 0) {
-    void* m = mmap(nullptr, mapping.size, PROT_READ, MAP_PRIVATE, fd, 0);
+  FileBytes bytes;
+  bytes.size_ = static_cast<size_t>(st.st_size);
+  if (bytes.size_ > 0) {
+    void* m = mmap(nullptr, bytes.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
       return absl::Status(absl::ErrnoToStatusCode(err),
                           absl::StrCat(path, ": mmap failed: ", std::strerror(err)));
     }
-    mapping.data = m;
+    bytes.mapping_ = m;
   }
   ::close(fd);  // the mapping keeps the file alive
-  return mapping;
+  return bytes;
+}
+
+FileBytes FileBytes::Copy(std::string_view bytes) {
+  FileBytes copy;
+  copy.owned_.assign(bytes.data(), bytes.size());
+  copy.size_ = bytes.size();
+  return copy;
+}
+
+FileBytes::FileBytes(FileBytes&& other) noexcept
+    : mapping_(std::exchange(other.mapping_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owned_(std::move(other.owned_)) {}
+
+FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
+  if (this != &other) {
+    if (mapping_ != nullptr) munmap(mapping_, size_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owned_ = std::move(other.owned_);
+  }
+  return *this;
+}
+
+FileBytes::~FileBytes() {
+  if (mapping_ != nullptr) munmap(mapping_, size_);
+}
+
+const uint8_t* FileBytes::data() const {
+  return static_cast<const uint8_t*>(mapping_ != nullptr ? mapping_ : static_cast<const void*>(owned_.data()));
 }
 
 }  // namespace witcert

@@ -9,14 +9,9 @@
 // Every message names the file, the key or tensor concerned, and the byte offset.
 #include "engine/model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -238,27 +233,17 @@ int64_t GgufTensorInfo::num_elements() const {
   return n;
 }
 
-GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) munmap(mapping_, size_);
-}
-
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(FileMapping mapping, MapFileReadOnly(path));
-  std::unique_ptr<GgufFile> file(new GgufFile());
-  file->path_ = path;
-  file->size_ = mapping.size;
-  file->mapping_ = mapping.data;
-  file->base_ = static_cast<const uint8_t*>(mapping.data);
-  RETURN_IF_ERROR(file->Parse());
-  return file;
+  ASSIGN_OR_RETURN(FileBytes bytes, FileBytes::Map(path));
+  return Load(path, std::move(bytes));
 }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::string_view bytes) {
-  std::unique_ptr<GgufFile> file(new GgufFile());
-  file->path_ = "<memory>";
-  file->owned_bytes_.assign(bytes.data(), bytes.size());
-  file->base_ = reinterpret_cast<const uint8_t*>(file->owned_bytes_.data());
-  file->size_ = file->owned_bytes_.size();
+  return Load("<memory>", FileBytes::Copy(bytes));
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Load(std::string path, FileBytes bytes) {
+  std::unique_ptr<GgufFile> file(new GgufFile(std::move(path), std::move(bytes)));
   RETURN_IF_ERROR(file->Parse());
   return file;
 }

@@ -10,12 +10,14 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/common/mapped_file.h"
 #include "kernels/ggml_type.h"
 
 namespace witcert {
@@ -54,7 +56,6 @@ class GgufFile {
   // Parses an in-memory image (the fuzz target and tests use this). The bytes are copied.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(std::string_view bytes);
 
-  ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
@@ -76,14 +77,16 @@ class GgufFile {
   std::vector<std::string> metadata_keys() const;
 
  private:
-  GgufFile() = default;
+  GgufFile(std::string path, FileBytes bytes)
+      : path_(std::move(path)), bytes_(std::move(bytes)), base_(bytes_.data()), size_(bytes_.size()) {}
+  // Takes the bytes, then parses them.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Load(std::string path, FileBytes bytes);
   absl::Status Parse();
 
   std::string path_;
-  const uint8_t* base_ = nullptr;  // start of the mapping (or of owned_bytes_)
+  FileBytes bytes_;
+  const uint8_t* base_ = nullptr;  // bytes_.data(), bytes_.size()
   size_t size_ = 0;
-  void* mapping_ = nullptr;        // munmap on destruction when non-null
-  std::string owned_bytes_;        // FromBytes keeps its copy here
   uint32_t version_ = 0;
   absl::flat_hash_map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;

@@ -1,13 +1,6 @@
 #include "engine/model/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -88,28 +81,19 @@ absl::Status RequireFloat(const SafetensorsTensor& t) {
       "' has dtype ", Av(SafetensorsDtypeName(t.dtype)), "; supported: F32, F16, BF16"));
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (mapping_ != nullptr) munmap(mapping_, size_);
-}
-
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(FileMapping mapping, MapFileReadOnly(path));
-  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
-  file->path_ = path;
-  file->size_ = mapping.size;
-  file->mapping_ = mapping.data;
-  file->base_ = static_cast<const uint8_t*>(mapping.data);
-  RETURN_IF_ERROR(file->Parse());
-  return file;
+  ASSIGN_OR_RETURN(FileBytes bytes, FileBytes::Map(path));
+  return Load(path, std::move(bytes));
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBytes(
     std::string_view bytes, std::string name) {
-  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
-  file->path_ = std::move(name);
-  file->owned_bytes_.assign(bytes.data(), bytes.size());
-  file->base_ = reinterpret_cast<const uint8_t*>(file->owned_bytes_.data());
-  file->size_ = file->owned_bytes_.size();
+  return Load(std::move(name), FileBytes::Copy(bytes));
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Load(std::string path,
+                                                                       FileBytes bytes) {
+  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(std::move(path), std::move(bytes)));
   RETURN_IF_ERROR(file->Parse());
   return file;
 }

@@ -17,10 +17,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "engine/common/mapped_file.h"
 
 namespace witcert {
 
@@ -50,7 +52,6 @@ class SafetensorsFile {
   // Parses an in-memory image (bytes copied); `name` stands in for the path in messages.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBytes(std::string_view bytes,
                                                                      std::string name);
-  ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -60,14 +61,16 @@ class SafetensorsFile {
   const absl::flat_hash_map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
-  SafetensorsFile() = default;
+  SafetensorsFile(std::string path, FileBytes bytes)
+      : path_(std::move(path)), bytes_(std::move(bytes)), base_(bytes_.data()), size_(bytes_.size()) {}
+  // Takes the bytes, then parses them.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Load(std::string path, FileBytes bytes);
   absl::Status Parse();
 
   std::string path_;
-  const uint8_t* base_ = nullptr;
+  FileBytes bytes_;
+  const uint8_t* base_ = nullptr;  // bytes_.data(), bytes_.size()
   size_t size_ = 0;
-  void* mapping_ = nullptr;  // munmap on destruction when non-null
-  std::string owned_bytes_;  // FromBytes keeps its copy here
   std::vector<SafetensorsTensor> tensors_;
   absl::flat_hash_map<std::string, size_t> index_;
   absl::flat_hash_map<std::string, std::string> metadata_;
