@@ -61,6 +61,14 @@ struct ForwardResult {
   std::vector<std::vector<CellRecord>> cells;
 };
 
+// The first check of every backend's Create: the KV cache has the model's shape.
+inline absl::Status CheckKvMatchesModel(const ModelConfig& c, const KvCacheOptions& kv) {
+  if (kv.num_layers != c.num_layers || kv.num_kv_heads != c.num_kv_heads || kv.head_dim != c.head_dim) {
+    return absl::InvalidArgumentError("KV cache options do not match the model's shape");
+  }
+  return absl::OkStatus();
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -26,11 +26,7 @@ void AddBias(float* rows, int64_t n, const QuantMatrix& bias) {
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
                                                                const KvCacheOptions& kv_options,
                                                                Options options) {
-  const ModelConfig& c = model.config();
-  if (kv_options.num_layers != c.num_layers || kv_options.num_kv_heads != c.num_kv_heads ||
-      kv_options.head_dim != c.head_dim) {
-    return absl::InvalidArgumentError("KV cache options do not match the model's shape");
-  }
+  RETURN_IF_ERROR(CheckKvMatchesModel(model.config(), kv_options));
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, KvCache::Create(kv_options));
   return std::unique_ptr<CpuBackend>(new CpuBackend(model, std::move(kv), options));
 }

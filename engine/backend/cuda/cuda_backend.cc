@@ -39,10 +39,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
                                                                  const KvCacheOptions& kv_options,
                                                                  Options options) {
   const ModelConfig& c = model.config();
-  if (kv_options.num_layers != c.num_layers || kv_options.num_kv_heads != c.num_kv_heads ||
-      kv_options.head_dim != c.head_dim) {
-    return absl::InvalidArgumentError("KV cache options do not match the model's shape");
-  }
+  RETURN_IF_ERROR(CheckKvMatchesModel(c, kv_options));
   if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device is available");
   if (kv_options.k_scheme != kv_options.v_scheme) {
     return absl::UnimplementedError(absl::StrCat("the CUDA backend stores K and V in one scheme; "

@@ -202,6 +202,26 @@ TEST(SyntheticModelTest, ForwardPassIsFiniteAndDeterministic) {
   }
 }
 
+// A KV cache of another shape than the model's (layers, KV heads or head size) is refused at
+// Create with InvalidArgument, before anything is allocated for it.
+TEST(SyntheticModelTest, BackendRefusesAKvCacheOfAnotherShape) {
+  auto m = LoadModel("synthetic:tiny?seed=5");
+  ASSERT_TRUE(m.ok());
+  KvConfig kv;
+  kv.memory_bytes = 4ll << 20;
+  auto options = MakeKvOptions((*m)->config(), kv);
+  ASSERT_TRUE(options.ok());
+  ASSERT_TRUE(CpuBackend::Create(**m, *options, {.num_threads = 1}).ok());
+  for (int field = 0; field < 3; ++field) {
+    KvCacheOptions other = *options;
+    (field == 0 ? other.num_layers : field == 1 ? other.num_kv_heads : other.head_dim) += 1;
+    auto backend = CpuBackend::Create(**m, other, {.num_threads = 1});
+    ASSERT_FALSE(backend.ok()) << "field " << field;
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(backend.status().message(), "model's shape")) << backend.status();
+  }
+}
+
 TEST(SyntheticModelTest, LoadEngineGeneratesTokens) {
   EngineConfig config;
   config.model_path = "synthetic:tiny?seed=11";
