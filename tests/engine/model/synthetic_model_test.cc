@@ -168,16 +168,31 @@ TEST(SyntheticModelTest, ProgressReachesOneHundredPercent) {
   EXPECT_FALSE((*m)->weights().layers[0].bq.empty());
 }
 
+// The tiny synthetic model (seed 5) and the options of a 4 MB KV cache shaped for it.
+struct TinyModelKv {
+  std::unique_ptr<Model> model;
+  KvCacheOptions kv;
+};
+TinyModelKv LoadTinyModelKv() {
+  TinyModelKv t;
+  auto m = LoadModel("synthetic:tiny?seed=5");
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return t;
+  KvConfig kv;
+  kv.memory_bytes = 4ll << 20;
+  auto options = MakeKvOptions((*m)->config(), kv);
+  EXPECT_TRUE(options.ok()) << options.status();
+  t.model = std::move(*m);
+  if (options.ok()) t.kv = *options;
+  return t;
+}
+
 TEST(SyntheticModelTest, ForwardPassIsFiniteAndDeterministic) {
   std::vector<float> first;
   for (int rep = 0; rep < 2; ++rep) {
-    auto m = LoadModel("synthetic:tiny?seed=5");
-    ASSERT_TRUE(m.ok());
-    KvConfig kv;
-    kv.memory_bytes = 4ll << 20;
-    auto options = MakeKvOptions((*m)->config(), kv);
-    ASSERT_TRUE(options.ok());
-    auto backend = CpuBackend::Create(**m, *options, {.num_threads = 1});
+    const TinyModelKv t = LoadTinyModelKv();
+    ASSERT_NE(t.model, nullptr);
+    auto backend = CpuBackend::Create(*t.model, t.kv, {.num_threads = 1});
     ASSERT_TRUE(backend.ok()) << backend.status();
     const std::vector<TokenId> prompt = {72, 101, 108, 108, 111, 300, 509};
     ASSERT_TRUE((*backend)->kv_cache().AddSequence(1).ok());
@@ -205,17 +220,13 @@ TEST(SyntheticModelTest, ForwardPassIsFiniteAndDeterministic) {
 // A KV cache of another shape than the model's (layers, KV heads or head size) is refused at
 // Create with InvalidArgument, before anything is allocated for it.
 TEST(SyntheticModelTest, BackendRefusesAKvCacheOfAnotherShape) {
-  auto m = LoadModel("synthetic:tiny?seed=5");
-  ASSERT_TRUE(m.ok());
-  KvConfig kv;
-  kv.memory_bytes = 4ll << 20;
-  auto options = MakeKvOptions((*m)->config(), kv);
-  ASSERT_TRUE(options.ok());
-  ASSERT_TRUE(CpuBackend::Create(**m, *options, {.num_threads = 1}).ok());
+  const TinyModelKv t = LoadTinyModelKv();
+  ASSERT_NE(t.model, nullptr);
+  ASSERT_TRUE(CpuBackend::Create(*t.model, t.kv, {.num_threads = 1}).ok());
   for (int field = 0; field < 3; ++field) {
-    KvCacheOptions other = *options;
+    KvCacheOptions other = t.kv;
     (field == 0 ? other.num_layers : field == 1 ? other.num_kv_heads : other.head_dim) += 1;
-    auto backend = CpuBackend::Create(**m, other, {.num_threads = 1});
+    auto backend = CpuBackend::Create(*t.model, other, {.num_threads = 1});
     ASSERT_FALSE(backend.ok()) << "field " << field;
     EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(absl::StrContains(backend.status().message(), "model's shape")) << backend.status();
