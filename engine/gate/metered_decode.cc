@@ -23,23 +23,7 @@ void ValueNorms(const GatheredHead& head, int32_t d, std::vector<float>* v_norm)
   }
 }
 
-MeteredHeadInputs Inputs(const KvCache& kv, const GatheredHead& head,
-                         const std::vector<float>& v_norm) {
-  MeteredHeadInputs in;
-  in.head_dim = kv.options().head_dim;
-  in.num_bands = kv.options().num_bands;
-  in.interleaved = kv.options().rope_pairing == RopePairing::kInterleaved;
-  in.num_tokens = head.num_tokens;
-  in.k = head.k.data();
-  in.v = head.v.data();
-  in.k_witness = head.k_witness.empty() ? nullptr : head.k_witness.data();
-  in.v_rho = head.v_rho.empty() ? nullptr : head.v_rho.data();
-  in.v_bound = head.v_bound.empty() ? nullptr : head.v_bound.data();
-  in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
-  in.token_exact = head.token_exact.data();
-  in.v_norm = v_norm.empty() ? nullptr : v_norm.data();
-  return in;
-}
+const float* OrNull(const std::vector<float>& a) { return a.empty() ? nullptr : a.data(); }
 
 float RelV(const MeteredAttentionResult& r) {
   return meter::RelativeValueBound(r.bound.v_bound, r.out_norm);
@@ -93,7 +77,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
         opt.delta_loc = req.delta_loc;
         MeteredAttentionResult res;
         // Per-token risk (each token's share of A − 1) only ranks blocks for repair.
-        MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res,
+        MeteredAttention(MeteredInputs(kv.options(), head, OrNull(v_norm)), q, opt, out, &res,
                          repair ? risk.data() : nullptr);
         if (!meter) continue;
         CellRecord cell;
@@ -126,7 +110,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
           }
           ++cell.pageins;
           ValueNorms(head, d, &v_norm);  // promoted rows are exact now
-          MeteredAttention(Inputs(kv, head, v_norm), q, opt, out, &res, risk.data());
+          MeteredAttention(MeteredInputs(kv.options(), head, OrNull(v_norm)), q, opt, out, &res, risk.data());
         }
         cell.tv_after = res.bound.tv;
         cell.v_after = RelV(res);

@@ -567,4 +567,22 @@ KvCacheStats KvCache::stats() const {
   return st;
 }
 
+MeteredHeadInputs MeteredInputs(const KvCacheOptions& o, const GatheredHead& head, const float* v_norm) {
+  auto or_null = [](const auto& a) { return a.empty() ? nullptr : a.data(); };
+  MeteredHeadInputs in;
+  in.head_dim = o.head_dim;
+  in.num_bands = o.num_bands;
+  in.interleaved = o.rope_pairing == RopePairing::kInterleaved;
+  in.num_tokens = head.num_tokens;
+  in.k = head.k.data();
+  in.v = head.v.data();
+  in.k_witness = or_null(head.k_witness);
+  in.v_rho = or_null(head.v_rho);
+  in.v_bound = or_null(head.v_bound);
+  in.k_dither_scale = or_null(head.k_dither_scale);
+  in.token_exact = head.token_exact.data();
+  in.v_norm = v_norm;
+  return in;
+}
+
 }  // namespace witcert

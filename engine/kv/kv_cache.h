@@ -40,6 +40,7 @@
 #include "engine/kv/exact_block_cache.h"
 #include "engine/kv/outlier_channels.h"
 #include "engine/kv/prefix_index.h"
+#include "kernels/cpu/metered_attention.h"
 #include "engine/kv/witness.h"
 #include "engine/model/model_config.h"
 
@@ -82,6 +83,10 @@ struct GatheredHead {
   std::vector<float> k_dither_scale;        // [S]; empty unless the K codec is Tier B
   std::vector<uint8_t> token_exact;         // [S]; 1 where the row is an exact copy
 };
+
+// The metered kernel's view of a gathered head of a cache with options `o` (the arrays stay
+// `head`'s; empty ones are null). v_norm: MeteredHeadInputs::v_norm, or null.
+MeteredHeadInputs MeteredInputs(const KvCacheOptions& o, const GatheredHead& head, const float* v_norm = nullptr);
 
 // Exact storage accounting (all sizes in bytes).
 struct KvCapacity {

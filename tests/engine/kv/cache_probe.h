@@ -82,22 +82,6 @@ struct CellSweep {
   double max_ratio = 0;     // max true TV / bound
 };
 
-inline MeteredHeadInputs HeadInputs(const KvCacheOptions& o, const GatheredHead& head) {
-  MeteredHeadInputs in;
-  in.head_dim = o.head_dim;
-  in.num_bands = o.num_bands;
-  in.interleaved = o.rope_pairing == RopePairing::kInterleaved;
-  in.num_tokens = head.num_tokens;
-  in.k = head.k.data();
-  in.v = head.v.data();
-  in.k_witness = head.k_witness.empty() ? nullptr : head.k_witness.data();
-  in.v_rho = head.v_rho.empty() ? nullptr : head.v_rho.data();
-  in.v_bound = head.v_bound.empty() ? nullptr : head.v_bound.data();
-  in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
-  in.token_exact = head.token_exact.data();
-  return in;
-}
-
 // `queries` queries per KV head (seeded: the same queries for the same seed), alternating
 // random and adversarial (aligned with one token's key residual). Tier A only (δ_loc = 0).
 inline void SweepCells(KvCache& cache, int64_t tokens, int queries, uint64_t seed,
@@ -122,7 +106,7 @@ inline void SweepCells(KvCache& cache, int64_t tokens, int queries, uint64_t see
       MeteredAttentionOptions opt;
       opt.num_splits = 1 + qi % 3;
       MeteredAttentionResult res;
-      MeteredAttention(HeadInputs(o, head), q.data(), opt, res_out.data(), &res);
+      MeteredAttention(MeteredInputs(o, head), q.data(), opt, res_out.data(), &res);
       auto truth = TrueAttentionError(q.data(), ek.data(), ev.data(), head.k.data(),
                                       head.v.data(), tokens, d);
       ++out->cells;

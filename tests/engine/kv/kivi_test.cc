@@ -151,7 +151,7 @@ TEST(Kivi2Cache, ExactUntilGroupFillsThenEncodedWithWitness) {
     // Every token exact: ε = 0, the certificate is exactly 0.
     std::vector<float> q = Token(qrng, d), out(d);
     MeteredAttentionResult res;
-    MeteredAttention(testing::HeadInputs(o, head), q.data(), {}, out.data(), &res);
+    MeteredAttention(MeteredInputs(o, head), q.data(), {}, out.data(), &res);
     EXPECT_EQ(res.bound.tv, 0.0f);
     EXPECT_EQ(res.bound.v_bound, 0.0f);
   }
@@ -243,7 +243,7 @@ TEST(Kivi2Cache, PromotedEncodedBlocksStayExactBesideTheStagedTail) {
     }
     std::vector<float> q(d, 0.3f), out(d);
     MeteredAttentionResult res;
-    MeteredAttention(testing::HeadInputs(o, g), q.data(), {}, out.data(), &res);
+    MeteredAttention(MeteredInputs(o, g), q.data(), {}, out.data(), &res);
     EXPECT_EQ(res.bound.tv, 0.0f);
   };
   all_exact(head, 37);

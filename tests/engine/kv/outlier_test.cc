@@ -190,9 +190,9 @@ TEST(OutlierBypass, TierBDitherStaysWithinDelta) {
         MeteredAttentionOptions opt;
         opt.delta_loc = delta;
         MeteredAttentionResult res, res_a;
-        MeteredAttention(testing::HeadInputs(o, head), q.data(), opt, out.data(), &res);
+        MeteredAttention(MeteredInputs(o, head), q.data(), opt, out.data(), &res);
         opt.delta_loc = 0.0;
-        MeteredAttention(testing::HeadInputs(o, head), q.data(), opt, out.data(), &res_a);
+        MeteredAttention(MeteredInputs(o, head), q.data(), opt, out.data(), &res_a);
         auto truth = testing::TrueAttentionError(q.data(), ek.data(), ev.data(), head.k.data(),
                                                  head.v.data(), s, d);
         ++cells;

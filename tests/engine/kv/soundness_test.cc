@@ -74,17 +74,7 @@ void CheckScheme(const std::string& scheme, Pattern pattern, int64_t s, int quer
     ASSERT_TRUE(cache.GatherHead(1, 0, h, s, &head).ok());
     std::vector<float> ek(s * d), ev(s * d);  // [S, d]
     ASSERT_TRUE(cache.GatherExactHead(1, 0, h, s, ek.data(), ev.data()).ok());
-    MeteredHeadInputs in;
-    in.head_dim = d;
-    in.num_bands = o.num_bands;
-    in.interleaved = pairing == RopePairing::kInterleaved;
-    in.num_tokens = s;
-    in.k = head.k.data();
-    in.v = head.v.data();
-    in.k_witness = head.k_witness.empty() ? nullptr : head.k_witness.data();
-    in.v_rho = head.v_rho.empty() ? nullptr : head.v_rho.data();
-  in.v_bound = head.v_bound.empty() ? nullptr : head.v_bound.data();
-    in.k_dither_scale = head.k_dither_scale.empty() ? nullptr : head.k_dither_scale.data();
+    const MeteredHeadInputs in = MeteredInputs(o, head);
     std::vector<float> q(d), out(d);
     for (int qi = 0; qi < queries; ++qi) {
       // Alternate random queries and adversarial ones aligned with a token's key residual.
