@@ -12,6 +12,7 @@
 #include "engine/runtime/loaded_engine.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/matmul.h"
+#include "tests/testing/drain_stream.h"
 
 namespace witcert {
 namespace {
@@ -259,14 +260,9 @@ TEST(SyntheticModelTest, LoadEngineGeneratesTokens) {
     request.stop.ignore_eos = true;
     auto stream = (*loaded)->engine->Submit(request);
     ASSERT_TRUE(stream.ok()) << stream.status();
-    while (true) {
-      RequestEvent e = *(*stream)->Next();
-      if (e.kind == RequestEvent::Kind::kToken) got.push_back(e.token.token);
-      if (e.kind == RequestEvent::Kind::kFinish) {
-        EXPECT_TRUE(e.status.ok()) << e.status;
-        break;
-      }
-    }
+    const testing::DrainedStream drained = testing::Drain(**stream);
+    EXPECT_TRUE(drained.status.ok()) << drained.status;
+    got = drained.tokens;
   }
   EXPECT_EQ(runs[0].size(), 5u);
   EXPECT_EQ(runs[0], runs[1]);  // greedy over fixed weights

@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/default_model_test.h"
+#include "tests/testing/drain_stream.h"
 #include "tests/testing/model_path.h"
 
 namespace witcert {
@@ -255,15 +256,9 @@ int ExpectFreeRunningGreedyMatches(const EngineConfig& config, const char* ids_k
     auto stream = (*loaded)->engine->Submit(request);
     EXPECT_TRUE(stream.ok()) << stream.status();
     if (!stream.ok()) continue;
-    std::vector<TokenId> got;
-    while (true) {
-      RequestEvent e = *(*stream)->Next();
-      if (e.kind == RequestEvent::Kind::kToken) got.push_back(e.token.token);
-      if (e.kind == RequestEvent::Kind::kFinish) {
-        EXPECT_TRUE(e.status.ok()) << e.status;
-        break;
-      }
-    }
+    const testing::DrainedStream drained = testing::Drain(**stream);
+    EXPECT_TRUE(drained.status.ok()) << drained.status;
+    std::vector<TokenId> got = drained.tokens;
     if (decided == expected.size()) {
       EXPECT_EQ(got, expected) << request.id;
     } else {
