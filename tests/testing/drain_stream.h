@@ -11,7 +11,7 @@ namespace witcert::testing {
 
 struct DrainedStream {
   std::vector<int32_t> tokens;  // the kToken events' tokens, in order
-  absl::Status status;                 // the kFinish event's
+  absl::Status status;          // the kFinish event's
 };
 
 // Blocks until the stream's kFinish event.
