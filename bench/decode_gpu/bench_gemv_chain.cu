@@ -25,7 +25,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cuda/bulk_copy.cuh"
+#include "bench/decode_gpu/bulk_copy.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 
 namespace cg = cooperative_groups;
@@ -607,7 +607,7 @@ int main(int argc, char** argv) {
     }, "(c) one persistent launch for all layers", coop_grid);
   }
   // (g) Added after this session's device time was spent; not run yet. (a) under each preferred
-  // shared-memory carveout (the engine's register GEMV got 0.44-0.5 ms a step slower at the
+  // shared-memory carveout (the engine's register GEMV got 0.40-0.51 ms a step slower at the
   // largest), then (a) with a spacer between the phases holding little or much shared memory.
   const int carveouts[] = {cudaSharedmemCarveoutDefault, cudaSharedmemCarveoutMaxL1, 50, cudaSharedmemCarveoutMaxShared};
   auto chain_a = [&](bool spacer, int spacer_smem) {

@@ -11,7 +11,7 @@
 // row in flight (for the one-wave shapes) measured no faster and was not kept. Neither were
 // weight loads staged in shared memory (2026-12-03; bench/decode_gpu/bench_gemv_chain (e), (f)):
 // cp.async into per-lane slots, 3 steps in flight, streams a chain of GEMVs alone 5% faster, but
-// made the batch-1 decode step 0.17–0.5 ms slower. A copy-engine ring per GEMV was slower on
+// made the batch-1 decode step 0.13–0.53 ms slower. A copy-engine ring per GEMV was slower on
 // every shape (level with this kernel only on the head, at two CTAs per SM).
 #pragma once
 

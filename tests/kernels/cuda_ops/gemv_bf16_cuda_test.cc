@@ -216,8 +216,28 @@ struct RopeShape {
   int64_t cols;
   int64_t Rows() const { return int64_t{hq + 2 * hkv} * d; }
   std::string Name() const { return std::to_string(hq) + "/" + std::to_string(hkv) + " d " + std::to_string(d); }
+  // The RoPE-split outputs of this shape (halves pairing, GemvRopeSplitOut's default, unless told otherwise).
+  GemvRopeSplitOut Targets(const float* bias, const int64_t* position, float theta, float* q, float* k, float* v,
+                           bool interleaved = false) const {
+    return GemvRopeSplitOut{.num_heads = hq, .num_kv_heads = hkv, .head_dim = d, .bias = bias, .position = position,
+                            .theta = theta, .interleaved = interleaved, .q = q, .k = k, .v = v};
+  }
 };
 constexpr RopeShape kRopeShapes[] = {{32, 8, 128, 4096}, {9, 3, 64, 576}, {2, 1, 8, 16}};
+
+// A RoPE-split test's random inputs on the device: x, the norm weight, the bias, W_qkv and the
+// position. seeds: x's, the norm's, the bias's and W's.
+struct RopeInputs {
+  RopeInputs(const RopeShape& s, const uint32_t (&seeds)[4], int64_t position)
+      : x(RandomFloats(s.cols, seeds[0] + s.cols, -4, 4)),
+        norm(RandomFloats(s.cols, seeds[1], 0.5, 1.5)),
+        bias(RandomFloats(s.Rows(), seeds[2] + s.Rows(), -1, 1)),
+        w(RandomBf16(s.Rows() * s.cols, seeds[3] + s.Rows(), 1.0f)),
+        pos(std::vector<int64_t>{position}) {}
+  Dev<float> x, norm, bias;
+  Dev<uint16_t> w;
+  Dev<int64_t> pos;
+};
 
 // The RoPE-split epilogue (warp: the two rows of one rotation pair, or two v rows) against the
 // QKV GEMV, the bias add and RopeSplitQkvCuda, bit for bit: 8B (GQA 32/8, d = 128), SmolLM
@@ -227,35 +247,23 @@ TEST(GemvBf16Cuda, RopeSplitEpilogueIsTheThreeKernelPathBitForBit) {
   for (const RopeShape s : kRopeShapes) {
     const int64_t rows = s.Rows(), qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
     SCOPED_TRACE(s.Name());
-    Dev<float> dx(RandomFloats(s.cols, 53 + s.cols, -4, 4)), dn(RandomFloats(s.cols, 59, 0.5, 1.5));
-    Dev<float> dbias(RandomFloats(rows, 61 + rows, -1, 1));
-    Dev<uint16_t> dw(RandomBf16(rows * s.cols, 67 + rows, 1.0f));
-    Dev<int64_t> dpos(std::vector<int64_t>{123457});
+    const RopeInputs in(s, {53, 59, 61, 67}, 123457);
     for (bool interleaved : {false, true}) {
       for (bool bias : {false, true}) {
         SCOPED_TRACE(std::string(interleaved ? "interleaved" : "halves") + (bias ? ", bias" : ""));
         Dev<float> qkv(static_cast<size_t>(rows));
         Dev<float> q2(static_cast<size_t>(qd)), k2(static_cast<size_t>(kvd)), v2(static_cast<size_t>(kvd));
         Dev<float> q1(static_cast<size_t>(qd)), k1(static_cast<size_t>(kvd)), v1(static_cast<size_t>(kvd));
-        ASSERT_TRUE(GemvBf16FromF32Cuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), rows, qkv.get(), 0.0f, nullptr,
+        ASSERT_TRUE(GemvBf16FromF32Cuda(in.x.get(), in.norm.get(), 1e-5f, s.cols, in.w.get(), rows, qkv.get(), 0.0f, nullptr,
                                         {2}).ok);
         if (bias) {
-          ASSERT_TRUE(AddBiasRowsCuda(qkv.get(), 1, rows, rows, dbias.get(), nullptr).ok);
+          ASSERT_TRUE(AddBiasRowsCuda(qkv.get(), 1, rows, rows, in.bias.get(), nullptr).ok);
         }
-        ASSERT_TRUE(RopeSplitQkvCuda(qkv.get(), 1, rows, s.hq, s.hkv, s.d, dpos.get(), 500000.0f, interleaved,
+        ASSERT_TRUE(RopeSplitQkvCuda(qkv.get(), 1, rows, s.hq, s.hkv, s.d, in.pos.get(), 500000.0f, interleaved,
                                      q2.get(), k2.get(), v2.get(), nullptr).ok);
-        GemvRopeSplitOut out;
-        out.num_heads = s.hq;
-        out.num_kv_heads = s.hkv;
-        out.head_dim = s.d;
-        out.bias = bias ? dbias.get() : nullptr;
-        out.position = dpos.get();
-        out.theta = 500000.0f;
-        out.interleaved = interleaved;
-        out.q = q1.get();
-        out.k = k1.get();
-        out.v = v1.get();
-        const CudaStatus st = GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, nullptr);
+        const GemvRopeSplitOut out = s.Targets(bias ? in.bias.get() : nullptr, in.pos.get(), 500000.0f, q1.get(),
+                                               k1.get(), v1.get(), interleaved);
+        const CudaStatus st = GemvBf16RopeSplitCuda(in.x.get(), in.norm.get(), 1e-5f, s.cols, in.w.get(), out, nullptr);
         ASSERT_TRUE(st.ok) << st.message;
         ExpectSameBits(q2.Get(), q1.Get());
         ExpectSameBits(k2.Get(), k1.Get());
@@ -272,35 +280,23 @@ TEST(GemvBf16Cuda, RopeSplitEpilogueIsTheThreeKernelPathBitForBit) {
 TEST(GemvBf16Cuda, RopeSplitRowsInTwoLaunchesAreTheOneLaunchBits) {
   SKIP_WITHOUT_GPU();
   for (const RopeShape s : kRopeShapes) {
-    const int64_t rows = s.Rows(), qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
+    const int64_t qd = int64_t{s.hq} * s.d, kvd = int64_t{s.hkv} * s.d;
     SCOPED_TRACE(s.Name());
-    Dev<float> dx(RandomFloats(s.cols, 71 + s.cols, -4, 4)), dn(RandomFloats(s.cols, 73, 0.5, 1.5));
-    Dev<float> dbias(RandomFloats(rows, 79 + rows, -1, 1));
-    Dev<uint16_t> dw(RandomBf16(rows * s.cols, 83 + rows, 1.0f));
-    Dev<int64_t> dpos(std::vector<int64_t>{4099});
+    const RopeInputs in(s, {71, 73, 79, 83}, 4099);
     Dev<float> poison(std::vector<float>(static_cast<size_t>(qd), NAN));
     Dev<float> q1(static_cast<size_t>(qd)), k1(static_cast<size_t>(kvd)), v1(static_cast<size_t>(kvd));
     Dev<float> q2(static_cast<size_t>(qd)), k2(static_cast<size_t>(kvd)), v2(static_cast<size_t>(kvd));
-    GemvRopeSplitOut out;
-    out.num_heads = s.hq;
-    out.num_kv_heads = s.hkv;
-    out.head_dim = s.d;
-    out.bias = dbias.get();
-    out.position = dpos.get();
-    out.theta = 10000.0f;
-    out.q = q1.get();
-    out.k = k1.get();
-    out.v = v1.get();
-    EXPECT_KERNEL_OK(GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, nullptr));
+    GemvRopeSplitOut out = s.Targets(in.bias.get(), in.pos.get(), 10000.0f, q1.get(), k1.get(), v1.get());
+    EXPECT_KERNEL_OK(GemvBf16RopeSplitCuda(in.x.get(), in.norm.get(), 1e-5f, s.cols, in.w.get(), out, nullptr));
     out.q = q2.get();
     out.k = k2.get();
     out.v = v2.get();
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    ASSERT_TRUE(GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, stream, false,
+    ASSERT_TRUE(GemvBf16RopeSplitCuda(in.x.get(), in.norm.get(), 1e-5f, s.cols, in.w.get(), out, stream, false,
                                       RopeSplitRows::kKeysValues).ok);
     ASSERT_TRUE(testing::LateCopyCuda(poison.get(), q2.get(), qd * sizeof(float), 200'000, stream).ok);
-    ASSERT_TRUE(GemvBf16RopeSplitCuda(dx.get(), dn.get(), 1e-5f, s.cols, dw.get(), out, stream, true,
+    ASSERT_TRUE(GemvBf16RopeSplitCuda(in.x.get(), in.norm.get(), 1e-5f, s.cols, in.w.get(), out, stream, true,
                                       RopeSplitRows::kQueries).ok);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);

@@ -1,7 +1,8 @@
 // Hopper's copy engine for contiguous runs (cp.async.bulk): one thread moves kilobytes of global
 // memory into shared memory with one instruction, and the copy completes on a shared-memory
 // mbarrier that the consuming threads wait on. What a streaming kernel needs to keep a fixed
-// number of bytes in flight without spending registers or issue slots on the loads.
+// number of bytes in flight without spending registers or issue slots on the loads. Only
+// bench_gemv_chain (e) uses it (a streaming GEMV tried and not kept: bench/RESULTS.md, 2026-12-03).
 //
 // A barrier here has one arrival per phase (the thread that issues the copies, ExpectBytes) plus
 // the bytes it announced; a phase completes when both are in, and WaitPhase(parity) returns once
