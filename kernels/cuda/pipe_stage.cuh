@@ -1,6 +1,7 @@
 // Building blocks of the pipelined decode kernel (metered_decode_pipelined.cuh): the
-// shared-memory stage layout and ring plan (host and device agree on them), cp.async
-// wrappers, shared-memory chunk loads, and the reduce-scatter butterfly of the G dot products.
+// shared-memory stage layout and ring plan (host and device agree on them), the cp.async
+// wrappers (from cp_async.cuh), shared-memory chunk loads, and the reduce-scatter butterfly of
+// the G dot products.
 //
 // Why 64-token stages aligned to absolute positions: every 8-token group then lies in one
 // paged block (block_size ≥ 8), so its codes, scales, key band witnesses (8·B code bytes and
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/decode_common.cuh"
 
 namespace witcert::cuda_kv {
@@ -66,24 +68,11 @@ inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32
   return p;
 }
 
-// To a shared-memory address already in the shared window (__cvta_generic_to_shared), for
-// loaders that keep their stage addresses as 32-bit offsets.
-__device__ __forceinline__ void CpAsync16Shared(uint32_t smem, const void* gmem, bool valid) {
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n) : "memory");
-}
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  CpAsync16Shared(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem, valid);
-}
-// 8 bytes, through L1 (cp.async.cg takes only 16): both addresses 8-byte aligned.
-__device__ __forceinline__ void CpAsync8(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 8 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+using cuda_copy::CpAsync16;
+using cuda_copy::CpAsync16Shared;
+using cuda_copy::CpAsync8;
+using cuda_copy::CpAsyncCommit;
+using cuda_copy::CpAsyncWait;
 
 // `BYTES` bytes from shared memory (generic pointer, suitably aligned).
 template <int BYTES>

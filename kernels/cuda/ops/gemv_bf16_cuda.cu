@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/ops/row_transforms.cuh"
 
@@ -13,6 +14,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;          // 16-byte loads in flight per lane
 constexpr int64_t kMaxCols = 24576; // 48 KB of bf16 x in shared memory
+constexpr size_t kDefaultSmemBytes = 40 << 10;  // more dynamic shared memory than this: opt in
 
 __device__ __forceinline__ float Lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float Hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
@@ -33,7 +35,9 @@ __device__ __forceinline__ float Dot8(const uint4 a, const uint4 b, float acc) {
 // optionally RMS-normalized first (RmsNormCuda's bits: the same row functions).
 enum class XIn { kBf16, kF32, kF32Norm };
 constexpr int64_t kMaxF32Cols = 8192;  // the fp32 prologue holds x in registers: 8 float4 per thread
-constexpr int kMaxVec4PerThread = kMaxF32Cols / 4 / kThreads;
+// float4s of x per thread in that prologue: a kernel is compiled for 4 (cols ≤ 4096) and for 8,
+// since registers held for columns a shape does not have cost occupancy (XVec).
+constexpr int XVecFor(int64_t cols) { return cols <= 4 * 4 * kThreads ? 4 : 8; }
 
 // What a warp does with its rows' sums.
 //  * kRows: y[row] = sum (+ beta·y[row]); a warp takes R consecutive rows.
@@ -127,12 +131,14 @@ __device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const i
 }
 
 // R output rows per warp: each 16-byte chunk of x (from shared memory) serves R rows, and a
-// lane keeps R · kUnroll weight loads in flight. A warp issues its first weight loads before
-// the CTA stages x, so they are in flight during that prologue (for kF32Norm a block-wide
-// reduction).
-template <int R, XIn IN, YOut OUT>
+// lane keeps R · kUnroll weight loads in flight. A warp issues its first weight loads (and for
+// kF32Norm the CTA copies the norm weight to shared memory) before the CTA stages x, so they are
+// in flight during that prologue (for kF32Norm a block-wide reduction). The norm weight's copy
+// and XV's registers are worth 0.13–0.17 ms of the batch-1 8B step (bench/RESULTS.md,
+// 2026-12-03 seventh session).
+template <int R, XIn IN, YOut OUT, int XV>
 __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
-  extern __shared__ uint4 xs[];  // [cols / 8]
+  extern __shared__ uint4 xs[];  // bf16 x [cols / 8 uint4]; kF32Norm: then norm_w
   const int64_t cols = a.cols, rows = a.rows, c8 = cols / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t wg = a.warp_begin + static_cast<int64_t>(blockIdx.x) * kWarps + warp;
@@ -153,6 +159,18 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
       for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
     }
   }
+  // The norm weight is final before this kernel starts too: it goes to shared memory behind x
+  // (cp.async, no registers held), so the RMS scale is not followed by another round trip.
+  float4* norm_w = reinterpret_cast<float4*>(xs + c8);  // kF32Norm: [cols / 4]
+  if constexpr (IN == XIn::kF32Norm) {
+    const float4* wg4 = reinterpret_cast<const float4*>(a.norm_weight);
+#pragma unroll
+    for (int k = 0; k < XV; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      if (j < cols / 4) cuda_copy::CpAsync16(norm_w + j, wg4 + j, true);
+    }
+    cuda_copy::CpAsyncCommit();
+  }
   // Everything above reads only W. A programmatic dependent launch (GemvLaunch) may have started
   // this CTA before the previous kernel finished: wait for it before x and y are touched (with
   // wait_before_store, only before y: x was final before the previous kernel started). Without
@@ -164,18 +182,21 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     for (int64_t j = threadIdx.x; j < c8; j += kThreads) xs[j] = xg[j];
   } else {
     const int64_t n4 = cols / 4;
-    float4 xv[kMaxVec4PerThread];
-    cuda_ops::LoadRowVec4<kMaxVec4PerThread>(reinterpret_cast<const float4*>(a.x_f32), n4, xv);
+    float4 xv[XV];
+    cuda_ops::LoadRowVec4<XV>(reinterpret_cast<const float4*>(a.x_f32), n4, xv);
     float scale = 1.0f;
-    if constexpr (IN == XIn::kF32Norm) scale = cuda_ops::RmsScale<kMaxVec4PerThread>(xv, cols, a.eps);
+    if constexpr (IN == XIn::kF32Norm) {
+      scale = cuda_ops::RmsScale<XV, /*kReused=*/false>(xv, cols, a.eps);
+      cuda_copy::CpAsyncWait<0>();  // each thread reads back only the norm weights it copied
+    }
     uint2* xs2 = reinterpret_cast<uint2*>(xs);
 #pragma unroll
-    for (int k = 0; k < kMaxVec4PerThread; ++k) {
+    for (int k = 0; k < XV; ++k) {
       const int64_t j = threadIdx.x + int64_t{k} * kThreads;
       if (j >= n4) break;
       float4 y = xv[k];
       if constexpr (IN == XIn::kF32Norm) {
-        y = cuda_ops::NormScale4(xv[k], scale, __ldg(reinterpret_cast<const float4*>(a.norm_weight) + j));
+        y = cuda_ops::NormScale4(xv[k], scale, norm_w[j]);
       }
       xs2[j] = cuda_ops::PackBf16x4(y);
     }
@@ -224,8 +245,19 @@ CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream)
   const int64_t warps = std::min((a.rows + R - 1) / R, a.warp_end) - a.warp_begin;  // R = 2 pairs: rows / 2
   const int64_t blocks = (warps + kWarps - 1) / kWarps;
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
-  return cuda_launch::Launch(GemvBf16Kernel<R, IN, OUT>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                             static_cast<size_t>(a.cols) * 2, stream, overlap_previous, a);
+  // bf16 x is staged without the register prologue: one kernel (XV unused).
+  void (*kernel)(GemvArgs) = GemvBf16Kernel<R, IN, OUT, 4>;
+  if constexpr (IN != XIn::kBf16) {
+    if (XVecFor(a.cols) == 8) kernel = GemvBf16Kernel<R, IN, OUT, 8>;
+  }
+  // bf16 x [cols], then for kF32Norm the fp32 norm weight [cols].
+  const size_t smem = static_cast<size_t>(a.cols) * (IN == XIn::kF32Norm ? 6 : 2);
+  if (smem > kDefaultSmemBytes) {
+    WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+  }
+  return cuda_launch::Launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
+                             overlap_previous, a);
 }
 
 template <XIn IN>

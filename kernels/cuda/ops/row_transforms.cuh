@@ -14,6 +14,9 @@ namespace witcert::cuda_ops {
 constexpr int kRowThreads = 256;
 
 // Sum over the block (blockDim.x == kRowThreads); every thread gets the result.
+// kReused = false: for a kernel that sums once, without the barrier that lets warp_sums be
+// reused (the same sum, the same bits).
+template <bool kReused = true>
 __device__ __forceinline__ float BlockSum(float v) {
   __shared__ float warp_sums[kRowThreads / 32];
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -22,7 +25,7 @@ __device__ __forceinline__ float BlockSum(float v) {
   __syncthreads();
   float s = 0.0f;
   for (int w = 0; w < kRowThreads / 32; ++w) s += warp_sums[w];
-  __syncthreads();  // warp_sums may be reused by the caller's next BlockSum
+  if constexpr (kReused) __syncthreads();  // warp_sums may be reused by the caller's next BlockSum
   return s;
 }
 
@@ -43,12 +46,12 @@ __device__ __forceinline__ void LoadRowVec4(const float4* x, int64_t n4, float4 
 
 // RMSNorm's scale 1/sqrt(mean(x²) + eps) of a row held as LoadRowVec4 leaves it (zeros past
 // the row add nothing, so any V ≥ ⌈n4 / kRowThreads⌉ gives the same bits). Every thread calls it.
-template <int V>
+template <int V, bool kReused = true>
 __device__ __forceinline__ float RmsScale(const float4 (&xv)[V], int64_t dim, float eps) {
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < V; ++k) ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
-  ss = BlockSum(ss);
+  ss = BlockSum<kReused>(ss);
   return static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / dim + eps));
 }
 

@@ -53,7 +53,7 @@ __global__ void RmsNormKernel(const float* x, const float* weight, int64_t dim, 
   const float* xi = x + row * dim;  // [dim]
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) ss += xi[j] * xi[j];
-  ss = BlockSum(ss);
+  ss = BlockSum<>(ss);
   const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / dim + eps));
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
     const float y = xi[j] * scale * weight[j];
