@@ -131,12 +131,13 @@ __device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const i
 }
 
 // R output rows per warp: each 16-byte chunk of x (from shared memory) serves R rows, and a
-// lane keeps R · kUnroll weight loads in flight. A warp issues its first weight loads (and for
+// lane keeps R · S · kUnroll weight loads in flight. A warp issues its first weight loads (and for
 // kF32Norm the CTA copies the norm weight to shared memory) before the CTA stages x, so they are
 // in flight during that prologue (for kF32Norm a block-wide reduction). The norm weight's copy
 // and XV's registers are worth 0.13–0.17 ms of the batch-1 8B step (bench/RESULTS.md,
-// 2026-12-03 seventh session).
-template <int R, XIn IN, YOut OUT, int XV>
+// 2026-12-03 seventh session). S loop steps' loads are in flight per lane (1 or 2); XV float4s
+// of fp32 x per thread (4 or 8).
+template <int R, XIn IN, YOut OUT, int XV, int S>
 __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
   extern __shared__ uint4 xs[];  // bf16 x [cols / 8 uint4]; kF32Norm: then norm_w
   const int64_t cols = a.cols, rows = a.rows, c8 = cols / 8;
@@ -150,13 +151,14 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     wr[r] = reinterpret_cast<const uint4*>(a.w + (row[r] < rows ? row[r] : rows - 1) * cols);
   }
   int64_t i = lane;
-  uint4 wv[R][kUnroll];
-  bool loaded = live && i + (kUnroll - 1) * 32 < c8;
+  constexpr int kStep = S * kUnroll;  // 16-byte loads per row in flight
+  uint4 wv[R][kStep];
+  bool loaded = live && i + (kStep - 1) * 32 < c8;
   if (loaded) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
+      for (int u = 0; u < kStep; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
     }
   }
   // The norm weight is final before this kernel starts too: it goes to shared memory behind x
@@ -206,21 +208,38 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();  // every CTA waits
     return;
   }
+  // acc[r][u] takes chunks u·32, u·32 + 128, … in order for any S (S steps of kUnroll chunks
+  // are kUnroll-chunk steps back to back), so S does not change a bit of y.
   float acc[R][kUnroll] = {};
-  for (; i + (kUnroll - 1) * 32 < c8; i += kUnroll * 32) {
+  for (; i + (kStep - 1) * 32 < c8; i += kStep * 32) {
     if (!loaded) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < kStep; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);
+      }
+    }
+    loaded = false;
+#pragma unroll
+    for (int u = 0; u < kStep; ++u) {
+      const uint4 xv = xs[i + u * 32];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][u % kUnroll] = Dot8(wv[r][u], xv, acc[r][u % kUnroll]);
+    }
+  }
+  if constexpr (S > 1) {  // the last whole kUnroll steps
+    for (; i + (kUnroll - 1) * 32 < c8; i += kUnroll * 32) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);
       }
-    }
-    loaded = false;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const uint4 xv = xs[i + u * 32];
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint4 xv = xs[i + u * 32];
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[r][u] = Dot8(wv[r][u], xv, acc[r][u]);
+        for (int r = 0; r < R; ++r) acc[r][u] = Dot8(wv[r][u], xv, acc[r][u]);
+      }
     }
   }
   for (; i < c8; i += 32) {
@@ -240,15 +259,36 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
   StoreRows<R, OUT>(a, wg, row, sum, lane);
 }
 
+// The current device's SM count (read once per thread).
+int SmCount() {
+  thread_local int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+    return n;
+  }();
+  return sms;
+}
+
+template <int R, XIn IN, YOut OUT, int XV>
+auto Kernel(bool two_steps) {
+  if constexpr (R == 2) {
+    if (two_steps) return GemvBf16Kernel<R, IN, OUT, XV, 2>;
+  }
+  return GemvBf16Kernel<R, IN, OUT, XV, 1>;
+}
+
 template <int R, XIn IN, YOut OUT = YOut::kRows>
 CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
   const int64_t warps = std::min((a.rows + R - 1) / R, a.warp_end) - a.warp_begin;  // R = 2 pairs: rows / 2
   const int64_t blocks = (warps + kWarps - 1) / kWarps;
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
-  // bf16 x is staged without the register prologue: one kernel (XV unused).
-  void (*kernel)(GemvArgs) = GemvBf16Kernel<R, IN, OUT, 4>;
+  // bf16 x is staged without the register prologue: one kernel (XV unused). Two rows per warp in
+  // one wave (≤ 2 CTAs per SM, where its ≤ 128 registers do not limit occupancy): two steps' loads
+  // in flight, 16 per lane (bench_layer_gemvs: O 11.4 → 10.2 µs, a layer 113.7 → 110.5).
+  const bool two_steps = R == 2 && blocks <= 2 * static_cast<int64_t>(SmCount());
+  void (*kernel)(GemvArgs) = Kernel<R, IN, OUT, 4>(two_steps);
   if constexpr (IN != XIn::kBf16) {
-    if (XVecFor(a.cols) == 8) kernel = GemvBf16Kernel<R, IN, OUT, 8>;
+    if (XVecFor(a.cols) == 8) kernel = Kernel<R, IN, OUT, 8>(two_steps);
   }
   // bf16 x [cols], then for kF32Norm the fp32 norm weight [cols].
   const size_t smem = static_cast<size_t>(a.cols) * (IN == XIn::kF32Norm ? 6 : 2);

@@ -165,6 +165,42 @@ TEST(GemvBf16Cuda, OverlappedChainIsThePlainChainBitForBit) {
   EXPECT_TRUE(finite);
 }
 
+// A GEMV of at most two CTAs per SM keeps two loop steps' weight loads in flight, a larger one
+// one step: the same rows must come out with the same bits either way. The first rows of a tall
+// W (many CTAs, one step) against the same rows alone (few CTAs, two steps), for bf16 and normed
+// fp32 x, at widths with and without a leftover step and tail.
+TEST(GemvBf16Cuda, StepsInFlightDoNotChangeBits) {
+  SKIP_WITHOUT_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t few_rows = 16 * sms, tall_rows = 64 * sms;  // 1 and 4 CTAs per SM (16 rows each)
+  for (const int64_t cols : {int64_t{4096}, int64_t{1032}, int64_t{14336}}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    std::vector<uint16_t> w(tall_rows * cols);
+    const std::vector<float> wf = RandomFloats(tall_rows * cols, 37 + cols, -1, 1);
+    for (int64_t i = 0; i < tall_rows * cols; ++i) w[i] = TruncBf16(wf[i]);
+    const std::vector<float> xf = RandomFloats(cols, 41 + cols, -3, 3), nw = RandomFloats(cols, 43, 0.5, 1.5);
+    std::vector<uint16_t> xb(cols);
+    for (int64_t i = 0; i < cols; ++i) xb[i] = TruncBf16(xf[i]);
+    Dev<uint16_t> dw(w), dxb(xb);
+    Dev<float> dxf(xf), dn(nw);
+    for (const bool from_f32 : {false, true}) {
+      if (from_f32 && cols > 8192) continue;
+      SCOPED_TRACE(from_f32 ? "fp32 x, normed" : "bf16 x");
+      std::vector<std::vector<float>> ys;
+      for (const int64_t rows : {tall_rows, few_rows}) {
+        Dev<float> y(std::vector<float>(rows, 0.0f));
+        const CudaStatus st =
+            from_f32 ? GemvBf16FromF32Cuda(dxf.get(), dn.get(), 1e-5f, cols, dw.get(), rows, y.get(), 0.0f, nullptr, {2})
+                     : GemvBf16Cuda(dxb.get(), cols, dw.get(), rows, y.get(), 0.0f, nullptr, {2});
+        ASSERT_TRUE(st.ok) << st.message;
+        ys.push_back(y.Get());
+      }
+      ASSERT_EQ(std::memcmp(ys[0].data(), ys[1].data(), few_rows * sizeof(float)), 0);
+    }
+  }
+}
+
 std::vector<uint16_t> RandomBf16(int64_t count, uint32_t seed, float scale) {
   const std::vector<float> f = RandomFloats(count, seed, -1, 1);
   std::vector<uint16_t> b(count);
