@@ -95,10 +95,37 @@ __device__ __forceinline__ bool WarpRows(const GemvArgs& a, int64_t wg, int64_t 
   }
 }
 
+// What kRopeSplit's epilogue needs besides the sums: the bias of the warp's two rows and the
+// pair's rotation (an angle in double: pow, cos and sin). All of it is final before the kernel
+// starts (weights, and the position the step copied in before its first kernel), so each warp
+// reads and computes it before it waits for the previous kernel, off the critical path.
+struct RopeEpilogue {
+  float bias[2] = {0.0f, 0.0f};
+  cuda_ops::RopeRotation rotation{1.0f, 0.0f};
+};
+template <int R, YOut OUT>
+__device__ __forceinline__ RopeEpilogue PrepareEpilogue(const GemvArgs& a, int64_t wg, const int64_t (&row)[R],
+                                                        bool live) {
+  RopeEpilogue e;
+  if constexpr (OUT == YOut::kRopeSplit) {
+    if (!live) return e;
+    const GemvRopeSplitOut& t = a.rope;
+    if (t.bias != nullptr) {
+      e.bias[0] = t.bias[row[0]];
+      e.bias[1] = t.bias[row[1]];
+    }
+    const int32_t d = t.head_dim, half = d / 2;
+    if (wg < int64_t{t.num_heads + t.num_kv_heads} * half) {  // a q or k pair (v is not rotated)
+      e.rotation = cuda_ops::RopeAngle(static_cast<int32_t>(wg % half), d, *t.position, t.theta);
+    }
+  }
+  return e;
+}
+
 // Warp wg's rows' sums s [R] (every lane holds them) to the output.
 template <int R, YOut OUT>
 __device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const int64_t (&row)[R],
-                                          const float (&s)[R], int lane) {
+                                          const float (&s)[R], const RopeEpilogue& e, int lane) {
   if (lane != 0) return;
   if constexpr (OUT == YOut::kRows) {
 #pragma unroll
@@ -113,8 +140,8 @@ __device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const i
     const int64_t rot = int64_t{t.num_heads + t.num_kv_heads} * half;
     float xa = s[0], xb = s[1];
     if (t.bias != nullptr) {  // AddBiasRowsCuda's fp32 add, before the rotation
-      xa = __fadd_rn(xa, t.bias[row[0]]);
-      xb = __fadd_rn(xb, t.bias[row[1]]);
+      xa = __fadd_rn(xa, e.bias[0]);
+      xb = __fadd_rn(xb, e.bias[1]);
     }
     if (wg >= rot) {  // v: two adjacent rows, as they are
       const int64_t j = row[0] - 2 * rot;
@@ -125,8 +152,8 @@ __device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const i
     const int64_t h = wg / half;
     const int32_t p = static_cast<int32_t>(wg % half);
     float* out = h < t.num_heads ? t.q + h * d : t.k + (h - t.num_heads) * d;  // [d]
-    cuda_ops::Rotate(cuda_ops::RopeAngle(p, d, *t.position, t.theta), xa, xb,
-                     &out[cuda_ops::RopeDimA(p, d, t.interleaved)], &out[cuda_ops::RopeDimB(p, d, t.interleaved)]);
+    cuda_ops::Rotate(e.rotation, xa, xb, &out[cuda_ops::RopeDimA(p, d, t.interleaved)],
+                     &out[cuda_ops::RopeDimB(p, d, t.interleaved)]);
   }
 }
 
@@ -161,6 +188,7 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
       for (int u = 0; u < kStep; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
     }
   }
+  const RopeEpilogue epilogue = PrepareEpilogue<R, OUT>(a, wg, row, live);
   // The norm weight is final before this kernel starts too: it goes to shared memory behind x
   // (cp.async, no registers held), so the RMS scale is not followed by another round trip.
   float4* norm_w = reinterpret_cast<float4*>(xs + c8);  // kF32Norm: [cols / 4]
@@ -256,7 +284,7 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     sum[r] = s;
   }
   if (a.wait_before_store) cuda_launch::WaitForPreviousKernel();
-  StoreRows<R, OUT>(a, wg, row, sum, lane);
+  StoreRows<R, OUT>(a, wg, row, sum, epilogue, lane);
 }
 
 // The current device's SM count (read once per thread).
@@ -288,7 +316,7 @@ CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream)
   const bool two_steps = R == 2 && blocks <= 2 * static_cast<int64_t>(SmCount());
   void (*kernel)(GemvArgs) = Kernel<R, IN, OUT, 4>(two_steps);
   if constexpr (IN != XIn::kBf16) {
-    if (XVecFor(a.cols) == 8) kernel = Kernel<R, IN, OUT, 8>(two_steps);
+    if (XVecFor(a.cols) == 8) kernel = Kernel<R, IN, OUT, 8>(false);  // > 128 registers with S = 2
   }
   // bf16 x [cols], then for kF32Norm the fp32 norm weight [cols].
   const size_t smem = static_cast<size_t>(a.cols) * (IN == XIn::kF32Norm ? 6 : 2);
