@@ -79,6 +79,9 @@ CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float ep
 // the q heads' rows, then k's, then v's. q [Hq·d], k [Hkv·d], v [Hkv·d]; bias [(Hq + 2·Hkv)·d]
 // (or null) is added before the rotation. Bit for bit GemvBf16FromF32Cuda into qkv, then
 // AddBiasRowsCuda when there is a bias, then RopeSplitQkvCuda(n = 1) at *position (device).
+// Like the weights, bias and *position must be final before the previous kernel on the stream
+// starts when overlap_previous is set: each warp reads them, and computes its pair's rotation,
+// before it waits for that kernel (off the critical path: 0.04–0.13 ms of the 8B batch-1 step).
 struct GemvRopeSplitOut {
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   const float* bias = nullptr;
