@@ -103,6 +103,20 @@ void GateUpSwiGlu(const LayerWeights& w, const Activations& a, const float* norm
 void Down(const LayerWeights& w, const Activations& a, cudaStream_t s) {
   CHECK(!witcert::GemvBf16Cuda(a.act, kFfn, w.down, kHidden, a.x, 1.0f, s, kEngineGemv).ok);
 }
+// A layer's projections in the engine's order, with or without the RMSNorm prologues, QKV as
+// the engine's two launches (k|v rows, then q rows) or one.
+void EngineLayer(const LayerWeights& w, const Activations& a, bool norms, bool split_qkv, cudaStream_t s) {
+  const float* attn_norm = norms ? w.attn_norm : nullptr;
+  if (split_qkv) {
+    QkvPart(w, a, attn_norm, RopeSplitRows::kKeysValues, s);
+    QkvPart(w, a, attn_norm, RopeSplitRows::kQueries, s);
+  } else {
+    QkvPart(w, a, attn_norm, RopeSplitRows::kAll, s);
+  }
+  OFromF32(w, a, s);
+  GateUpSwiGlu(w, a, norms ? w.ffn_norm : nullptr, s);
+  Down(w, a, s);
+}
 // Plain bf16-x GEMVs of the same shapes (the x they read is not the previous launch's output;
 // for the time that does not matter).
 void Plain(const uint16_t* x, int64_t cols, const uint16_t* w, int64_t rows, float* y, float beta,
@@ -175,28 +189,11 @@ int main(int argc, char** argv) {
   };
   const std::vector<Row> rows = {
       {"layer: engine (QKV k|v, QKV q, O, gate|up+SwiGLU, down)", layer_mb,
-       [&](const LayerWeights& w, cudaStream_t st) {
-         QkvPart(w, a, w.attn_norm, RopeSplitRows::kKeysValues, st);
-         QkvPart(w, a, w.attn_norm, RopeSplitRows::kQueries, st);
-         OFromF32(w, a, st);
-         GateUpSwiGlu(w, a, w.ffn_norm, st);
-         Down(w, a, st);
-       }},
+       [&](const LayerWeights& w, cudaStream_t st) { EngineLayer(w, a, /*norms=*/true, /*split_qkv=*/true, st); }},
       {"layer: engine, QKV in one launch", layer_mb,
-       [&](const LayerWeights& w, cudaStream_t st) {
-         QkvPart(w, a, w.attn_norm, RopeSplitRows::kAll, st);
-         OFromF32(w, a, st);
-         GateUpSwiGlu(w, a, w.ffn_norm, st);
-         Down(w, a, st);
-       }},
+       [&](const LayerWeights& w, cudaStream_t st) { EngineLayer(w, a, true, false, st); }},
       {"layer: engine without the RMSNorm prologues", layer_mb,
-       [&](const LayerWeights& w, cudaStream_t st) {
-         QkvPart(w, a, nullptr, RopeSplitRows::kKeysValues, st);
-         QkvPart(w, a, nullptr, RopeSplitRows::kQueries, st);
-         OFromF32(w, a, st);
-         GateUpSwiGlu(w, a, nullptr, st);
-         Down(w, a, st);
-       }},
+       [&](const LayerWeights& w, cudaStream_t st) { EngineLayer(w, a, false, true, st); }},
       {"layer: plain bf16 GEMVs, same shapes", layer_mb,
        [&](const LayerWeights& w, cudaStream_t st) {
          Plain(a.x_bf, kHidden, w.qkv, kQkvRows, a.qkv, 0.0f, st);
