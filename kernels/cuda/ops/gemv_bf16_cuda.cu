@@ -96,9 +96,9 @@ __device__ __forceinline__ bool WarpRows(const GemvArgs& a, int64_t wg, int64_t 
 }
 
 // What kRopeSplit's epilogue needs besides the sums: the bias of the warp's two rows and the
-// pair's rotation (an angle in double: pow, cos and sin). All of it is final before the kernel
-// starts (weights, and the position the step copied in before its first kernel), so each warp
-// reads and computes it before it waits for the previous kernel, off the critical path.
+// pair's rotation (an angle in double: pow, cos and sin). The bias and the position are final
+// before the kernel starts (the header's contract), so each warp reads and computes them before
+// it waits for the previous kernel, off the critical path.
 struct RopeEpilogue {
   float bias[2] = {0.0f, 0.0f};
   cuda_ops::RopeRotation rotation{1.0f, 0.0f};
@@ -201,7 +201,8 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     }
     cuda_copy::CpAsyncCommit();
   }
-  // Everything above reads only W. A programmatic dependent launch (GemvLaunch) may have started
+  // Everything above reads only what is final before this kernel starts (W, the norm weight, the
+  // bias and the position). A programmatic dependent launch (GemvLaunch) may have started
   // this CTA before the previous kernel finished: wait for it before x and y are touched (with
   // wait_before_store, only before y: x was final before the previous kernel started). Without
   // that launch attribute both instructions are no-ops. Let the next kernel launch early too.

@@ -42,9 +42,9 @@ bool GemvBf16Supports(int64_t cols, const void* x, const void* w);
 // How a GEMV launches.
 //  * rows_per_warp (1, 2 or 4): output rows each warp computes (more loads in flight per lane).
 //  * overlap_previous: a programmatic dependent launch. The kernel may start while the previous
-//    kernel on the stream is still finishing and issue its first weight loads then (W depends
-//    on nothing earlier in the stream); it waits for that kernel (griddepcontrol.wait) before it
-//    reads x or reads or writes y. Saves the launch gap and the first DRAM round trip of each
+//    kernel on the stream is still finishing and issue its first weight loads then (W, and the
+//    norm weight, must depend on nothing earlier in the stream); it waits for that kernel
+//    (griddepcontrol.wait) before it reads x or reads or writes y. Saves the launch gap and the first DRAM round trip of each
 //    GEMV in a dependent chain of them (a batch-1 decode step).
 struct GemvLaunch {
   int rows_per_warp = 1;
