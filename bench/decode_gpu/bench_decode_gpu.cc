@@ -5,15 +5,19 @@
 // values, and an 8k prefill per sequence is not what this measures.
 //
 // Usage: bench_decode_gpu [preset=llama-3.1-8b] [context=8192] [steps=20] [batches=1,16]
-//                         [repair]
+//                         [repair] [sample]
 // `repair` adds the gate's repair mode on int8-rtn (the context is then also written through to
 // the pinned backing store, sized to hold it): τ = 1 (nothing flagged: the mode's fixed cost,
 // one device check and sync per layer) and τ = the median TV bound of the observe run at that
 // batch (about half the cells flagged every step: page-ins, re-runs). Repair rows also print
 // page-ins per step and the certified share before and after the gate.
-// Each Forward() includes the host packing, the logits copy back and a stream sync, i.e. what
-// the engine pays per step. Prints one markdown row per (scheme, meter, batch, CUDA graphs
-// off / on): every step's kernels launched from the host, then the step replayed as a graph.
+// `sample` gives every row a greedy SampleRequest, as the engine's scheduler does: the token is
+// sampled on the device and the logits stay there. Without it the logits come back to the host.
+// Each Forward() includes the host packing, the logits (or token) copy back and a stream sync,
+// i.e. what the engine pays per step. Prints one markdown row per (scheme, meter, batch, CUDA
+// graphs off / on): every step's kernels launched from the host, then the step replayed as a
+// graph; "GPU ms" is the stream time of the step's GPU work (CudaBackend::last_step_gpu_ms), so
+// the difference to ms/step is host work.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,7 +65,13 @@ int Run(int argc, char** argv) {
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int warmup = 3;
   const int64_t per_seq_tokens = context + warmup + steps + 1;
-  const bool with_repair = argc > 5 && std::string(argv[5]) == "repair";
+  bool with_repair = false, device_sampling = false;
+  for (int i = 5; i < argc; ++i) {
+    with_repair = with_repair || std::string(argv[i]) == "repair";
+    device_sampling = device_sampling || std::string(argv[i]) == "sample";
+  }
+  SampleRequest greedy;  // temperature 0
+  greedy.temperature = 0.0f;
 
   struct Config {
     const char* scheme;
@@ -77,8 +87,8 @@ int Run(int argc, char** argv) {
   configs.push_back({"fp16", false});
   configs.push_back({"int8-dither", true});  // Tier B keys, observe
   std::vector<float> median_tv(max_batch + 1, 0.05f);  // by batch, from the observe run
-  std::printf("\n| model | KV | meter | batch | context | CUDA graphs | ms/step | tokens/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| model | KV | meter | batch | context | CUDA graphs | ms/step | tokens/s | GPU ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   std::string last_scheme;
   std::unique_ptr<CudaBackend> backend;
   for (const Config& cfg : configs) {
@@ -131,7 +141,7 @@ int Run(int argc, char** argv) {
         if (cfg.repair > 0 && graphs) continue;  // repair steps never replay (per-layer syncs)
         backend->set_cuda_graphs(graphs);
         std::vector<TokenId> tokens(batch);
-        std::vector<double> times;
+        std::vector<double> times, gpu_ms;
         std::vector<float> tvs;
         int64_t cells = 0, cert_before = 0, cert_after = 0;
         const CudaBackend::RepairStats rs0 = backend->repair_stats();
@@ -144,7 +154,8 @@ int Run(int argc, char** argv) {
                                    .tokens = absl::MakeSpan(&tokens[s], 1),
                                    .start_pos = context + step,
                                    .decode_step = step,
-                                   .policy = cfg.meter ? &policy : nullptr};
+                                   .policy = cfg.meter ? &policy : nullptr,
+                                   .sample = device_sampling ? &greedy : nullptr};
           }
           ForwardResult r;
           auto ts = Clock::now();
@@ -156,6 +167,7 @@ int Run(int argc, char** argv) {
           }
           if (step >= warmup) {
             times.push_back(dt);
+            gpu_ms.push_back(backend->last_step_gpu_ms());
             for (const auto& item_cells : r.cells) {
               for (const CellRecord& cell : item_cells) {
                 ++cells;
@@ -171,21 +183,22 @@ int Run(int argc, char** argv) {
           median_tv[batch] = tvs[tvs.size() / 2];
         }
         std::sort(times.begin(), times.end());
+        std::sort(gpu_ms.begin(), gpu_ms.end());
         const double ms = 1e3 * times[times.size() / 2];
         char mode[64];
         std::snprintf(mode, sizeof(mode), "%s", cfg.meter ? "observe" : "off");
         if (cfg.repair > 0) std::snprintf(mode, sizeof(mode), "repair τ=%.4g", policy.tv_threshold);
-        std::printf("| synthetic:%s | %s | %s | %d | %lld | %s | %.2f | %.0f |\n", preset.c_str(),
+        std::printf("| synthetic:%s | %s | %s | %d | %lld | %s | %.2f | %.0f | %.2f |\n", preset.c_str(),
                     cfg.scheme, mode, batch,
                     static_cast<long long>(context),
                     graphs ? (backend->graph_failures() > 0 ? "failed" : "on") : "off", ms,
-                    batch * 1e3 / ms);
+                    batch * 1e3 / ms, gpu_ms[gpu_ms.size() / 2]);
         if (cfg.meter && cells > 0) {
           const CudaBackend::RepairStats rs = backend->repair_stats();
           const int n = warmup + steps;  // the phase times cover every step
           std::printf("|   ↳ cells %lld: certified %.1f%% before the gate, %.1f%% after; "
                       "%.1f page-ins and %.1f rounds/step; ms/step in check %.2f, rank %.2f, "
-                      "page-in + re-run %.2f |  |  |  |  |  |  |  |\n",
+                      "page-in + re-run %.2f |  |  |  |  |  |  |  |  |\n",
                       static_cast<long long>(cells), 100.0 * cert_before / cells,
                       100.0 * cert_after / cells, double(rs.pageins - rs0.pageins) / n,
                       double(rs.rounds - rs0.rounds) / n, 1e3 * (rs.check_s - rs0.check_s) / n,

@@ -78,6 +78,8 @@ CudaBackend::~CudaBackend() {
   repair_.reset();
   DropGraphs();
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (step_begin_ != nullptr) cudaEventDestroy(step_begin_);
+  if (step_end_ != nullptr) cudaEventDestroy(step_end_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -88,6 +90,8 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
       static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency()))));
   WITCERT_CUDA_OK(cudaSetDevice(device_));
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  WITCERT_CUDA_OK(cudaEventCreate(&step_begin_));
+  WITCERT_CUDA_OK(cudaEventCreate(&step_end_));
   WITCERT_CUBLAS_OK(cublasCreate(&cublas_));
   WITCERT_CUBLAS_OK(cublasSetStream(cublas_, stream_));
   WITCERT_CUBLAS_OK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
@@ -506,6 +510,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     return absl::OkStatus();
   };
   if (repair_ != nullptr) RETURN_IF_ERROR(PrepareRepairDevice());
+  WITCERT_CUDA_OK(cudaEventRecord(step_begin_, stream_));
   bool replayed = false;
   if (graph_step) {
     // The key: every value baked into the captured launches that is not read from the inputs.
@@ -560,7 +565,10 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   // Sampling after the step's (graph) work, on the same stream: it consumes the logits the
   // host copy above has already taken. Rows without a request run greedy and are ignored.
   if (any_device_sample) RETURN_IF_ERROR(SampleOnDevice(row_samples));
+  WITCERT_CUDA_OK(cudaEventRecord(step_end_, stream_));
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+  float gpu_ms = 0.0f;
+  if (cudaEventElapsedTime(&gpu_ms, step_begin_, step_end_) == cudaSuccess) last_step_gpu_ms_ = gpu_ms;
   if (logits_to_host) {
     result->logits.assign(logits_host_.get(), logits_host_.get() + m * vocab);
   } else {

@@ -98,6 +98,9 @@ class CudaBackend : public Backend {
   void set_cuda_graphs(bool on);
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graph_failures() const { return graph_failures_; }  // captures that fell back
+  // Benchmarks: the stream time of the last Forward's GPU work, from before its input copy to
+  // after its sampling (ms; 0 before the first). The rest of the step's wall time is host work.
+  double last_step_gpu_ms() const { return last_step_gpu_ms_; }
 
   // The gate's repair mode on this backend (zeros until the first repair-mode item).
   struct RepairStats {
@@ -216,6 +219,8 @@ class CudaBackend : public Backend {
   DeviceArray<uint8_t> cublas_workspace_;  // fixed, so cuBLAS never allocates while capturing
   absl::flat_hash_map<std::string, cudaGraphExec_t> graphs_;
   int64_t graphs_captured_ = 0, graph_failures_ = 0;
+  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // last_step_gpu_ms
+  double last_step_gpu_ms_ = 0;
   // Host threads that turn a step's certificates into CellRecords (a 2048-row prompt chunk of
   // an 8B model is 2M cells).
   std::unique_ptr<ThreadPool> cell_pool_;

@@ -428,6 +428,9 @@ TEST_P(CudaBackendTest, CudaGraphReplayMatchesDirectLaunches) {
     ASSERT_TRUE(direct.Forward(items, &rd).ok());
     absl::Status st = graph.Forward(items, &rg);
     ASSERT_TRUE(st.ok()) << st;
+    // Each step's GPU work is timed on its stream, replayed or not (benchmarks read it).
+    EXPECT_GT(direct.last_step_gpu_ms(), 0.0) << "step " << step;
+    EXPECT_GT(graph.last_step_gpu_ms(), 0.0) << "step " << step;
     ASSERT_EQ(rg.logits.size(), rd.logits.size());
     for (size_t i = 0; i < rd.logits.size(); ++i) {
       ASSERT_EQ(rg.logits[i], rd.logits[i]) << "step " << step << " logit " << i;
