@@ -23,8 +23,6 @@ void ValueNorms(const GatheredHead& head, int32_t d, std::vector<float>* v_norm)
   }
 }
 
-const float* OrNull(const std::vector<float>& a) { return a.empty() ? nullptr : a.data(); }
-
 float RelV(const MeteredAttentionResult& r) {
   return meter::RelativeValueBound(r.bound.v_bound, r.out_norm);
 }
@@ -77,7 +75,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
         opt.delta_loc = req.delta_loc;
         MeteredAttentionResult res;
         // Per-token risk (each token's share of A − 1) only ranks blocks for repair.
-        MeteredAttention(MeteredInputs(kv.options(), head, OrNull(v_norm)), q, opt, out, &res,
+        MeteredAttention(MeteredInputs(kv.options(), head, v_norm), q, opt, out, &res,
                          repair ? risk.data() : nullptr);
         if (!meter) continue;
         CellRecord cell;
@@ -110,7 +108,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
           }
           ++cell.pageins;
           ValueNorms(head, d, &v_norm);  // promoted rows are exact now
-          MeteredAttention(MeteredInputs(kv.options(), head, OrNull(v_norm)), q, opt, out, &res, risk.data());
+          MeteredAttention(MeteredInputs(kv.options(), head, v_norm), q, opt, out, &res, risk.data());
         }
         cell.tv_after = res.bound.tv;
         cell.v_after = RelV(res);

@@ -567,7 +567,8 @@ KvCacheStats KvCache::stats() const {
   return st;
 }
 
-MeteredHeadInputs MeteredInputs(const KvCacheOptions& o, const GatheredHead& head, const float* v_norm) {
+MeteredHeadInputs MeteredInputs(const KvCacheOptions& o, const GatheredHead& head,
+                                const std::vector<float>& v_norm) {
   auto or_null = [](const auto& a) { return a.empty() ? nullptr : a.data(); };
   MeteredHeadInputs in;
   in.head_dim = o.head_dim;
@@ -581,7 +582,7 @@ MeteredHeadInputs MeteredInputs(const KvCacheOptions& o, const GatheredHead& hea
   in.v_bound = or_null(head.v_bound);
   in.k_dither_scale = or_null(head.k_dither_scale);
   in.token_exact = head.token_exact.data();
-  in.v_norm = v_norm;
+  in.v_norm = or_null(v_norm);
   return in;
 }
 

@@ -40,9 +40,9 @@
 #include "engine/kv/exact_block_cache.h"
 #include "engine/kv/outlier_channels.h"
 #include "engine/kv/prefix_index.h"
-#include "kernels/cpu/metered_attention.h"
 #include "engine/kv/witness.h"
 #include "engine/model/model_config.h"
+#include "kernels/cpu/metered_attention.h"
 
 namespace witcert {
 
@@ -85,8 +85,9 @@ struct GatheredHead {
 };
 
 // The metered kernel's view of a gathered head of a cache with options `o` (the arrays stay
-// `head`'s; empty ones are null). v_norm: MeteredHeadInputs::v_norm, or null.
-MeteredHeadInputs MeteredInputs(const KvCacheOptions& o, const GatheredHead& head, const float* v_norm = nullptr);
+// `head`'s; empty ones are null). v_norm: MeteredHeadInputs::v_norm [S], or empty.
+MeteredHeadInputs MeteredInputs(const KvCacheOptions& o, const GatheredHead& head,
+                                const std::vector<float>& v_norm = {});
 
 // Exact storage accounting (all sizes in bytes).
 struct KvCapacity {

@@ -249,7 +249,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Load(std::string path, FileB
 }
 
 absl::Status GgufFile::Parse() {
-  ByteReader r(path_, base_, size_);
+  ByteReader r(path_, bytes_.data(), bytes_.size());
   uint32_t magic = 0;
   RETURN_IF_ERROR(r.Read("magic", &magic));
   if (magic != kGgufMagic) {
@@ -388,12 +388,12 @@ absl::Status GgufFile::Parse() {
   for (GgufTensorInfo& t : tensors_) {
     uint64_t begin = 0, end = 0;
     if (__builtin_add_overflow(data_start, t.offset, &begin) ||
-        __builtin_add_overflow(begin, t.size_bytes, &end) || end > size_) {
+        __builtin_add_overflow(begin, t.size_bytes, &end) || end > bytes_.size()) {
       return absl::DataLossError(absl::StrCat(
           path_, ": tensor '", t.name, "' data [", begin, ", +", t.size_bytes, ") at byte offset ",
-          data_start, " + ", t.offset, " extends past the end of the file (", size_, " bytes)"));
+          data_start, " + ", t.offset, " extends past the end of the file (", bytes_.size(), " bytes)"));
     }
-    t.data = base_ + begin;
+    t.data = bytes_.data() + begin;
   }
   return absl::OkStatus();
 }

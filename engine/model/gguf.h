@@ -78,15 +78,13 @@ class GgufFile {
 
  private:
   GgufFile(std::string path, FileBytes bytes)
-      : path_(std::move(path)), bytes_(std::move(bytes)), base_(bytes_.data()), size_(bytes_.size()) {}
+      : path_(std::move(path)), bytes_(std::move(bytes)) {}
   // Takes the bytes, then parses them.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Load(std::string path, FileBytes bytes);
   absl::Status Parse();
 
   std::string path_;
   FileBytes bytes_;
-  const uint8_t* base_ = nullptr;  // bytes_.data(), bytes_.size()
-  size_t size_ = 0;
   uint32_t version_ = 0;
   absl::flat_hash_map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;

@@ -104,26 +104,28 @@ const SafetensorsTensor* SafetensorsFile::Find(std::string_view name) const {
 }
 
 absl::Status SafetensorsFile::Parse() {
-  if (size_ < 8) {
+  const uint8_t* base = bytes_.data();
+  const size_t size = bytes_.size();
+  if (size < 8) {
     return absl::DataLossError(
-        absl::StrCat(path_, ": ", size_, " bytes is too short for a safetensors header length"));
+        absl::StrCat(path_, ": ", size, " bytes is too short for a safetensors header length"));
   }
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base_[i];  // little-endian
-  if (header_len > size_ - 8 || header_len > kMaxHeaderBytes) {
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];  // little-endian
+  if (header_len > size - 8 || header_len > kMaxHeaderBytes) {
     return absl::DataLossError(absl::StrCat(path_, ": header length ", header_len,
-                                            " exceeds the file (", size_ - 8,
+                                            " exceeds the file (", size - 8,
                                             " bytes after the length field)"));
   }
-  const char* header = reinterpret_cast<const char*>(base_ + 8);
+  const char* header = reinterpret_cast<const char*>(base + 8);
   nlohmann::json j = nlohmann::json::parse(header, header + header_len, nullptr,
                                            /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path_, ": header is not a JSON object (", header_len, " bytes)"));
   }
-  const uint8_t* data = base_ + 8 + header_len;
-  const uint64_t data_size = size_ - 8 - header_len;
+  const uint8_t* data = base + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
 
   struct Span {
     uint64_t begin, end;

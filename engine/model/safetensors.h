@@ -62,15 +62,13 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile(std::string path, FileBytes bytes)
-      : path_(std::move(path)), bytes_(std::move(bytes)), base_(bytes_.data()), size_(bytes_.size()) {}
+      : path_(std::move(path)), bytes_(std::move(bytes)) {}
   // Takes the bytes, then parses them.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Load(std::string path, FileBytes bytes);
   absl::Status Parse();
 
   std::string path_;
   FileBytes bytes_;
-  const uint8_t* base_ = nullptr;  // bytes_.data(), bytes_.size()
-  size_t size_ = 0;
   std::vector<SafetensorsTensor> tensors_;
   absl::flat_hash_map<std::string, size_t> index_;
   absl::flat_hash_map<std::string, std::string> metadata_;

@@ -568,7 +568,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   WITCERT_CUDA_OK(cudaEventRecord(step_end_, stream_));
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
   float gpu_ms = 0.0f;
-  if (cudaEventElapsedTime(&gpu_ms, step_begin_, step_end_) == cudaSuccess) last_step_gpu_ms_ = gpu_ms;
+  last_step_gpu_ms_ = cudaEventElapsedTime(&gpu_ms, step_begin_, step_end_) == cudaSuccess ? gpu_ms : 0.0;
   if (logits_to_host) {
     result->logits.assign(logits_host_.get(), logits_host_.get() + m * vocab);
   } else {

@@ -99,7 +99,8 @@ class CudaBackend : public Backend {
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graph_failures() const { return graph_failures_; }  // captures that fell back
   // Benchmarks: the stream time of the last Forward's GPU work, from before its input copy to
-  // after its sampling (ms; 0 before the first). The rest of the step's wall time is host work.
+  // after its sampling (ms; 0 before the first or if the timing failed). The rest of the step's
+  // wall time is host work.
   double last_step_gpu_ms() const { return last_step_gpu_ms_; }
 
   // The gate's repair mode on this backend (zeros until the first repair-mode item).

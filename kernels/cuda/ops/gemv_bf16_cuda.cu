@@ -161,7 +161,7 @@ __device__ __forceinline__ void StoreRows(const GemvArgs& a, int64_t wg, const i
 // lane keeps R · S · kUnroll weight loads in flight. A warp issues its first weight loads (and for
 // kF32Norm the CTA copies the norm weight to shared memory) before the CTA stages x, so they are
 // in flight during that prologue (for kF32Norm a block-wide reduction). The norm weight's copy
-// and XV's registers are worth 0.13–0.17 ms of the batch-1 8B step (bench/RESULTS.md,
+// and XV's registers are worth 0.08–0.17 ms of the batch-1 8B step at 8k (bench/RESULTS.md,
 // 2026-12-03 seventh session). S loop steps' loads are in flight per lane (1 or 2); XV float4s
 // of fp32 x per thread (4 or 8).
 template <int R, XIn IN, YOut OUT, int XV, int S>

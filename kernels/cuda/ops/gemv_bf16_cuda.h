@@ -19,8 +19,9 @@
 // projections at 119 µs a layer against 111 without it. Its norm weight is therefore copied to
 // shared memory before the wait for the previous kernel, its block sum keeps one barrier, and
 // the fp32 x takes 4 float4 registers per thread up to 4096 columns (8 above): 115 µs a layer,
-// the 8B batch-1 step 0.13–0.17 ms faster. Applying the scale after the dot products instead
-// (one barrier fewer, but bits unlike RmsNormCuda + GEMV) was no faster in the step.
+// the 8B batch-1 step 0.08–0.17 ms faster at 8k (int8-rtn KV 0.13–0.17). Applying the scale
+// after the dot products instead (one barrier fewer, but bits unlike RmsNormCuda + GEMV) was no
+// faster in the step.
 // Forcing 3 or 4 CTAs per SM with launch bounds (80 or 64 registers, with spills) was slower.
 // A GEMV that fits one wave at two CTAs per SM (O, down, the QKV parts at 2 rows per warp) keeps
 // two loop steps of loads in flight: O 11.4 → 10.2 µs and a layer's projections 113.7 → 110.5 µs
