@@ -117,6 +117,7 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   // The next kernel (the O projection's GEMV at batch 1) may launch now and start on its
   // weights; it waits for this one before it reads the output.
   cuda_launch::AllowNextKernelToStart();
+  cuda_launch::WaitForPreviousKernel();  // launched to overlap the decode kernel's reductions
   const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
   const int32_t P = static_cast<int32_t>(SplitsUsed(context_lens[seq], num_splits));
   const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
@@ -398,15 +399,10 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   }
   const dim3 mgrid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
   const size_t msmem = 0;
-  if (args.meter) {
-    MergeSplitsKernel<true><<<mgrid, layout.head_dim + 32, msmem, stream>>>(
-        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, args.cert,
-        args.out_norm);
-  } else {
-    MergeSplitsKernel<false><<<mgrid, layout.head_dim + 32, msmem, stream>>>(
-        p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out, nullptr,
-        args.out_norm);
-  }
+  WITCERT_CUDA_RETURN_IF_ERROR(cuda_launch::Launch(
+      args.meter ? MergeSplitsKernel<true> : MergeSplitsKernel<false>, mgrid, dim3(layout.head_dim + 32), msmem,
+      stream, args.overlap_previous, p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads,
+      layout.head_dim, args.out, args.meter ? args.cert : nullptr, args.out_norm));
   WITCERT_CUDA_CALL(cudaGetLastError());
   return CudaStatus::Ok();
 }

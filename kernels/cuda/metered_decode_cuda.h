@@ -70,6 +70,8 @@ struct MeteredDecodeCudaArgs {
   // sequence's newest token (the decode step's KV write) but nothing else this call reads, and
   // must let its dependents start early (AllowNextKernelToStart) for the overlap to happen.
   // Other kernels (kivi2, outliers, exact reads, the first kernel) launch the ordinary way.
+  // The split merge then goes out as a dependent launch too: those two decode kernels let it
+  // launch once their loads are done, and it waits for them before it reads a partial.
   bool overlap_previous = false;
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
