@@ -120,6 +120,32 @@ TEST(SampleRowsCudaTest, GreedyIsTheFirstMaximumAndSkipsNaN) {
   EXPECT_EQ(out.Get()[0], 1);
 }
 
+// Greedy over long rows (many elements per thread, the last stride partial) with NaNs and tied
+// maxima at random places, in one thread or in different ones: the first maximum wins.
+TEST(SampleRowsCudaTest, GreedyLongRowsFirstOfTiedMaxima) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t vocab : {int64_t{7}, int64_t{1025}, int64_t{50001}, int64_t{128256}}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      std::vector<float> l = testing::RandomFloats(vocab, seed, -8.0f, 8.0f);
+      std::mt19937_64 rng(seed * 7919);
+      for (int k = 0; k < 5; ++k) l[rng() % vocab] = NAN;
+      const int ties = 1 + static_cast<int>(rng() % 4);  // the maximum at 1–4 random places
+      for (int k = 0; k < ties; ++k) l[rng() % vocab] = 9.0f;
+      int64_t want = -1;
+      for (int64_t j = 0; j < vocab; ++j) {
+        if (l[j] == l[j] && (want < 0 || l[j] > l[want])) want = j;
+      }
+      SampleRowParams p;
+      p.temperature = 0.0f;
+      Dev<float> dl(l);
+      Dev<SampleRowParams> dp(std::vector<SampleRowParams>{p});
+      Dev<int32_t> out(1, 0xff);
+      EXPECT_KERNEL_OK(SampleRowsCuda(dl.get(), 1, vocab, dp.get(), nullptr, nullptr, out.get(), 0));
+      EXPECT_EQ(out.Get()[0], want) << "vocab " << vocab << " seed " << seed;
+    }
+  }
+}
+
 TEST(SampleRowsCudaTest, DistributionMatchesTheFilteredSoftmax) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(5);
