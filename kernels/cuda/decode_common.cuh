@@ -117,6 +117,11 @@ struct SplitRange {
   // when the decode overlaps it (MeteredDecodeCudaArgs::overlap_previous).
   __device__ bool HoldsNewest() const { return end == context; }
 };
+
+// Called by the tensor-core and pipelined kernels once their last K/V stage has landed: the split
+// merge, a programmatic dependent launch when the decode is one, may launch now. It waits for the
+// decode to finish before it reads a partial, so only its launch overlaps the reductions.
+__device__ __forceinline__ void ReleaseSplitMerge() { cuda_launch::AllowNextKernelToStart(); }
 template <int D>
 __device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq, int split, int kvh, int tid) {
   SplitRange r;

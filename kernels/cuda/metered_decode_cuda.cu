@@ -398,13 +398,10 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchForScheme(layout.scheme, p, args.meter, grid, dyn, stream));
   }
   const dim3 mgrid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
-  const size_t msmem = 0;
-  WITCERT_CUDA_RETURN_IF_ERROR(cuda_launch::Launch(
-      args.meter ? MergeSplitsKernel<true> : MergeSplitsKernel<false>, mgrid, dim3(layout.head_dim + 32), msmem,
-      stream, args.overlap_previous, p.parts, p.part_acc, args.context_lens, splits, args.num_q_heads,
-      layout.head_dim, args.out, args.meter ? args.cert : nullptr, args.out_norm));
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return cuda_launch::Launch(args.meter ? MergeSplitsKernel<true> : MergeSplitsKernel<false>, mgrid,
+                             dim3(layout.head_dim + 32), /*smem=*/0, stream, args.overlap_previous, p.parts,
+                             p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out,
+                             args.meter ? args.cert : nullptr, args.out_norm);
 }
 
 }  // namespace witcert

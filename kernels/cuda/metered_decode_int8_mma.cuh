@@ -630,9 +630,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     }
   }
   CpAsyncWait<0>();
-  // The split merge (a programmatic dependent launch) may launch now: it waits for this kernel
-  // to finish before it reads a partial.
-  cuda_launch::AllowNextKernelToStart();
+  ReleaseSplitMerge();
 
   // ---- reductions: certificate partials (lanes of one parity share heads), vmax, outputs ----
 #pragma unroll

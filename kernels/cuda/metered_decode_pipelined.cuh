@@ -424,9 +424,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
   }
   CpAsyncWait<0>();
-  // The split merge (a programmatic dependent launch) may launch now: it waits for this kernel
-  // to finish before it reads a partial.
-  cuda_launch::AllowNextKernelToStart();
+  ReleaseSplitMerge();
 
   // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
 #pragma unroll

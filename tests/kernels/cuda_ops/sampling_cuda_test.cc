@@ -125,9 +125,9 @@ TEST(SampleRowsCudaTest, GreedyIsTheFirstMaximumAndSkipsNaN) {
 TEST(SampleRowsCudaTest, GreedyLongRowsFirstOfTiedMaxima) {
   SKIP_WITHOUT_GPU();
   for (int64_t vocab : {int64_t{7}, int64_t{1025}, int64_t{50001}, int64_t{128256}}) {
-    for (uint64_t seed = 1; seed <= 6; ++seed) {
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
       std::vector<float> l = testing::RandomFloats(vocab, seed, -8.0f, 8.0f);
-      std::mt19937_64 rng(seed * 7919);
+      std::mt19937_64 rng(uint64_t{seed} * 7919);
       for (int k = 0; k < 5; ++k) l[rng() % vocab] = NAN;
       const int ties = 1 + static_cast<int>(rng() % 4);  // the maximum at 1–4 random places
       for (int k = 0; k < ties; ++k) l[rng() % vocab] = 9.0f;
