@@ -13,6 +13,7 @@
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
 #include "kernels/cuda/metered_decode_kernel.cuh"
 #include "kernels/cuda/metered_decode_pipelined.cuh"
+#include "kernels/cuda/ops/row_transforms.cuh"
 
 namespace witcert {
 namespace cuda_kv {
@@ -110,7 +111,8 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
                                   const float* __restrict__ part_acc,            // [B, Hq, P, D]
                                   const int32_t* __restrict__ context_lens, int32_t num_splits,
                                   int32_t num_q_heads, int32_t head_dim, float* __restrict__ out,
-                                  meter::CertBound* __restrict__ cert, float* __restrict__ out_norm) {
+                                  meter::CertBound* __restrict__ cert, float* __restrict__ out_norm,
+                                  uint16_t* __restrict__ out_bf16) {
   __shared__ float f[kMaxSplits];  // [P] e^{m_i − M}
   __shared__ float s_inv_z;
   __shared__ float s_out[256];     // [head_dim] the output row, for ‖õ‖
@@ -191,6 +193,7 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   for (int i = kMergePreload; i < P; ++i) o += part_acc[(base + i) * head_dim + tid] * f[i];
   o *= s_inv_z;
   out[cell * head_dim + tid] = o;
+  if (out_bf16 != nullptr) out_bf16[cell * head_dim + tid] = cuda_ops::ToBf16Bits(o);
   if (out_norm == nullptr) return;
   // ‖õ‖ with RowNormsCuda's arithmetic (lane l sums channels l, l + 32, ..., then the same
   // shuffle tree), so the reported norm is the bits that kernel gives.
@@ -401,7 +404,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   return cuda_launch::Launch(args.meter ? MergeSplitsKernel<true> : MergeSplitsKernel<false>, mgrid,
                              dim3(layout.head_dim + 32), /*smem=*/0, stream, args.overlap_previous, p.parts,
                              p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out,
-                             args.meter ? args.cert : nullptr, args.out_norm);
+                             args.meter ? args.cert : nullptr, args.out_norm, args.out_bf16);
 }
 
 }  // namespace witcert

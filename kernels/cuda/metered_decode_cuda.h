@@ -76,6 +76,8 @@ struct MeteredDecodeCudaArgs {
   float* out = nullptr;                 // [batch, Hq, d], device
   meter::CertBound* cert = nullptr;     // [batch, Hq], device (unused when meter is off)
   float* out_norm = nullptr;            // optional [batch, Hq] ‖out‖₂ per cell (RowNormsCuda's bits)
+  uint16_t* out_bf16 = nullptr;         // optional [batch, Hq, d] out rounded to bf16 as well
+                                        // (FloatToBf16Cuda's bits): the O projection's GEMM input
   void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device
   size_t workspace_bytes = 0;
 };

@@ -374,6 +374,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       std::any_of(groups.begin(), groups.end(), [](const DecodeGroup& g) { return g.meter; }) ||
       std::any_of(chunks.begin(), chunks.end(), [&](size_t b) { return MeterOn(batch[b]); });
   const int64_t cells = int64_t{layers} * s * hq;
+  const bool merge_stages_attention = MergeStagesAttention(n, decode_only, repair_step);
 
   // Everything the GPU does this step, on stream_: the input copy, the layers, the logits and
   // certificate copies back. Captured once per graph key for decode-only steps.
@@ -471,13 +472,13 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
         a.cert = g.meter ? cert_.get() + cell0 : nullptr;
         a.out_norm = g.meter ? out_norm_.get() + cell0 : nullptr;  // ‖õ‖ from the merge kernel
+        a.out_bf16 = merge_stages_attention ? attn_bf_.get() + g.first_row * q_dim : nullptr;
         a.workspace = workspace_.get();
         a.workspace_bytes = workspace_.size();
         WITCERT_KERNEL_OK(MeteredDecodeCuda(layout_, pool_.layer(layer), a, stream_));
       }
       if (repair_step && !rstep.repair_rows.empty()) RETURN_IF_ERROR(RepairLayer(layer, rstep));
-      RETURN_IF_ERROR(GemmFromF32(attn_.get(), nullptr, n, q_dim, attn_bf_.get(), lw.wo.get(),
-                                  hidden, x, hidden, 1.0f));
+      RETURN_IF_ERROR(ProjectAttentionOutput(lw, n, merge_stages_attention));
 
       RETURN_IF_ERROR(ProjectGateUp(lw, x, n));
       RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));

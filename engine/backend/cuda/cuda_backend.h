@@ -201,6 +201,13 @@ class CudaBackend : public Backend {
   // act_ [n, ffn] bf16 = SwiGLU of the FFN's gate|up projection of RMSNorm(x): one GEMV with
   // SwiGLU in its epilogue at batch 1 (GemvBf16SwiGluCuda, the same bits).
   absl::Status ProjectGateUp(const DeviceLayerWeights& lw, const float* x, int64_t n);
+  // x_ += W_o · attn: from the fp32 attention rows attn_ [n, q_dim] (GemmFromF32), or, when
+  // `staged`, from their bf16 copy attn_bf_ that the split merge wrote (MergeStagesAttention).
+  absl::Status ProjectAttentionOutput(const DeviceLayerWeights& lw, int64_t n, bool staged);
+  // Whether the split merge writes attn_bf_ this step: at n > 1, where the O projection runs
+  // cuBLAS on bf16 rows, in steps of decode rows only (no prompt rows, no repair re-runs after
+  // the merge). Saves the staging kernel, one launch a layer.
+  bool MergeStagesAttention(int64_t n, bool decode_only, bool repair_step) const;
   // y [n, rows] (ld ldy) = x [n, cols] bf16 · W [rows, cols]ᵀ bf16 + beta · y.
   absl::Status Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w, int64_t rows,
                     float* y, int64_t ldy, float beta);

@@ -104,6 +104,17 @@ absl::Status CudaBackend::ProjectGateUp(const DeviceLayerWeights& lw, const floa
   return absl::OkStatus();
 }
 
+bool CudaBackend::MergeStagesAttention(int64_t n, bool decode_only, bool repair_step) const {
+  return !UseGemv(n) && decode_only && !repair_step;
+}
+
+absl::Status CudaBackend::ProjectAttentionOutput(const DeviceLayerWeights& lw, int64_t n, bool staged) {
+  const int64_t q_dim = config_.q_dim(), hidden = config_.hidden_dim;
+  if (staged) return Gemm(attn_bf_.get(), n, q_dim, lw.wo.get(), hidden, x_.get(), hidden, 1.0f);
+  return GemmFromF32(attn_.get(), nullptr, n, q_dim, attn_bf_.get(), lw.wo.get(), hidden, x_.get(),
+                     hidden, 1.0f);
+}
+
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,
                                int64_t rows, float* y, int64_t ldy, float beta) {
   if (UseGemv(n) && GemvBf16Supports(cols, x, w)) {

@@ -290,7 +290,9 @@ class Problem {
     a.workspace = ws.get();
     a.workspace_bytes = ws.size();
     DeviceBuffer<float> dnorm(batch * hq), dnorm_ref(batch * hq);
+    DeviceBuffer<uint16_t> dbf(batch * hq * c_.d), dbf_ref(batch * hq * c_.d);
     a.out_norm = dnorm.get();
+    a.out_bf16 = dbf.get();
     ASSERT_CUDA_OK(MeteredDecodeCuda(L_, pool_.layer(0), a, nullptr));
     ASSERT_CUDART(cudaDeviceSynchronize());
     r->out = dout.Download();
@@ -300,6 +302,10 @@ class Problem {
     ASSERT_CUDART(cudaDeviceSynchronize());
     const std::vector<float> norm = dnorm.Download(), norm_ref = dnorm_ref.Download();
     ASSERT_EQ(std::memcmp(norm.data(), norm_ref.data(), norm.size() * sizeof(float)), 0);
+    // So is its bf16 copy FloatToBf16Cuda's.
+    ASSERT_CUDA_OK(FloatToBf16Cuda(dout.get(), batch * hq * c_.d, dbf_ref.get(), nullptr));
+    ASSERT_CUDART(cudaDeviceSynchronize());
+    ASSERT_EQ(dbf.Download(), dbf_ref.Download());
   }
 
   // The decode launched to overlap the kernel before it (overlap_previous), as the engine's
