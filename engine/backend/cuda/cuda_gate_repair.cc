@@ -355,7 +355,7 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
       const int32_t block = table[best];
       const int32_t slot = r.slots->Insert(block, layer, g, step.row_seq[row], &updates);
       if (slot < 0) continue;  // no exact cache
-      Pick pick{.block = block, .kv_head = g};
+      Pick pick{.op = {}, .block = block, .kv_head = g};
       pick.op.src_unit = (int64_t{r.entries->Find(block)} * config_.num_layers + layer) *
                              config_.num_kv_heads + g;
       pick.op.table_index = r.slots->TableIndex(block, layer, g);

@@ -357,8 +357,11 @@ TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
   // Byte-level vocabulary of the letters a-z (ids 0..25) plus two ChatML specials.
   std::string vocab;
   for (int i = 0; i < 26; ++i) {
-    vocab += (i ? "," : "") + ("\"" + std::string(1, static_cast<char>('a' + i)) + "\":" +
-                               std::to_string(i));
+    if (i > 0) vocab += ',';
+    vocab += '"';
+    vocab += static_cast<char>('a' + i);
+    vocab += "\":";
+    vocab += std::to_string(i);
   }
   testing::WriteFile(dir.path() / "tokenizer.json",
                      R"({"added_tokens":[{"id":26,"content":"<|im_start|>","special":true},)"

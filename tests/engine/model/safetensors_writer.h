@@ -28,8 +28,12 @@ struct StTensor {
 
 inline std::string ShapeJson(const std::vector<uint64_t>& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(shape[i]);
+  }
+  s += ']';
+  return s;
 }
 
 // 8-byte length + header + data.
@@ -53,7 +57,8 @@ class SafetensorsWriter {
       h += "\"__metadata__\":{";
       bool f = true;
       for (const auto& [k, v] : metadata_) {
-        h += (f ? "" : ",") + ("\"" + k + "\":\"" + v + "\"");
+        if (!f) h += ',';
+        h += "\"" + k + "\":\"" + v + "\"";
         f = false;
       }
       h += "}";
