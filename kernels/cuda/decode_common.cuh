@@ -122,6 +122,7 @@ struct SplitRange {
 // merge, a programmatic dependent launch when the decode is one, may launch now. It waits for the
 // decode to finish before it reads a partial, so only its launch overlaps the reductions.
 __device__ __forceinline__ void ReleaseSplitMerge() { cuda_launch::AllowNextKernelToStart(); }
+
 template <int D>
 __device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq, int split, int kvh, int tid) {
   SplitRange r;

@@ -291,6 +291,7 @@ class Problem {
     a.workspace_bytes = ws.size();
     DeviceBuffer<float> dnorm(batch * hq), dnorm_ref(batch * hq);
     DeviceBuffer<uint16_t> dbf(batch * hq * c_.d), dbf_ref(batch * hq * c_.d);
+    dbf.Fill(0xff);  // poison: every element must be written
     a.out_norm = dnorm.get();
     a.out_bf16 = dbf.get();
     ASSERT_CUDA_OK(MeteredDecodeCuda(L_, pool_.layer(0), a, nullptr));
