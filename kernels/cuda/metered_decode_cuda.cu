@@ -251,17 +251,44 @@ int64_t MaxSplitTokens(int32_t q_per_kv) {
 // splits whose CTAs all fit the first wave at 2 per SM: batch 1 × 32k, GQA 32/8, int8: 32
 // splits 49.7 µs with the meter, 16 splits 57.2, 66 (the old ≥ 4-per-SM rule) 65.9. A split
 // under 256 tokens spends more on that fixed part than on reading KV; a split's logits must
-// fit the shared-memory region (MaxSplitTokens), which alone sets the count once the batch
+// fit the shared-memory region (MaxSplitTokens), which sets the least count once the batch
 // fills the GPU.
+//
+// There the CTAs run in waves of 2 per SM, and a last wave that is mostly empty costs as much as
+// a full one: batch 16 × 8k (8 KV heads, int8) takes 84.3 µs at 4 splits (512 CTAs, 2 waves) and
+// 96.4 at 5 (640, 3 waves), while 6 (768, 3 full waves) take 88.2 (bench/RESULTS.md, 2026-12-04
+// tenth session). Those three and 8 splits (90.7) fit waves × (c0 + tokens per split) with c0 =
+// 3.2 µs ≈ 170 tokens of streaming, so the count is the one of need … 2·need with the least such
+// cost (the least count on ties). A context just past a multiple of the cap (8192 + a few decoded
+// tokens) is where it matters: the cap alone would say 5 there.
+namespace {
+constexpr int64_t kSplitFixedTokens = 170;
+int64_t SplitWaveCost(int64_t base, int64_t slots, int64_t context, int64_t num_splits) {
+  const int64_t ctas = base * SplitsUsed(context, num_splits);
+  return (ctas + slots - 1) / slots * (kSplitFixedTokens + SplitTokens(context, num_splits));
+}
+}  // namespace
+
 int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
                         int64_t max_context, int32_t num_sms) {
   if (max_context <= 1) return 1;
   const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(batch) * num_kv_heads);
-  const int64_t fill = std::max<int64_t>(1, 2 * static_cast<int64_t>(std::max(num_sms, 1)) / base);
+  const int64_t slots = 2 * static_cast<int64_t>(std::max(num_sms, 1));
+  const int64_t fill = std::max<int64_t>(1, slots / base);
   const int64_t by_len = (max_context + 255) / 256;
   const int64_t max_split = MaxSplitTokens(q_per_kv);
   const int64_t need = (max_context + max_split - 1) / max_split;
   int64_t p = std::max(need, std::min(fill, by_len));
+  if (p == need && base * need > slots) {  // the cap sets the count and the CTAs take waves
+    int64_t best = SplitWaveCost(base, slots, max_context, p);
+    for (int64_t q = need + 1; q <= 2 * need && q <= max_context; ++q) {
+      const int64_t cost = SplitWaveCost(base, slots, max_context, q);
+      if (cost < best) {
+        best = cost;
+        p = q;
+      }
+    }
+  }
   p = std::min(p, max_context);
   return static_cast<int32_t>(std::max<int64_t>(p, 1));
 }

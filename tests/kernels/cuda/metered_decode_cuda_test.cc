@@ -1016,10 +1016,17 @@ TEST(MeteredDecodeCuda, SplitHeuristic) {
         EXPECT_TRUE(used >= 1 && used <= p && (used - 1) * len < ctx && used * len >= ctx);
         const int64_t ctas = static_cast<int64_t>(p) * batch * 8;
         const int64_t need = (ctx + MaxSplitTokens(g) - 1) / MaxSplitTokens(g);
-        // One wave at 2 CTAs per SM unless the length cap needs more splits; long contexts
-        // give every SM at least one CTA while the batch alone does not.
-        if (p > need) {
+        // One wave at 2 CTAs per SM unless the length cap needs more splits; there, at most
+        // twice the cap's count, and only where that fills the last wave better (fewer waves ×
+        // tokens per split, plus the fixed part). Long contexts give every SM at least one CTA
+        // while the batch alone does not.
+        if (p > need && static_cast<int64_t>(batch) * 8 * need <= 2 * 132) {
           EXPECT_LE(ctas, 2 * 132) << batch << " " << g << " " << ctx;
+        } else if (p > need) {
+          EXPECT_LE(p, 2 * need) << batch << " " << g << " " << ctx;
+          auto waves = [&](int64_t q) { return (int64_t{batch} * 8 * SplitsUsed(ctx, q) + 263) / 264; };
+          EXPECT_LT(waves(p) * (170 + len), waves(need) * (170 + SplitTokens(ctx, need)))
+              << batch << " " << g << " " << ctx;
         }
         if (ctx >= 256LL * 264 && batch * 8 <= 132) {
           EXPECT_GE(ctas, 132) << batch << " " << g << " " << ctx;
@@ -1029,6 +1036,11 @@ TEST(MeteredDecodeCuda, SplitHeuristic) {
   }
   // 64·8 CTAs already fill the GPU: only the length cap splits (8192 / MaxSplitTokens(4) = 4).
   EXPECT_EQ(ChooseNumSplits(64, 8, 4, 8192, 132), 4);
+  // Batch 16 × 8k: 4 splits are 2 full waves; a few tokens more need 5 (a third wave, mostly
+  // empty), where 6 fill that wave with shorter splits.
+  EXPECT_EQ(ChooseNumSplits(16, 8, 4, 8192, 132), 4);
+  EXPECT_EQ(ChooseNumSplits(16, 8, 4, 8192 + 24, 132), 6);
+  EXPECT_EQ(ChooseNumSplits(16, 8, 4, 32768, 132), 16);
   // Stage-aligned ranges: 66 requested splits of 32k are 64 of 512 tokens; 6 of 1000 tokens
   // are 4 of 256 (the last 232); 32 of 100 tokens are one.
   EXPECT_EQ(SplitTokens(32768, 66), 512);
