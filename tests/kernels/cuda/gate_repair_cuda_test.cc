@@ -67,7 +67,7 @@ void RunRiskCase(const RiskCase& c) {
   dq.Upload(q);
   ds.Upload(slots);
   dp.Upload(pos);
-  KvWriteArgs w{dk.get(), dv.get(), ds.get(), dp.get(), c.ctx, kLayer, kSeed};
+  KvWriteArgs w{dk.get(), dv.get(), ds.get(), dp.get(), c.ctx, kLayer, kSeed, {}};
   ASSERT_CUDA_OK(WriteKvCuda(L, pool.layer(0), w, nullptr));
   // Exact units: only the table matters to the ranking (their risk must be 0).
   std::vector<int32_t> exact_slot(L.num_blocks * kLayers * c.hkv, -1);

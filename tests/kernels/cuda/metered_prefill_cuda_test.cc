@@ -116,7 +116,7 @@ void RunCase(const PrefillCase& c) {
     dv.Upload(v);
     ds.Upload(slots);
     dp.Upload(pos);
-    KvWriteArgs w{dk.get(), dv.get(), ds.get(), dp.get(), S, kLayer, kSeed};
+    KvWriteArgs w{dk.get(), dv.get(), ds.get(), dp.get(), S, kLayer, kSeed, {}};
     ASSERT_CUDA_OK(WriteKvCuda(L, pool.layer(0), w, nullptr));
   }
   const int64_t out_stride = hq * kD + 8, cert_stride = hq + 3;

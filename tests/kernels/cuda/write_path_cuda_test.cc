@@ -292,7 +292,7 @@ TEST(WritePathCuda, KeyGroupsOnlyForGroupedSchemes) {
   ASSERT_CUDA_OK(pool.Init(L, 1));
   DeviceBuffer<float> k(16 * 64);
   DeviceBuffer<int32_t> b(1);
-  const CudaStatus st = EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{k.get(), b.get(), 1}, nullptr);
+  const CudaStatus st = EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{k.get(), b.get(), 1, {}}, nullptr);
   EXPECT_FALSE(st.ok);
   EXPECT_NE(st.message.find("does not group keys"), std::string::npos) << st.message;
 }

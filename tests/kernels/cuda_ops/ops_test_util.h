@@ -33,7 +33,9 @@ class Dev {
  public:
   explicit Dev(const std::vector<T>& h) : n_(h.size()) {
     EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(1, n_) * sizeof(T)), cudaSuccess);
-    if (n_ > 0) EXPECT_EQ(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    if (n_ > 0) {
+      EXPECT_EQ(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
   }
   explicit Dev(size_t n, int poison_byte = 0x7f) : n_(n) {  // poisoned: unwritten shows
     EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(1, n_) * sizeof(T)), cudaSuccess);
@@ -45,7 +47,9 @@ class Dev {
   T* get() const { return p_; }
   std::vector<T> Get() const {
     std::vector<T> h(n_);
-    if (n_ > 0) EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    if (n_ > 0) {
+      EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     return h;
   }
 

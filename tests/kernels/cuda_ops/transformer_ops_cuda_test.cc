@@ -30,12 +30,6 @@ uint16_t TruncBf16(float f) {  // any bf16 value: the test only needs representa
   return static_cast<uint16_t>(bits >> 16);
 }
 
-float MaxAbs(const std::vector<float>& v) {
-  float m = 0;
-  for (float x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
-
 TEST(CudaOpsTest, EmbeddingMatchesCpuLookupAndNaNsOutOfRange) {
   SKIP_WITHOUT_GPU();
   const int64_t vocab = 97, hidden = 192;
