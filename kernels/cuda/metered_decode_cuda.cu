@@ -239,10 +239,18 @@ bool TensorCoreDecodeSupports(const PagedKvLayout& L, int32_t q_per_kv) {
          L.block_size >= 8 && L.num_bands == 8 && L.outliers() == 0 && L.vectors() < (int64_t{1} << 31);
 }
 
-// G ≤ 4: 2048 tokens (8192 logits, 32 KB), so two CTAs of the tensor-core kernel fit an SM
-// beside its ring; G = 8: 1536 (12288 logits), the pipelined kernel's limit.
+// G ≤ 4: 2048 tokens (8192 logits, 32 KB); G = 8: 1536 (12288 logits), the pipelined kernel's
+// limit.
 int64_t MaxSplitTokens(int32_t q_per_kv) {
   return cuda_kv::GroupBound(q_per_kv) <= 4 ? 2048 : 1536;
+}
+
+// The tensor-core kernel's dynamic shared memory is its ring (3 × 18,688 B), 16 B of logits and
+// about 0.25 B of block table per token (int8-dither: 2 KB of hashes more) beside 6.4 KB static,
+// so two CTAs (≤ 113 KB each) still fit an SM at 3072 tokens: 110 KB (112 KB dither). The other
+// kernels take such splits too (they are within their own shared-memory checks), only slower.
+int64_t MaxSplitTokens(const PagedKvLayout& layout, int32_t q_per_kv) {
+  return TensorCoreDecodeSupports(layout, q_per_kv) ? kTensorCoreMaxSplitTokens : MaxSplitTokens(q_per_kv);
 }
 
 // Why these numbers (bench/RESULTS.md, split sweep of 2026-12-01 17:45 UTC on the H200): a
@@ -271,12 +279,16 @@ int64_t SplitWaveCost(int64_t base, int64_t slots, int64_t context, int64_t num_
 
 int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
                         int64_t max_context, int32_t num_sms) {
+  return ChooseNumSplits(batch, num_kv_heads, q_per_kv, max_context, num_sms, MaxSplitTokens(q_per_kv));
+}
+
+int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
+                        int64_t max_context, int32_t num_sms, int64_t max_split) {
   if (max_context <= 1) return 1;
   const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(batch) * num_kv_heads);
   const int64_t slots = 2 * static_cast<int64_t>(std::max(num_sms, 1));
   const int64_t fill = std::max<int64_t>(1, slots / base);
   const int64_t by_len = (max_context + 255) / 256;
-  const int64_t max_split = MaxSplitTokens(q_per_kv);
   const int64_t need = (max_context + max_split - 1) / max_split;
   int64_t p = std::max(need, std::min(fill, by_len));
   if (p == need && base * need > slots) {  // the cap sets the count and the CTAs take waves
@@ -311,17 +323,17 @@ CudaStatus ResolveNumSplits(const PagedKvLayout& layout, const MeteredDecodeCuda
   if (args.num_splits > 0) {
     *num_splits = static_cast<int32_t>(std::min<int64_t>(args.num_splits, ctx));
     const int64_t longest = SplitTokens(ctx, *num_splits);
-    if (longest > MaxSplitTokens(g)) {
+    if (longest > MaxSplitTokens(layout, g)) {
       return CudaStatus::Error("MeteredDecodeCuda: " + std::to_string(*num_splits) +
                                " splits leave " + std::to_string(longest) +
-                               " tokens per split, above the limit " + std::to_string(MaxSplitTokens(g)));
+                               " tokens per split, above the limit " + std::to_string(MaxSplitTokens(layout, g)));
     }
     return CudaStatus::Ok();
   }
   int dev = 0, sms = 132;
   WITCERT_CUDA_CALL(cudaGetDevice(&dev));
   WITCERT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  *num_splits = ChooseNumSplits(args.batch, layout.num_kv_heads, g, ctx, sms);
+  *num_splits = ChooseNumSplits(args.batch, layout.num_kv_heads, g, ctx, sms, MaxSplitTokens(layout, g));
   return CudaStatus::Ok();
 }
 

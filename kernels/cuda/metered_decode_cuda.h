@@ -87,9 +87,12 @@ struct MeteredDecodeCudaArgs {
 // block_size ≥ 8, B = 8 witness bands, no outlier channels and fewer than 2^31 vectors per layer.
 bool TensorCoreDecodeSupports(const PagedKvLayout& layout, int32_t q_per_kv);
 
-// Longest split one CTA can hold (its logits live in shared memory): 2048 tokens for up to 4
-// query heads per KV head, 1536 for up to 8.
+// Longest split one CTA can hold at two CTAs per SM (its logits live in shared memory): 2048
+// tokens for up to 4 query heads per KV head, 1536 for up to 8; 3072 where the layout takes the
+// tensor-core kernel (the second form).
 int64_t MaxSplitTokens(int32_t q_per_kv);
+inline constexpr int64_t kTensorCoreMaxSplitTokens = 3072;
+int64_t MaxSplitTokens(const PagedKvLayout& layout, int32_t q_per_kv);
 
 // Tokens per split of a `context`-token sequence cut into at most `num_splits` splits: ⌈S/P⌉
 // rounded up to whole 128-token stages (the tensor-core kernel's stage, two of the pipelined
@@ -112,6 +115,9 @@ __host__ __device__ inline int64_t SplitsUsed(int64_t context, int64_t num_split
 // Always ≥ 1 and ≤ max_context.
 int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
                         int64_t max_context, int32_t num_sms);
+// The same with the longest split given (MaxSplitTokens(layout, q_per_kv), as ResolveNumSplits does).
+int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
+                        int64_t max_context, int32_t num_sms, int64_t max_split);
 
 // Workspace for `num_splits` splits (the value ResolveNumSplits returns).
 size_t MeteredDecodeWorkspaceBytes(int32_t batch, int32_t num_q_heads, int32_t head_dim,

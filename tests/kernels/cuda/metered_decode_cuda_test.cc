@@ -749,6 +749,29 @@ TEST(MeteredDecodeCuda, TensorCoreSweep) {
   }
 }
 
+// Splits longer than the other kernels' 2048-token cap, up to the tensor-core kernel's 3072
+// (MaxSplitTokens(layout, G)): 2 splits of 6100 tokens and 3 of 9000 are 3072 each.
+TEST(MeteredDecodeCuda, TensorCoreLongSplits) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  int seed = 700;
+  for (int32_t splits : {2, 3}) {
+    for (bool dither : {false, true}) {
+      DecodeCase c;
+      c.scheme = dither ? KvScheme::kInt8Dither : KvScheme::kInt8Rtn;
+      c.delta = dither ? 1e-6 : 0.0;
+      c.d = 128;
+      c.group = 4;
+      c.hkv = 2;
+      c.ctx = splits == 2 ? std::vector<int64_t>{1, 3000, 6100} : std::vector<int64_t>{2049, 9000};
+      c.splits = splits;
+      c.key_scale = 4.0f;
+      c.kernel = 3;
+      c.seed = seed++;
+      RunCase(c);
+    }
+  }
+}
+
 // The decode step's launch order: the decode overlaps the KV write of each sequence's newest token
 // (MeteredDecodeCudaArgs::overlap_previous), on both kernels that take it (tensor-core, pipelined),
 // meter on and off, forced splits that put the newest token in a short last split, ragged batch.
@@ -1041,6 +1064,25 @@ TEST(MeteredDecodeCuda, SplitHeuristic) {
   EXPECT_EQ(ChooseNumSplits(16, 8, 4, 8192, 132), 4);
   EXPECT_EQ(ChooseNumSplits(16, 8, 4, 8192 + 24, 132), 6);
   EXPECT_EQ(ChooseNumSplits(16, 8, 4, 32768, 132), 16);
+  // With the tensor-core kernel's longer splits (3072 tokens) 8k + a few tokens fits 4 splits of
+  // 2176 at batch 16 (two waves), and 3 of 2816 at batch 64 (6 waves, where 4 would take 8);
+  // batch 1 × 128k keeps 64 splits (two waves either way, shorter splits).
+  const PagedKvLayout int8 = [] {
+    PagedKvLayout L;
+    L.num_blocks = 16;
+    L.num_kv_heads = 8;
+    L.head_dim = 128;
+    L.scheme = KvScheme::kInt8Rtn;
+    return L;
+  }();
+  ASSERT_EQ(MaxSplitTokens(int8, 4), kTensorCoreMaxSplitTokens);
+  EXPECT_EQ(MaxSplitTokens(int8, 8), MaxSplitTokens(8));  // G = 8: no tensor-core kernel
+  const int64_t cap = MaxSplitTokens(int8, 4);
+  EXPECT_EQ(ChooseNumSplits(16, 8, 4, 8192 + 24, 132, cap), 4);
+  EXPECT_EQ(ChooseNumSplits(64, 8, 4, 8192 + 24, 132, cap), 3);
+  EXPECT_EQ(ChooseNumSplits(1, 8, 4, 131072, 132, cap), 64);
+  EXPECT_EQ(ChooseNumSplits(16, 8, 4, 32768, 132, cap), 16);
+  EXPECT_EQ(ChooseNumSplits(1, 8, 4, 8192, 132, cap), ChooseNumSplits(1, 8, 4, 8192, 132));
   // Stage-aligned ranges: 66 requested splits of 32k are 64 of 512 tokens; 6 of 1000 tokens
   // are 4 of 256 (the last 232); 32 of 100 tokens are one.
   EXPECT_EQ(SplitTokens(32768, 66), 512);
