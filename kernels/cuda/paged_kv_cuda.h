@@ -133,6 +133,32 @@ struct KvWriteArgs {
 CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
                        const KvWriteArgs& args, cudaStream_t stream);
 
+// Everything the write's device code (kernels/cuda/kv_write_vector.cuh) needs, checked: what
+// WriteKvCuda launches with, and what a kernel that folds the write in (the batch-1 QKV GEMV,
+// GemvKvWrite) carries.
+struct KvWritePlan {
+  PagedKvLayout layout;
+  PagedKvLayer dst;
+  KvWriteArgs args;
+  int32_t code_bytes = 0;
+  int32_t num_outliers = 0;  // layout.outliers()
+  int32_t nscale[2] = {0, 0};  // scale words per vector: [K, V]
+  bool group_keys = false;
+  bool has_witness = false;
+};
+CudaStatus PlanKvWriteCuda(const PagedKvLayout& layout, const PagedKvLayer& dst, const KvWriteArgs& args,
+                           KvWritePlan* plan);
+
+// The batched step's RoPE split and KV write as one kernel: q [n, Hq, d], k and v [n, Hkv, d]
+// from the QKV projection's rows qkv [n, qkv_stride] (q heads, then k's, then v's; the bias
+// already added), q and k rotated at plan.args.positions — RopeSplitQkvCuda's bits — and each k
+// and v vector then encoded into the pool from the warp's copy of it — WriteKvCuda's bits (the
+// plan's args.k and args.v must be k and v). Saves the write's launch and its reads of k and v
+// back from memory.
+CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t num_heads, float theta,
+                                bool interleaved, float* q, float* k, float* v, const KvWritePlan& plan,
+                                cudaStream_t stream);
+
 struct KeyGroupArgs {
   const float* k = nullptr;          // [num_groups · block_size, Hkv, d] exact keys, group-major
   const int32_t* blocks = nullptr;   // [num_groups] physical block of each group, device

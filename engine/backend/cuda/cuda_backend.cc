@@ -391,7 +391,15 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       const int64_t kv_slice = repair_step ? int64_t{layer} * n * kv_dim : 0;
       float* k_rows = k_.get() + kv_slice;
       float* v_rows = v_.get() + kv_slice;
-      ASSIGN_OR_RETURN(const bool queries_pending, ProjectQkv(lw, x, n, d_pos, k_rows, v_rows));
+      KvWriteArgs write;
+      write.k = k_rows;
+      write.v = v_rows;
+      write.slots = d_slots;
+      write.positions = d_pos;
+      write.num_tokens = n;
+      write.layer = layer;
+      write.dither_seed = dither_seed_;
+      ASSIGN_OR_RETURN(const QkvProjection proj, ProjectQkv(lw, x, n, write));
       if (repair_step) {  // exact copies to the host store, off the critical path
         RepairState& r = *repair_;
         WITCERT_CUDA_OK(cudaEventRecord(r.kv_ready[layer], stream_));
@@ -404,16 +412,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                                                     r.exact_slot.get(), r.exact_kv.get(),
                                                     stream_));
       }
-      KvWriteArgs write;
-      write.k = k_rows;
-      write.v = v_rows;
-      write.slots = d_slots;
-      write.positions = d_pos;
-      write.num_tokens = n;
-      write.layer = layer;
-      write.dither_seed = dither_seed_;
-      WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
-      if (queries_pending) RETURN_IF_ERROR(ProjectQueries(lw, x, d_pos));
+      if (!proj.kv_written) WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+      if (proj.queries_pending) RETURN_IF_ERROR(ProjectQueries(lw, x, d_pos));
 
       for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
         if (batch[b].start_pos != 0) continue;

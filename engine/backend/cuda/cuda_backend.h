@@ -188,13 +188,19 @@ class CudaBackend : public Backend {
   absl::Status GemmFromF32(const float* x, const float* norm_weight, int64_t n, int64_t cols,
                            uint16_t* staged, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                            float beta);
-  // The attention block's input: q [n, q_dim], k and v rows [n, kv_dim] (k_rows, v_rows), q and
-  // k rotated, from the residual x [n, hidden]: RMSNorm, the QKV projection (+ bias), RoPE. At
-  // batch 1 a GEMV whose epilogue rotates and splits (GemvBf16RopeSplitCuda, the same bits), in
-  // two launches around the KV write: this one computes k and v and returns true, leaving q to
-  // ProjectQueries after the write, which it overlaps. Otherwise all of q, k, v, and false.
-  absl::StatusOr<bool> ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
-                                  const int64_t* d_pos, float* k_rows, float* v_rows);
+  // The attention block's input: q [n, q_dim], k and v rows [n, kv_dim] (write.k, write.v), q
+  // and k rotated at write.positions, from the residual x [n, hidden]: RMSNorm, the QKV projection
+  // (+ bias), RoPE. At batch 1 a GEMV whose epilogue rotates and splits (GemvBf16RopeSplitCuda,
+  // the same bits), in two launches around the KV write: this one computes k and v
+  // (queries_pending), leaving q to ProjectQueries after the write, which it overlaps, and the
+  // write to the caller. Otherwise the GEMM, then one kernel that rotates, splits and writes the
+  // pool (RopeSplitWriteKvCuda: kv_written).
+  struct QkvProjection {
+    bool queries_pending = false;
+    bool kv_written = false;
+  };
+  absl::StatusOr<QkvProjection> ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
+                                           const KvWriteArgs& write);
   absl::Status ProjectQueries(const DeviceLayerWeights& lw, const float* x, const int64_t* d_pos);
   GemvRopeSplitOut RopeSplitTargets(const DeviceLayerWeights& lw, const int64_t* d_pos,
                                     float* k_rows, float* v_rows) const;
