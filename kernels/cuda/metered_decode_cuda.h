@@ -111,7 +111,8 @@ __host__ __device__ inline int64_t SplitsUsed(int64_t context, int64_t num_split
 
 // Heuristic (documented in the .cu): the most splits that keep every CTA in the first wave
 // (≤ 2 per SM), none shorter than 256 tokens, more only where a split would exceed
-// MaxSplitTokens; there, up to twice that many where they fill the last wave of CTAs better.
+// MaxSplitTokens; there, up to twice that many where they fill the last wave of CTAs better
+// (up to 4 query heads per KV head).
 // Always ≥ 1 and ≤ max_context.
 int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
                         int64_t max_context, int32_t num_sms);

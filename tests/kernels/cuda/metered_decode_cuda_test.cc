@@ -1046,6 +1046,7 @@ TEST(MeteredDecodeCuda, SplitHeuristic) {
         if (p > need && static_cast<int64_t>(batch) * 8 * need <= 2 * 132) {
           EXPECT_LE(ctas, 2 * 132) << batch << " " << g << " " << ctx;
         } else if (p > need) {
+          EXPECT_LE(g, 4) << batch << " " << g << " " << ctx;  // G = 8 keeps the cap's count
           EXPECT_LE(p, 2 * need) << batch << " " << g << " " << ctx;
           auto waves = [&](int64_t q) { return (int64_t{batch} * 8 * SplitsUsed(ctx, q) + 263) / 264; };
           EXPECT_LT(waves(p) * (170 + len), waves(need) * (170 + SplitTokens(ctx, need)))
@@ -1064,6 +1065,7 @@ TEST(MeteredDecodeCuda, SplitHeuristic) {
   EXPECT_EQ(ChooseNumSplits(16, 8, 4, 8192, 132), 4);
   EXPECT_EQ(ChooseNumSplits(16, 8, 4, 8192 + 24, 132), 6);
   EXPECT_EQ(ChooseNumSplits(16, 8, 4, 32768, 132), 16);
+  EXPECT_EQ(ChooseNumSplits(16, 4, 7, 8192 + 24, 132), 6);  // Qwen2.5-7B (G = 7): the 1536 cap's count
   // With the tensor-core kernel's longer splits (3072 tokens) 8k + a few tokens fits 4 splits of
   // 2176 at batch 16 (two waves), and 3 of 2816 at batch 64 (6 waves, where 4 would take 8);
   // batch 1 × 128k keeps 64 splits (two waves either way, shorter splits).
