@@ -40,6 +40,8 @@ CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, 
 // applied to q and k on the way (the same arithmetic as RopeCuda, so the results are bitwise
 // those of RopeCuda on the fused rows followed by three strided copies, in one launch).
 // qkv [n, qkv_stride] holds q heads at column 0, k heads at Hq·d, v heads at (Hq + Hkv)·d.
+// The CUDA backend runs the kernels that fold this one in (GemvBf16RopeSplitCuda at batch 1,
+// RopeSplitWriteKvCuda above it); their tests hold them to its bits.
 CudaStatus RopeSplitQkvCuda(const float* qkv, int64_t n, int64_t qkv_stride, int32_t num_heads,
                             int32_t num_kv_heads, int32_t head_dim, const int64_t* positions,
                             float theta, bool interleaved, float* q, float* k, float* v,
