@@ -31,8 +31,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) WriteKvKernel(const KvWri
 
 // RopeSplitWriteKvCuda: CTAs [0, q_blocks) rotate the q pairs, one pair per thread (q_dim / 2
 // per token); the rest take one (token, KV head, K|V) vector per warp: its k pairs rotated (or v
-// copied) into k, v and the warp's shared-memory copy, then WriteKvVector from that copy. The
-// arithmetic is RopeSplitQkvKernel's (row_transforms.cuh), so q, k and v are its bits.
+// copied) into the warp's shared-memory copy, which goes to k or v and to WriteKvVector. The
+// arithmetic is RopeSplitQkvKernel's (cuda_ops::RotatePair), so q, k and v are its bits.
 constexpr int kRopeWriteWarps = 8;
 struct RopeWriteParams {
   KvWritePlan plan;
@@ -60,10 +60,8 @@ __global__ void __launch_bounds__(kRopeWriteWarps * 32) RopeSplitWriteKvKernel(c
     if (e >= n * r.num_heads * half) return;
     const int32_t pr = static_cast<int32_t>(e % half);
     const int64_t h = (e / half) % r.num_heads, i = e / (int64_t{half} * r.num_heads);
-    const float* xh = r.qkv + i * r.qkv_stride + h * d;
-    float* out = r.q + (i * r.num_heads + h) * d;
-    const int32_t a = cuda_ops::RopeDimA(pr, d, r.interleaved), b = cuda_ops::RopeDimB(pr, d, r.interleaved);
-    cuda_ops::Rotate(cuda_ops::RopeAngle(pr, d, p.args.positions[i], r.theta), xh[a], xh[b], &out[a], &out[b]);
+    cuda_ops::RotatePair(r.qkv + i * r.qkv_stride + h * d, r.q + (i * r.num_heads + h) * d, pr, d,
+                         p.args.positions[i], r.theta, r.interleaved);
     return;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -72,26 +70,19 @@ __global__ void __launch_bounds__(kRopeWriteWarps * 32) RopeSplitWriteKvKernel(c
   const bool is_value = (item & 1) != 0;
   const int32_t head = static_cast<int32_t>((item >> 1) % hkv);
   const int64_t i = (item >> 1) / hkv;
-  const float* row = r.qkv + i * r.qkv_stride;
-  float* v = vec[warp];
-  if (is_value) {  // a plain copy
-    const float* xv = row + int64_t{r.num_heads + hkv} * d + int64_t{head} * d;
-    float* out = r.v + (i * hkv + head) * d;
-    for (int c = lane; c < d; c += 32) out[c] = v[c] = xv[c];
+  // The vector's input: v heads follow the q and k heads in the row.
+  const float* x = r.qkv + i * r.qkv_stride + (int64_t{r.num_heads} + (is_value ? hkv : 0) + head) * d;
+  float* copy = vec[warp];
+  if (is_value) {
+    for (int c = lane; c < d; c += 32) copy[c] = x[c];
   } else {
-    const float* xh = row + int64_t{r.num_heads + head} * d;
-    float* out = r.k + (i * hkv + head) * d;
     const int64_t pos = p.args.positions[i];
-    for (int32_t pr = lane; pr < half; pr += 32) {
-      const int32_t a = cuda_ops::RopeDimA(pr, d, r.interleaved), b = cuda_ops::RopeDimB(pr, d, r.interleaved);
-      float oa, ob;
-      cuda_ops::Rotate(cuda_ops::RopeAngle(pr, d, pos, r.theta), xh[a], xh[b], &oa, &ob);
-      out[a] = v[a] = oa;
-      out[b] = v[b] = ob;
-    }
+    for (int32_t pr = lane; pr < half; pr += 32) cuda_ops::RotatePair(x, copy, pr, d, pos, r.theta, r.interleaved);
   }
   __syncwarp();
-  WriteKvVector(p, item, LoadKvVectorTarget(p, item), lane, resid[warp], v);
+  float* out = (is_value ? r.v : r.k) + (i * hkv + head) * d;
+  for (int c = lane; c < d; c += 32) out[c] = copy[c];
+  WriteKvVector(p, item, LoadKvVectorTarget(p, item), lane, resid[warp], copy);
 }
 
 // One CTA per (group, KV head), thread c = channel c (d threads): the channel's parameters

@@ -391,15 +391,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       const int64_t kv_slice = repair_step ? int64_t{layer} * n * kv_dim : 0;
       float* k_rows = k_.get() + kv_slice;
       float* v_rows = v_.get() + kv_slice;
-      KvWriteArgs write;
-      write.k = k_rows;
-      write.v = v_rows;
-      write.slots = d_slots;
-      write.positions = d_pos;
-      write.num_tokens = n;
-      write.layer = layer;
-      write.dither_seed = dither_seed_;
-      ASSIGN_OR_RETURN(const QkvProjection proj, ProjectQkv(lw, x, n, write));
+      const KvWriteArgs write = TokenWrite(k_rows, v_rows, d_slots, d_pos, n, layer);
+      ASSIGN_OR_RETURN(const bool queries_pending, ProjectQkv(lw, x, n, write, k_rows, v_rows));
       if (repair_step) {  // exact copies to the host store, off the critical path
         RepairState& r = *repair_;
         WITCERT_CUDA_OK(cudaEventRecord(r.kv_ready[layer], stream_));
@@ -412,8 +405,10 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                                                     r.exact_slot.get(), r.exact_kv.get(),
                                                     stream_));
       }
-      if (!proj.kv_written) WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
-      if (proj.queries_pending) RETURN_IF_ERROR(ProjectQueries(lw, x, d_pos));
+      if (queries_pending) {  // batch 1: the write, then the q rows that overlap it
+        WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+        RETURN_IF_ERROR(ProjectQueries(lw, x, d_pos));
+      }
 
       for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
         if (batch[b].start_pos != 0) continue;

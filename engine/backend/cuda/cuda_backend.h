@@ -188,19 +188,18 @@ class CudaBackend : public Backend {
   absl::Status GemmFromF32(const float* x, const float* norm_weight, int64_t n, int64_t cols,
                            uint16_t* staged, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                            float beta);
-  // The attention block's input: q [n, q_dim], k and v rows [n, kv_dim] (write.k, write.v), q
-  // and k rotated at write.positions, from the residual x [n, hidden]: RMSNorm, the QKV projection
-  // (+ bias), RoPE. At batch 1 a GEMV whose epilogue rotates and splits (GemvBf16RopeSplitCuda,
-  // the same bits), in two launches around the KV write: this one computes k and v
-  // (queries_pending), leaving q to ProjectQueries after the write, which it overlaps, and the
-  // write to the caller. Otherwise the GEMM, then one kernel that rotates, splits and writes the
-  // pool (RopeSplitWriteKvCuda: kv_written).
-  struct QkvProjection {
-    bool queries_pending = false;
-    bool kv_written = false;
-  };
-  absl::StatusOr<QkvProjection> ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
-                                           const KvWriteArgs& write);
+  // The KV write of this step's n tokens of `layer`, from the k and v rows ProjectQkv writes.
+  KvWriteArgs TokenWrite(const float* k_rows, const float* v_rows, const int64_t* d_slots,
+                         const int64_t* d_pos, int64_t n, int32_t layer) const;
+  // The attention block's input: q [n, q_dim], k and v rows [n, kv_dim] (k_rows, v_rows: the
+  // rows `write` reads), q and k rotated at write.positions, from the residual x [n, hidden]:
+  // RMSNorm, the QKV projection (+ bias), RoPE. At batch 1 a GEMV whose epilogue rotates and
+  // splits (GemvBf16RopeSplitCuda, the same bits), in two launches around the KV write: this one
+  // computes k and v and returns true, and the caller then writes the pool and calls
+  // ProjectQueries, which overlaps the write. Otherwise the GEMM, then one kernel that rotates,
+  // splits and writes the pool (RopeSplitWriteKvCuda), and false.
+  absl::StatusOr<bool> ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
+                                  const KvWriteArgs& write, float* k_rows, float* v_rows);
   absl::Status ProjectQueries(const DeviceLayerWeights& lw, const float* x, const int64_t* d_pos);
   GemvRopeSplitOut RopeSplitTargets(const DeviceLayerWeights& lw, const int64_t* d_pos,
                                     float* k_rows, float* v_rows) const;

@@ -37,20 +37,30 @@ absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, 
   return Gemm(staged, n, cols, w, rows, y, ldy, beta);
 }
 
-absl::StatusOr<CudaBackend::QkvProjection> CudaBackend::ProjectQkv(const DeviceLayerWeights& lw,
-                                                                  const float* x, int64_t n,
-                                                                  const KvWriteArgs& write) {
+KvWriteArgs CudaBackend::TokenWrite(const float* k_rows, const float* v_rows, const int64_t* d_slots,
+                                    const int64_t* d_pos, int64_t n, int32_t layer) const {
+  KvWriteArgs write;
+  write.k = k_rows;
+  write.v = v_rows;
+  write.slots = d_slots;
+  write.positions = d_pos;
+  write.num_tokens = n;
+  write.layer = layer;
+  write.dither_seed = dither_seed_;
+  return write;
+}
+
+absl::StatusOr<bool> CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
+                                             const KvWriteArgs& write, float* k_rows, float* v_rows) {
   const int64_t hidden = config_.hidden_dim, qkv_dim = config_.q_dim() + 2 * config_.kv_dim();
   const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
   const int64_t* d_pos = write.positions;
-  float* k_rows = const_cast<float*>(write.k);  // the rows this projection writes
-  float* v_rows = const_cast<float*>(write.v);
   if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.wqkv.get(), lw.attn_norm.get())) {
     WITCERT_KERNEL_OK(GemvBf16RopeSplitCuda(x, lw.attn_norm.get(), config_.rms_norm_eps, hidden,
                                             lw.wqkv.get(), RopeSplitTargets(lw, d_pos, k_rows, v_rows),
                                             stream_, kBatchOneGemv.overlap_previous,
                                             RopeSplitRows::kKeysValues));
-    return QkvProjection{/*queries_pending=*/true, /*kv_written=*/false};
+    return true;
   }
   RETURN_IF_ERROR(GemmFromF32(x, lw.attn_norm.get(), n, hidden, xn_.get(), lw.wqkv.get(), qkv_dim,
                               qkv_.get(), qkv_dim, 0.0f));
@@ -61,7 +71,7 @@ absl::StatusOr<CudaBackend::QkvProjection> CudaBackend::ProjectQkv(const DeviceL
   WITCERT_KERNEL_OK(PlanKvWriteCuda(layout_, pool_.layer(write.layer), write, &plan));
   WITCERT_KERNEL_OK(RopeSplitWriteKvCuda(qkv_.get(), qkv_dim, config_.num_heads, config_.rope_theta,
                                          interleaved, q_.get(), k_rows, v_rows, plan, stream_));
-  return QkvProjection{/*queries_pending=*/false, /*kv_written=*/true};
+  return false;
 }
 
 // The q rows of the batch-1 GEMV (ProjectQkv), launched right behind the KV write: it streams its

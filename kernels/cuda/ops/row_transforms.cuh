@@ -89,6 +89,13 @@ __device__ __forceinline__ int32_t RopeDimB(int32_t p, int32_t head_dim, bool in
   return interleaved ? 2 * p + 1 : p + head_dim / 2;
 }
 
+// Pair p of one head at position pos: reads `in`, writes `out` (which may be `in`).
+__device__ __forceinline__ void RotatePair(const float* in, float* out, int32_t p, int32_t head_dim,
+                                           int64_t pos, float theta, bool interleaved) {
+  const int32_t a = RopeDimA(p, head_dim, interleaved), b = RopeDimB(p, head_dim, interleaved);
+  Rotate(RopeAngle(p, head_dim, pos, theta), in[a], in[b], &out[a], &out[b]);
+}
+
 // SwiGLU's element: silu(g)·u = g / (1 + e^{−g}) · u.
 __device__ __forceinline__ float SiluMul(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);

@@ -88,13 +88,6 @@ __global__ void RmsNormVec4Kernel(const float* x, const float* weight, int64_t d
   }
 }
 
-// Pair p of one head (row_transforms.cuh's rotation): reads `in`, writes `out` (which may be `in`).
-__device__ __forceinline__ void RotatePair(const float* in, float* out, int32_t p, int32_t head_dim,
-                                           int64_t pos, float theta, bool interleaved) {
-  const int32_t a = cuda_ops::RopeDimA(p, head_dim, interleaved), b = cuda_ops::RopeDimB(p, head_dim, interleaved);
-  cuda_ops::Rotate(cuda_ops::RopeAngle(p, head_dim, pos, theta), in[a], in[b], &out[a], &out[b]);
-}
-
 __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_heads,
                            int32_t head_dim, const int64_t* positions, float theta,
                            bool interleaved) {
@@ -106,7 +99,7 @@ __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_
     const int64_t h = (e / half) % num_heads;
     const int64_t i = e / (int64_t{half} * num_heads);
     float* xh = x + i * row_stride + h * head_dim;  // [head_dim]
-    RotatePair(xh, xh, p, head_dim, positions[i], theta, interleaved);
+    cuda_ops::RotatePair(xh, xh, p, head_dim, positions[i], theta, interleaved);
   }
 }
 
@@ -132,7 +125,7 @@ __global__ void RopeSplitQkvKernel(const float* qkv, int64_t n, int64_t qkv_stri
     const float* xh = qkv + i * qkv_stride + h * head_dim;  // [head_dim]
     float* out = h < num_heads ? q + (i * num_heads + h) * head_dim
                                : k + (i * num_kv_heads + (h - num_heads)) * head_dim;
-    RotatePair(xh, out, p, head_dim, positions[i], theta, interleaved);
+    cuda_ops::RotatePair(xh, out, p, head_dim, positions[i], theta, interleaved);
   }
 }
 
