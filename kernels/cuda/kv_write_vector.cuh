@@ -41,7 +41,7 @@ __device__ inline int32_t RoundClamp(float y, int32_t lim) {
   return static_cast<int32_t>(r);
 }
 
-__device__ inline float ScaleRange(KvScheme s) {
+__host__ __device__ constexpr float ScaleRange(KvScheme s) {
   switch (s) {
     case KvScheme::kFp8Scaled: return 448.0f;
     case KvScheme::kInt8Rtn: return 127.0f;
@@ -140,6 +140,11 @@ __device__ inline KvVectorTarget LoadKvVectorTarget(const KvWritePlan& p, int64_
 // codes, scales, and the key band witness or the value summary. One warp, every lane; resid
 // [kMaxDim] doubles of shared memory for this warp. The vector is read from p.args' rows, or,
 // when `vector` is set, from there ([d], e.g. the warp's shared-memory copy of it).
+// kScheme is p.layout.scheme: the kernels instantiate one function per scheme, so a launch runs
+// its codec's code alone. A one-token write is a chain of latencies on the batch-1 critical path;
+// with the scheme a runtime switch it ended 8.5 µs after the k|v rows it encodes, with one
+// instantiation per scheme 6.6 µs (bench/RESULTS.md, eleventh session).
+template <KvScheme kScheme>
 __device__ inline void WriteKvVector(const KvWritePlan& p, int64_t item, KvVectorTarget target, int lane,
                                      double* resid, const float* vector = nullptr) {
   const PagedKvLayout& L = p.layout;
@@ -155,7 +160,7 @@ __device__ inline void WriteKvVector(const KvWritePlan& p, int64_t item, KvVecto
   auto src = [&](int c) { return vector != nullptr ? vector[c] : row[c]; };
   uint8_t* codes = (is_value ? p.dst.v_codes : p.dst.k_codes) + vec * p.code_bytes;
   uint16_t* scales = is_value ? p.dst.v_scales : p.dst.k_scales;
-  const KvScheme scheme = L.scheme;
+  constexpr KvScheme scheme = kScheme;
   const int per_lane = d / 32;
   const int32_t nscale = p.nscale[is_value ? 1 : 0];
 
@@ -181,7 +186,7 @@ __device__ inline void WriteKvVector(const KvWritePlan& p, int64_t item, KvVecto
   // Scales: per vector, or per group of 32 channels (= one register j across the warp); kivi2
   // values: the vector's (zero, scale).
   float s_reg[kMaxDim / 32];
-  const float range = ScaleRange(scheme);
+  constexpr float range = ScaleRange(scheme);
   Kivi2Params kp{};
   if (scheme == KvScheme::kKivi2) {
     float lo = INFINITY, hi = -INFINITY;

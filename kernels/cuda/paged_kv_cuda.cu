@@ -2,7 +2,9 @@
 // per-vector device code and its rounding rules: kv_write_vector.cuh), and the group-encoded keys.
 #include "kernels/cuda/paged_kv_cuda.h"
 
+#include <array>
 #include <cstdio>
+#include <utility>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/kv_write_vector.cuh"
@@ -15,7 +17,8 @@ using namespace kv_write;  // NOLINT: the write's device helpers (kv_write_vecto
 
 constexpr int kWarpsPerBlock = 4;
 
-// One warp per vector (WriteKvVector).
+// One warp per vector (WriteKvVector), one instantiation per scheme (p.layout.scheme).
+template <KvScheme kScheme>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) WriteKvKernel(const KvWritePlan p) {
   __shared__ double resid[kWarpsPerBlock][kMaxDim];  // [warps, d] x − x̂ per channel (keys)
   // The kernel after this one may launch now: at batch 1 the q rows of the QKV projection, which
@@ -26,7 +29,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) WriteKvKernel(const KvWri
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (item >= p.args.num_tokens * p.layout.num_kv_heads * 2) return;  // whole warp exits together
-  WriteKvVector(p, item, LoadKvVectorTarget(p, item), lane, resid[warp]);
+  WriteKvVector<kScheme>(p, item, LoadKvVectorTarget(p, item), lane, resid[warp]);
 }
 
 // RopeSplitWriteKvCuda: CTAs [0, q_blocks) rotate the q pairs, one pair per thread (q_dim / 2
@@ -46,6 +49,7 @@ struct RopeWriteParams {
   float* v;
   int64_t q_blocks;
 };
+template <KvScheme kScheme>
 __global__ void __launch_bounds__(kRopeWriteWarps * 32) RopeSplitWriteKvKernel(const RopeWriteParams r) {
   __shared__ float vec[kRopeWriteWarps][kMaxDim];      // [warps, d] the rotated k or v
   __shared__ double resid[kRopeWriteWarps][kMaxDim];   // [warps, d] x − x̂ (keys)
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(kRopeWriteWarps * 32) RopeSplitWriteKvKernel(c
   __syncwarp();
   float* out = (is_value ? r.v : r.k) + (i * hkv + head) * d;
   for (int c = lane; c < d; c += 32) out[c] = copy[c];
-  WriteKvVector(p, item, LoadKvVectorTarget(p, item), lane, resid[warp], copy);
+  WriteKvVector<kScheme>(p, item, LoadKvVectorTarget(p, item), lane, resid[warp], copy);
 }
 
 // One CTA per (group, KV head), thread c = channel c (d threads): the channel's parameters
@@ -127,6 +131,23 @@ __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLa
     __syncthreads();
   }
 }
+
+// The instantiations of a write kernel, indexed by scheme (ValidateLayout has checked the range).
+template <template <KvScheme> class Kernel, size_t... kSchemes>
+constexpr auto KernelsByScheme(std::index_sequence<kSchemes...>) {
+  return std::array{Kernel<static_cast<KvScheme>(kSchemes)>::kFunction...};
+}
+template <KvScheme kScheme>
+struct WriteKernelOf {
+  static constexpr auto kFunction = &WriteKvKernel<kScheme>;
+};
+template <KvScheme kScheme>
+struct RopeWriteKernelOf {
+  static constexpr auto kFunction = &RopeSplitWriteKvKernel<kScheme>;
+};
+constexpr auto kSchemeSequence = std::make_index_sequence<static_cast<size_t>(KvScheme::kCount)>{};
+constexpr auto kWriteKernels = KernelsByScheme<WriteKernelOf>(kSchemeSequence);
+constexpr auto kRopeWriteKernels = KernelsByScheme<RopeWriteKernelOf>(kSchemeSequence);
 
 }  // namespace
 
@@ -230,8 +251,8 @@ CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
   const int64_t warps = args.num_tokens * layout.num_kv_heads * 2;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffff) return CudaStatus::Error("WriteKvCuda: too many tokens in one call");
-  return cuda_launch::Launch(WriteKvKernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * 32), 0,
-                             stream, /*overlap_previous=*/true, p);
+  return cuda_launch::Launch(kWriteKernels[static_cast<size_t>(layout.scheme)], dim3(static_cast<unsigned>(blocks)),
+                             dim3(kWarpsPerBlock * 32), 0, stream, /*overlap_previous=*/true, p);
 }
 
 CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t num_heads, float theta,
@@ -252,8 +273,8 @@ CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t nu
   r.q_blocks = (n * num_heads * (d / 2) + kThreads - 1) / kThreads;
   const int64_t blocks = r.q_blocks + (n * hkv * 2 + kRopeWriteWarps - 1) / kRopeWriteWarps;
   if (blocks > 0x7fffffff) return CudaStatus::Error("RopeSplitWriteKvCuda: too many tokens in one call");
-  return cuda_launch::Launch(RopeSplitWriteKvKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
-                             stream, /*overlap_previous=*/true, r);
+  return cuda_launch::Launch(kRopeWriteKernels[static_cast<size_t>(plan.layout.scheme)],
+                             dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, /*overlap_previous=*/true, r);
 }
 
 CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
