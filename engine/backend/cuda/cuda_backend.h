@@ -184,10 +184,11 @@ class CudaBackend : public Backend {
   // The projections (cuda_projections.cc).
   // y = W · bf16(x) from fp32 rows x [n, cols], RMS-normalized first when norm_weight is set:
   // one fused GEMV at batch 1 (GemvBf16FromF32Cuda, the same bits), else RmsNormCuda or
-  // FloatToBf16Cuda into `staged` [n, cols] and Gemm.
+  // FloatToBf16Cuda into `staged` [n, cols] and Gemm. prefetch_rows: the GEMV's
+  // (GemvLaunch::prefetch_rows).
   absl::Status GemmFromF32(const float* x, const float* norm_weight, int64_t n, int64_t cols,
                            uint16_t* staged, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-                           float beta);
+                           float beta, bool prefetch_rows = false);
   // The KV write of this step's n tokens of `layer`, from the k and v rows ProjectQkv writes.
   KvWriteArgs TokenWrite(const float* k_rows, const float* v_rows, const int64_t* d_slots,
                          const int64_t* d_pos, int64_t n, int32_t layer) const;

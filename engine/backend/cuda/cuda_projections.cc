@@ -17,15 +17,24 @@ namespace {
 // (bench/RESULTS.md, 2026-12-01 21:45 UTC). Larger batches keep cuBLAS.
 bool UseGemv(int64_t n) { return n == 1; }
 constexpr GemvLaunch kBatchOneGemv{/*rows_per_warp=*/2, /*overlap_previous=*/true};
+// The two batch-1 GEMVs behind latency-bound kernels, O behind the split merge and the k|v rows
+// behind down's tail, put their whole rows in flight before they wait (GemvLaunch::prefetch_rows,
+// where the rows fit shared memory). The 8B step at 8k on the H200, alternated twice in one
+// call: int8-rtn off 4.29–4.30 → 4.27–4.28 ms, observe 4.40–4.41 → 4.33, int8-dither observe
+// 4.45–4.46 → 4.38. The q rows too (they overlap the KV write) were slower than these two alone
+// (bench/RESULTS.md, 2026-12-04 eleventh session).
+constexpr bool kPrefetchOutputRows = true, kPrefetchKeyValueRows = true;
 
 }  // namespace
 
 absl::Status CudaBackend::GemmFromF32(const float* x, const float* norm_weight, int64_t n,
                                       int64_t cols, uint16_t* staged, const uint16_t* w,
-                                      int64_t rows, float* y, int64_t ldy, float beta) {
+                                      int64_t rows, float* y, int64_t ldy, float beta, bool prefetch_rows) {
   if (UseGemv(n) && GemvBf16FromF32Supports(cols, x, w, norm_weight)) {
+    GemvLaunch launch = kBatchOneGemv;
+    launch.prefetch_rows = prefetch_rows;
     WITCERT_KERNEL_OK(GemvBf16FromF32Cuda(x, norm_weight, config_.rms_norm_eps, cols, w, rows, y,
-                                          beta, stream_, kBatchOneGemv));
+                                          beta, stream_, launch));
     return absl::OkStatus();
   }
   if (norm_weight != nullptr) {
@@ -59,7 +68,7 @@ absl::StatusOr<bool> CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const
     WITCERT_KERNEL_OK(GemvBf16RopeSplitCuda(x, lw.attn_norm.get(), config_.rms_norm_eps, hidden,
                                             lw.wqkv.get(), RopeSplitTargets(lw, d_pos, k_rows, v_rows),
                                             stream_, kBatchOneGemv.overlap_previous,
-                                            RopeSplitRows::kKeysValues));
+                                            RopeSplitRows::kKeysValues, kPrefetchKeyValueRows));
     return true;
   }
   RETURN_IF_ERROR(GemmFromF32(x, lw.attn_norm.get(), n, hidden, xn_.get(), lw.wqkv.get(), qkv_dim,
@@ -125,7 +134,7 @@ absl::Status CudaBackend::ProjectAttentionOutput(const DeviceLayerWeights& lw, i
   const int64_t q_dim = config_.q_dim(), hidden = config_.hidden_dim;
   if (staged) return Gemm(attn_bf_.get(), n, q_dim, lw.wo.get(), hidden, x_.get(), hidden, 1.0f);
   return GemmFromF32(attn_.get(), nullptr, n, q_dim, attn_bf_.get(), lw.wo.get(), hidden, x_.get(),
-                     hidden, 1.0f);
+                     hidden, 1.0f, kPrefetchOutputRows);
 }
 
 absl::Status CudaBackend::Gemm(const uint16_t* x, int64_t n, int64_t cols, const uint16_t* w,

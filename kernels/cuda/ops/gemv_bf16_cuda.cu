@@ -15,6 +15,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;          // 16-byte loads in flight per lane
 constexpr int64_t kMaxCols = 24576; // 48 KB of bf16 x in shared memory
 constexpr size_t kDefaultSmemBytes = 40 << 10;  // more dynamic shared memory than this: opt in
+constexpr size_t kPrefetchSmemBytes = 100 << 10;  // GemvLaunch::prefetch_rows: two CTAs an SM
 
 __device__ __forceinline__ float Lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float Hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
@@ -62,7 +63,17 @@ struct GemvArgs {
   // The launch's warps are [warp_begin, warp_end) of the warps the whole GEMV has (WarpRows).
   int64_t warp_begin = 0, warp_end = INT64_MAX;
   bool wait_before_store = false;  // RopeSplitRows::kQueries: x is read before the wait
+  // GemvLaunch::prefetch_rows, where it fits (Launch): each lane copies its chunks of its rows
+  // past the first loop step into shared memory before the wait (RowsSmem), so a warp's whole
+  // rows are in flight then.
+  bool rest_in_smem = false;
 };
+
+// Shared memory of one CTA, in uint4: bf16 x [c8], for kF32Norm then the norm weight [cols / 4
+// float4], then with rest_in_smem each warp's rows past the first kStep chunk steps: [kWarps,
+// R, c8 / 32 − kStep, 32 lanes] (a lane reads back only what it copied).
+constexpr int64_t XSmemUint4(int64_t c8, XIn in) { return c8 * (in == XIn::kF32Norm ? 3 : 1); }
+constexpr int64_t RestSmemUint4(int64_t c8, int r, int step) { return int64_t{kWarps} * r * (c8 - step * 32); }
 
 // The rows warp `wg` (a global warp index) computes, and whether it has any.
 template <int R, YOut OUT>
@@ -188,6 +199,11 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
       for (int u = 0; u < kStep; ++u) wv[r][u] = __ldcs(wr[r] + i + u * 32);  // streamed once
     }
   }
+  // rest_in_smem: chunk lane + 32·s of row r, s ≥ kStep, at rest[(r·steps_rest + s − kStep)·32 + lane]
+  // (Launch: c8 is a multiple of kStep·32, so the main loop below covers every chunk). Its
+  // copies are issued below, with the norm weight's, before the wait.
+  const int64_t steps_rest = c8 / 32 - kStep;
+  uint4* rest = xs + XSmemUint4(c8, IN) + int64_t{warp} * R * steps_rest * 32;
   const RopeEpilogue epilogue = PrepareEpilogue<R, OUT>(a, wg, row, live);
   // The norm weight is final before this kernel starts too: it goes to shared memory behind x
   // (cp.async, no registers held), so the RMS scale is not followed by another round trip.
@@ -198,6 +214,17 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     for (int k = 0; k < XV; ++k) {
       const int64_t j = threadIdx.x + int64_t{k} * kThreads;
       if (j < cols / 4) cuda_copy::CpAsync16(norm_w + j, wg4 + j, true);
+    }
+    cuda_copy::CpAsyncCommit();
+  }
+  if (a.rest_in_smem) {  // one group, empty for a warp without rows
+    if (live) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        for (int64_t st = 0; st < steps_rest; ++st) {
+          cuda_copy::CpAsync16(rest + (r * steps_rest + st) * 32 + lane, wr[r] + lane + 32 * (st + kStep), true);
+        }
+      }
     }
     cuda_copy::CpAsyncCommit();
   }
@@ -218,7 +245,12 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
     float scale = 1.0f;
     if constexpr (IN == XIn::kF32Norm) {
       scale = cuda_ops::RmsScale<XV, /*kReused=*/false>(xv, cols, a.eps);
-      cuda_copy::CpAsyncWait<0>();  // each thread reads back only the norm weights it copied
+      // Each thread reads back only the norm weights it copied (the rows' group may still fly).
+      if (a.rest_in_smem) {
+        cuda_copy::CpAsyncWait<1>();
+      } else {
+        cuda_copy::CpAsyncWait<0>();
+      }
     }
     uint2* xs2 = reinterpret_cast<uint2*>(xs);
 #pragma unroll
@@ -241,7 +273,15 @@ __global__ void __launch_bounds__(kThreads) GemvBf16Kernel(const GemvArgs a) {
   // are kUnroll-chunk steps back to back), so S does not change a bit of y.
   float acc[R][kUnroll] = {};
   for (; i + (kStep - 1) * 32 < c8; i += kStep * 32) {
-    if (!loaded) {
+    if (!loaded && a.rest_in_smem) {
+      cuda_copy::CpAsyncWait<0>();
+      const int64_t st = (i - lane) / 32 - kStep;  // the step's first chunk step past the registers'
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < kStep; ++u) wv[r][u] = rest[(r * steps_rest + st + u) * 32 + lane];
+      }
+    } else if (!loaded) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -307,42 +347,53 @@ auto Kernel(bool two_steps) {
 }
 
 template <int R, XIn IN, YOut OUT = YOut::kRows>
-CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
+CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream, bool prefetch_rows = false) {
   const int64_t warps = std::min((a.rows + R - 1) / R, a.warp_end) - a.warp_begin;  // R = 2 pairs: rows / 2
   const int64_t blocks = (warps + kWarps - 1) / kWarps;
   if (blocks > 0x7fffffff) return CudaStatus::Error("GemvBf16Cuda: too many rows");
   // bf16 x is staged without the register prologue: one kernel (XV unused). Two rows per warp in
   // one wave (≤ 2 CTAs per SM, where its ≤ 128 registers do not limit occupancy): two steps' loads
   // in flight, 16 per lane (bench_layer_gemvs: O 11.4 → 10.2 µs, a layer 113.7 → 110.5).
-  const bool two_steps = R == 2 && blocks <= 2 * static_cast<int64_t>(SmCount());
+  const bool one_wave = blocks <= 2 * static_cast<int64_t>(SmCount());
+  bool two_steps = R == 2 && one_wave;
   void (*kernel)(GemvArgs) = Kernel<R, IN, OUT, 4>(two_steps);
   if constexpr (IN != XIn::kBf16) {
-    if (XVecFor(a.cols) == 8) kernel = Kernel<R, IN, OUT, 8>(false);  // > 128 registers with S = 2
+    if (XVecFor(a.cols) == 8) {
+      kernel = Kernel<R, IN, OUT, 8>(false);  // > 128 registers with S = 2
+      two_steps = false;
+    }
   }
-  // bf16 x [cols], then for kF32Norm the fp32 norm weight [cols].
-  const size_t smem = static_cast<size_t>(a.cols) * (IN == XIn::kF32Norm ? 6 : 2);
+  // bf16 x [cols], then for kF32Norm the fp32 norm weight [cols], then the rows' rest.
+  size_t smem = static_cast<size_t>(a.cols) * (IN == XIn::kF32Norm ? 6 : 2);
+  const int step = (two_steps ? 2 : 1) * kUnroll;  // the kernel's kStep
+  const int64_t c8 = a.cols / 8;
+  const size_t rest_bytes = static_cast<size_t>(RestSmemUint4(c8, R, step)) * 16;
+  GemvArgs args = a;
+  args.rest_in_smem = prefetch_rows && R == 2 && one_wave && c8 % (step * 32) == 0 && c8 > step * 32 &&
+                      smem + rest_bytes <= kPrefetchSmemBytes;
+  if (args.rest_in_smem) smem += rest_bytes;
   if (smem > kDefaultSmemBytes) {
     WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
   }
   return cuda_launch::Launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
-                             overlap_previous, a);
+                             overlap_previous, args);
 }
 
 template <XIn IN>
 CudaStatus LaunchRows(const GemvArgs& a, GemvLaunch launch, cudaStream_t stream) {
   switch (launch.rows_per_warp) {
     case 1: return Launch<1, IN>(a, launch.overlap_previous, stream);
-    case 2: return Launch<2, IN>(a, launch.overlap_previous, stream);
+    case 2: return Launch<2, IN>(a, launch.overlap_previous, stream, launch.prefetch_rows);
     case 4: return Launch<4, IN>(a, launch.overlap_previous, stream);
     default: return CudaStatus::Error("GemvBf16Cuda: rows_per_warp must be 1, 2 or 4");
   }
 }
 
 template <YOut OUT>
-CudaStatus LaunchPaired(const GemvArgs& a, bool overlap_previous, cudaStream_t stream) {
-  return a.norm_weight != nullptr ? Launch<2, XIn::kF32Norm, OUT>(a, overlap_previous, stream)
-                                  : Launch<2, XIn::kF32, OUT>(a, overlap_previous, stream);
+CudaStatus LaunchPaired(const GemvArgs& a, bool overlap_previous, cudaStream_t stream, bool prefetch = false) {
+  return a.norm_weight != nullptr ? Launch<2, XIn::kF32Norm, OUT>(a, overlap_previous, stream, prefetch)
+                                  : Launch<2, XIn::kF32, OUT>(a, overlap_previous, stream, prefetch);
 }
 
 }  // namespace
@@ -395,7 +446,8 @@ CudaStatus GemvBf16SwiGluCuda(const float* x, const float* norm_weight, float ep
 
 CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float eps, int64_t cols,
                                  const uint16_t* w_qkv, const GemvRopeSplitOut& out,
-                                 cudaStream_t stream, bool overlap_previous, RopeSplitRows part) {
+                                 cudaStream_t stream, bool overlap_previous, RopeSplitRows part,
+                                 bool prefetch_rows) {
   const int64_t rows = int64_t{out.num_heads + 2 * out.num_kv_heads} * out.head_dim;
   if (rows <= 0) return CudaStatus::Ok();
   if (!GemvBf16FromF32Supports(cols, x, w_qkv, norm_weight)) {
@@ -416,7 +468,7 @@ CudaStatus GemvBf16RopeSplitCuda(const float* x, const float* norm_weight, float
     a.warp_end = q_warps;
     a.wait_before_store = true;
   }
-  return LaunchPaired<YOut::kRopeSplit>(a, overlap_previous, stream);
+  return LaunchPaired<YOut::kRopeSplit>(a, overlap_previous, stream, prefetch_rows);
 }
 
 }  // namespace witcert

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -137,7 +138,9 @@ TEST(GemvBf16Cuda, OverlappedChainIsThePlainChainBitForBit) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   std::vector<std::vector<float>> outs;
-  for (bool overlap : {false, true}) {
+  // Plain, overlapped, and overlapped with the rows' rest prefetched into shared memory (4096 ×
+  // 4096 at 2 rows per warp is one wave of 256 CTAs on an H200: the prefetch applies).
+  for (const GemvLaunch launch : {GemvLaunch{2, false, false}, GemvLaunch{2, true, false}, GemvLaunch{2, true, true}}) {
     std::deque<Dev<float>> buf;
     for (int i = 0; i < 3; ++i) buf.emplace_back(x0);
     for (int64_t k = 0; k < kLinks; ++k) {
@@ -146,7 +149,7 @@ TEST(GemvBf16Cuda, OverlappedChainIsThePlainChainBitForBit) {
       const float beta = k % 3 == 2 ? 1.0f : 0.0f;
       const float* norm = k % 2 == 0 ? dn.get() : nullptr;
       const CudaStatus st =
-          GemvBf16FromF32Cuda(in, norm, 1e-5f, kDim, w[k % 3].get(), kDim, out, beta, stream, {2, overlap});
+          GemvBf16FromF32Cuda(in, norm, 1e-5f, kDim, w[k % 3].get(), kDim, out, beta, stream, launch);
       ASSERT_TRUE(st.ok) << st.message;
     }
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -158,10 +161,12 @@ TEST(GemvBf16Cuda, OverlappedChainIsThePlainChainBitForBit) {
     outs.push_back(all);
   }
   cudaStreamDestroy(stream);
-  ASSERT_EQ(outs[0].size(), outs[1].size());
-  EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0);
+  for (size_t i = 1; i < outs.size(); ++i) {
+    ASSERT_EQ(outs[0].size(), outs[i].size());
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float)), 0) << "launch " << i;
+  }
   bool finite = true;
-  for (float v : outs[1]) finite = finite && std::isfinite(v);
+  for (float v : outs[2]) finite = finite && std::isfinite(v);
   EXPECT_TRUE(finite);
 }
 
@@ -188,15 +193,20 @@ TEST(GemvBf16Cuda, StepsInFlightDoNotChangeBits) {
       if (from_f32 && cols > 8192) continue;
       SCOPED_TRACE(from_f32 ? "fp32 x, normed" : "bf16 x");
       std::vector<std::vector<float>> ys;
-      for (const int64_t rows : {tall_rows, few_rows}) {
+      // The few rows again with their rest prefetched into shared memory (where it fits: 4096
+      // columns; the others take the plain path).
+      for (const auto& [rows, prefetch] : {std::pair{tall_rows, false}, std::pair{few_rows, false},
+                                           std::pair{few_rows, true}}) {
         Dev<float> y(std::vector<float>(rows, 0.0f));
+        const GemvLaunch launch{2, false, prefetch};
         const CudaStatus st =
-            from_f32 ? GemvBf16FromF32Cuda(dxf.get(), dn.get(), 1e-5f, cols, dw.get(), rows, y.get(), 0.0f, nullptr, {2})
-                     : GemvBf16Cuda(dxb.get(), cols, dw.get(), rows, y.get(), 0.0f, nullptr, {2});
+            from_f32 ? GemvBf16FromF32Cuda(dxf.get(), dn.get(), 1e-5f, cols, dw.get(), rows, y.get(), 0.0f, nullptr, launch)
+                     : GemvBf16Cuda(dxb.get(), cols, dw.get(), rows, y.get(), 0.0f, nullptr, launch);
         ASSERT_TRUE(st.ok) << st.message;
         ys.push_back(y.Get());
       }
       ASSERT_EQ(std::memcmp(ys[0].data(), ys[1].data(), few_rows * sizeof(float)), 0);
+      ASSERT_EQ(std::memcmp(ys[0].data(), ys[2].data(), few_rows * sizeof(float)), 0);
     }
   }
 }
