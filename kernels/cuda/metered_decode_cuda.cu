@@ -106,18 +106,6 @@ __device__ __forceinline__ meter::CertBound MergeCertWarp(const meter::CertParti
   return meter::FinalizeCert(r, P);
 }
 
-// ‖row‖ [d] with RowNormsCuda's arithmetic (lane l sums channels l, l + 32, ..., then the same
-// shuffle tree), so the reported norm is the bits that kernel gives; every lane returns it.
-__device__ __forceinline__ float RowNormWarp(const float* row, int32_t head_dim, int lane) {
-  float ss = 0.0f;
-  for (int j = lane; j < head_dim; j += 32) {
-    const float v = row[j];
-    ss += v * v;
-  }
-  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  return sqrtf(ss);
-}
-
 template <bool METER>
 __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts,  // [B, Hq, P]
                                   const float* __restrict__ part_acc,            // [B, Hq, P, D]
@@ -207,33 +195,18 @@ __global__ void MergeSplitsKernel(const meter::CertPartial* __restrict__ parts, 
   out[cell * head_dim + tid] = o;
   if (out_bf16 != nullptr) out_bf16[cell * head_dim + tid] = cuda_ops::ToBf16Bits(o);
   if (out_norm == nullptr) return;
+  // ‖õ‖ with RowNormsCuda's arithmetic (lane l sums channels l, l + 32, ..., then the same
+  // shuffle tree), so the reported norm is the bits that kernel gives.
   s_out[tid] = o;
   asm volatile("bar.sync 1, %0;" ::"r"(head_dim) : "memory");
   if (tid >= 32) return;
-  const float norm = RowNormWarp(s_out, head_dim, tid);
-  if (tid == 0) out_norm[cell] = norm;
-}
-
-// MergeCertCuda: one warp per (query head, sequence), the merge's certificate warp and ‖õ‖.
-__global__ void __launch_bounds__(32) MergeCertKernel(const meter::CertPartial* __restrict__ parts,  // [B, Hq, P]
-                                                      const int32_t* __restrict__ context_lens, int32_t num_splits,
-                                                      int32_t num_q_heads, int32_t head_dim,
-                                                      const float* __restrict__ out, meter::CertBound* __restrict__ cert,
-                                                      float* __restrict__ out_norm) {
-  // Launched behind a kernel that starts its dependents only after its own wait, itself after
-  // the merge (MergeCertCuda): the partials and outputs are final, and the kernel after this one
-  // may start at once.
-  cuda_launch::AllowNextKernelToStart();
-  const int h = blockIdx.x, seq = blockIdx.y, lane = threadIdx.x;
-  const int32_t P = static_cast<int32_t>(SplitsUsed(context_lens[seq], num_splits));
-  const int64_t cell = static_cast<int64_t>(seq) * num_q_heads + h;
-  const meter::CertBound bound = MergeCertWarp(parts + cell * num_splits, num_splits, P, lane);
-  if (lane == 0) cert[cell] = bound;
-  if (out_norm != nullptr) {
-    const float norm = RowNormWarp(out + cell * head_dim, head_dim, lane);
-    if (lane == 0) out_norm[cell] = norm;
+  float ss = 0.0f;
+  for (int j = tid; j < head_dim; j += 32) {
+    const float v = s_out[j];
+    ss += v * v;
   }
-  cuda_launch::WaitForPreviousKernel();  // so that this kernel's completion implies the one before
+  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (tid == 0) out_norm[cell] = sqrtf(ss);
 }
 
 int32_t GroupBound(int32_t q_per_kv) { return q_per_kv <= 4 ? 4 : 8; }  // GMAX
@@ -343,15 +316,6 @@ size_t MeteredDecodeWorkspaceBytes(int32_t batch, int32_t num_q_heads, int32_t h
   return acc + cells * sizeof(meter::CertPartial);
 }
 
-namespace {
-// Where a call's partials sit in its workspace: after the partial outputs (MeteredDecodeWorkspaceBytes).
-meter::CertPartial* WorkspaceParts(const PagedKvLayout& layout, const MeteredDecodeCudaArgs& args, int32_t splits) {
-  const size_t cells = static_cast<size_t>(args.batch) * args.num_q_heads * splits;
-  const size_t acc_bytes = (cells * layout.head_dim * sizeof(float) + 255) / 256 * 256;
-  return reinterpret_cast<meter::CertPartial*>(static_cast<char*>(args.workspace) + acc_bytes);
-}
-}  // namespace
-
 CudaStatus ResolveNumSplits(const PagedKvLayout& layout, const MeteredDecodeCudaArgs& args,
                             int32_t* num_splits) {
   if (layout.num_kv_heads <= 0 || args.num_q_heads % layout.num_kv_heads != 0) {
@@ -422,8 +386,10 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   p.seed = args.dither_seed;
   p.overlap_previous = args.overlap_previous;
   p.delta_loc = args.delta_loc;
+  const size_t cells = static_cast<size_t>(args.batch) * args.num_q_heads * splits;
   p.part_acc = static_cast<float*>(args.workspace);
-  p.parts = WorkspaceParts(layout, args, splits);
+  size_t acc_bytes = (cells * layout.head_dim * sizeof(float) + 255) / 256 * 256;
+  p.parts = reinterpret_cast<meter::CertPartial*>(static_cast<char*>(args.workspace) + acc_bytes);
   const int gmax = GroupBound(g);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>(args.batch));
@@ -477,28 +443,10 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchForScheme(layout.scheme, p, args.meter, grid, dyn, stream));
   }
   const dim3 mgrid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
-  const bool cert_here = args.meter && !args.defer_cert;
-  return cuda_launch::Launch(cert_here ? MergeSplitsKernel<true> : MergeSplitsKernel<false>, mgrid,
+  return cuda_launch::Launch(args.meter ? MergeSplitsKernel<true> : MergeSplitsKernel<false>, mgrid,
                              dim3(layout.head_dim + 32), /*smem=*/0, stream, args.overlap_previous, p.parts,
                              p.part_acc, args.context_lens, splits, args.num_q_heads, layout.head_dim, args.out,
-                             cert_here ? args.cert : nullptr, args.defer_cert ? nullptr : args.out_norm,
-                             args.out_bf16);
-}
-
-CudaStatus MergeCertCuda(const PagedKvLayout& layout, const MeteredDecodeCudaArgs& args, cudaStream_t stream) {
-  using namespace cuda_kv;
-  if (!args.defer_cert) return CudaStatus::Error("MergeCertCuda: the decode call did not defer its certificate");
-  meter::CertBound* cert = args.meter ? args.cert : nullptr;
-  if (args.batch <= 0 || (cert == nullptr && args.out_norm == nullptr)) return CudaStatus::Ok();
-  if (args.workspace == nullptr || args.out == nullptr || args.context_lens == nullptr) {
-    return CudaStatus::Error("MergeCertCuda: null argument");
-  }
-  int32_t splits = 0;
-  WITCERT_CUDA_RETURN_IF_ERROR(ResolveNumSplits(layout, args, &splits));
-  const dim3 grid(static_cast<unsigned>(args.num_q_heads), static_cast<unsigned>(args.batch));
-  return cuda_launch::Launch(MergeCertKernel, grid, dim3(32), /*smem=*/0, stream, /*overlap_previous=*/true,
-                             WorkspaceParts(layout, args, splits), args.context_lens, splits, args.num_q_heads,
-                             layout.head_dim, args.out, cert, args.out_norm);
+                             args.meter ? args.cert : nullptr, args.out_norm, args.out_bf16);
 }
 
 }  // namespace witcert

@@ -80,10 +80,6 @@ struct MeteredDecodeCudaArgs {
                                         // (FloatToBf16Cuda's bits): the O projection's GEMM input
   void* workspace = nullptr;            // MeteredDecodeWorkspaceBytes(...) bytes, device
   size_t workspace_bytes = 0;
-  // Leave `cert` and `out_norm` to MergeCertCuda, called later with these same arguments: the
-  // split merge then writes the outputs alone, so the kernel after it (the batch-1 O
-  // projection) waits only for them, not for the certificate's chain.
-  bool defer_cert = false;
 };
 
 // True when the tensor-core kernel (MeteredDecodeCudaArgs::kernel = 3, the default there)
@@ -123,16 +119,6 @@ int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
 // The same with the longest split given (MaxSplitTokens(layout, q_per_kv), as ResolveNumSplits does).
 int32_t ChooseNumSplits(int32_t batch, int32_t num_kv_heads, int32_t q_per_kv,
                         int64_t max_context, int32_t num_sms, int64_t max_split);
-
-// The certificate and ‖out‖ of a MeteredDecodeCuda call made with defer_cert, from the partials
-// and outputs it left: `args` are that call's, and nothing may write the workspace in between.
-// Bit for bit what the call would have written without defer_cert. It goes out as a programmatic
-// dependent launch, reads before it waits, and waits for the kernel before it only before it
-// exits (so its completion still implies that kernel's). It must therefore follow a kernel
-// that lets its dependents launch only after its own griddepcontrol.wait (the batch-1 GEMVs),
-// or one launched the ordinary way, itself after the decode's merge: then its launch implies the
-// merge is complete. At batch 1 it runs beside the O projection, off the step's critical path.
-CudaStatus MergeCertCuda(const PagedKvLayout& layout, const MeteredDecodeCudaArgs& args, cudaStream_t stream);
 
 // Workspace for `num_splits` splits (the value ResolveNumSplits returns).
 size_t MeteredDecodeWorkspaceBytes(int32_t batch, int32_t num_q_heads, int32_t head_dim,

@@ -445,7 +445,6 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       if (repair_step && !rstep.repair_rows.empty()) {
         ASSIGN_OR_RETURN(fast_ctx, BeginRepairLayer(layer, rstep));
       }
-      std::vector<MeteredDecodeCudaArgs> deferred_certs;  // MergeCertCuda after the O projection
       for (const DecodeGroup& g : groups) {  // decode rows: metered kernel over the pool
         MeteredDecodeCudaArgs a;
         a.q = q_.get() + g.first_row * q_dim;
@@ -471,17 +470,10 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.out_bf16 = merge_stages_attention ? attn_bf_.get() + g.first_row * q_dim : nullptr;
         a.workspace = workspace_.get();
         a.workspace_bytes = workspace_.size();
-        // Batch 1 (one group): the certificate and ‖õ‖ are merged beside the O projection rather
-        // than before it (MergeCertCuda). Not in repair steps, whose gate reads them first.
-        a.defer_cert = g.meter && n == 1 && !repair_step;
         WITCERT_KERNEL_OK(MeteredDecodeCuda(layout_, pool_.layer(layer), a, stream_));
-        if (a.defer_cert) deferred_certs.push_back(a);
       }
       if (repair_step && !rstep.repair_rows.empty()) RETURN_IF_ERROR(RepairLayer(layer, rstep));
       RETURN_IF_ERROR(ProjectAttentionOutput(lw, n, merge_stages_attention));
-      for (const MeteredDecodeCudaArgs& a : deferred_certs) {
-        WITCERT_KERNEL_OK(MergeCertCuda(layout_, a, stream_));
-      }
 
       RETURN_IF_ERROR(ProjectGateUp(lw, x, n));
       RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));
