@@ -64,8 +64,8 @@ struct GemvArgs {
   int64_t warp_begin = 0, warp_end = INT64_MAX;
   bool wait_before_store = false;  // RopeSplitRows::kQueries: x is read before the wait
   // GemvLaunch::prefetch_rows, where it fits (Launch): each lane copies its chunks of its rows
-  // past the first loop step into shared memory before the wait (RowsSmem), so a warp's whole
-  // rows are in flight then.
+  // past the first loop step into shared memory before the wait (RestSmemUint4), so a warp's
+  // whole rows are in flight then.
   bool rest_in_smem = false;
 };
 
@@ -367,10 +367,10 @@ CudaStatus Launch(const GemvArgs& a, bool overlap_previous, cudaStream_t stream,
   size_t smem = static_cast<size_t>(a.cols) * (IN == XIn::kF32Norm ? 6 : 2);
   const int step = (two_steps ? 2 : 1) * kUnroll;  // the kernel's kStep
   const int64_t c8 = a.cols / 8;
-  const size_t rest_bytes = static_cast<size_t>(RestSmemUint4(c8, R, step)) * 16;
+  const bool rest_fits = R == 2 && one_wave && c8 % (step * 32) == 0 && c8 > step * 32;
+  const size_t rest_bytes = rest_fits ? static_cast<size_t>(RestSmemUint4(c8, R, step)) * 16 : 0;
   GemvArgs args = a;
-  args.rest_in_smem = prefetch_rows && R == 2 && one_wave && c8 % (step * 32) == 0 && c8 > step * 32 &&
-                      smem + rest_bytes <= kPrefetchSmemBytes;
+  args.rest_in_smem = prefetch_rows && rest_fits && smem + rest_bytes <= kPrefetchSmemBytes;
   if (args.rest_in_smem) smem += rest_bytes;
   if (smem > kDefaultSmemBytes) {
     WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
