@@ -7,23 +7,40 @@ replay, in node order:
   * advance: how far this kernel moved the replay's finish line (its end minus the latest end of
     the kernels before it, at least 0). The advances of a replay add up to its span, so they say
     which launches the step's time is spent waiting on.
-Kernels are grouped by a short name; `--graph N` picks one graph, else every graph is printed.
+Kernels are grouped by a short name (demangled by c++filt where it is installed); `--graph N` picks
+one graph, else every graph is printed; `--window FIRST COUNT` also lists part of the last replay.
 
-  scripts/kernel_timeline.py trace.csv [--skip 2] [--graph ID]
+  scripts/kernel_timeline.py trace.csv [--skip 2] [--graph ID] [--window FIRST COUNT]
 """
 import argparse
 import collections
 import csv
 import re
+import shutil
 import statistics
+import subprocess
+
+
+def demangled(names):
+    """CUPTI's mangled kernel names -> their demangled form (unchanged without c++filt)."""
+    names = sorted(set(names))
+    if not names or shutil.which("c++filt") is None:
+        return {n: n for n in names}
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True)
+    return dict(zip(names, out.stdout.splitlines()))
 
 
 def short_name(name):
-    """The kernel's function name with its template arguments kept short."""
-    base = re.sub(r"\(.*$", "", name)
-    base = re.sub(r"^(void |\w+ )", "", base)
-    base = base.split("::")[-1] if "<" not in base else base
-    base = re.sub(r"witcert::|\(anonymous namespace\)::|cuda_kv::|cuda_ops::|meter::", "", base)
+    """A demangled kernel name without its namespaces, return type and parameter list."""
+    base = re.sub(r"\(anonymous namespace\)::|witcert::|cuda_kv::|cuda_ops::|meter::", "", name)
+    if base.endswith(")"):  # drop the parameter list: from the '(' that matches the last ')'
+        depth = 0
+        for i in range(len(base) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(base[i], 0)
+            if depth == 0:
+                base = base[:i]
+                break
+    base = re.sub(r"^void ", "", base)
     return base[:110]
 
 
@@ -50,14 +67,14 @@ def main():
                     help="also print kernels FIRST .. FIRST+COUNT-1 of the last replay, start and end in us")
     args = ap.parse_args()
 
-    graphs = collections.defaultdict(list)
     with open(args.trace, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["graph_id"] == "0":
-                continue
-            graphs[int(r["graph_id"])].append({
-                "start": int(r["start_ns"]), "end": int(r["end_ns"]), "node": int(r["graph_node_id"]),
-                "grid": int(r["grid"]), "name": short_name(r["name"])})
+        rows = [r for r in csv.DictReader(f) if r["graph_id"] != "0"]
+    names = demangled(r["name"] for r in rows)
+    graphs = collections.defaultdict(list)
+    for r in rows:
+        graphs[int(r["graph_id"])].append({
+            "start": int(r["start_ns"]), "end": int(r["end_ns"]), "node": int(r["graph_node_id"]),
+            "grid": int(r["grid"]), "name": short_name(names[r["name"]])})
     for gid in sorted(graphs):
         if args.graph is not None and gid != args.graph:
             continue

@@ -6,7 +6,8 @@
 //   WITCERT_KERNEL_TRACE=/tmp/trace.csv LD_PRELOAD=libwitcert_kernel_trace.so bench_decode_gpu ...
 //
 // One CSV row per kernel: start_ns,end_ns,graph_id,graph_node_id,stream,grid,block,name.
-// scripts/kernel_timeline.py turns it into per-launch durations and the gaps between them.
+// scripts/kernel_timeline.py turns it into each launch's busy time and its advance (how far it moved
+// the replay's finish line).
 #include <cupti.h>
 
 #include <cstdio>

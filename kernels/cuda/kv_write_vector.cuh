@@ -126,16 +126,6 @@ __device__ inline void WriteKeyWitness(const double* resid, const PagedKvLayout&
   if (lane == 0) *unit = u;
 }
 
-// Where vector `item` goes: its token's slot and position (dither hash input). Both are final
-// before the write's kernel starts, so a kernel may read them before it waits for the previous one.
-struct KvVectorTarget {
-  int64_t slot = 0, pos = 0;
-};
-__device__ inline KvVectorTarget LoadKvVectorTarget(const KvWritePlan& p, int64_t item) {
-  const int64_t tok = (item >> 1) / p.layout.num_kv_heads;
-  return KvVectorTarget{p.args.slots[tok], p.args.positions[tok]};
-}
-
 // Encodes vector `item` = (token · Hkv + head) · 2 + (1 for the value) of p.args into the pool:
 // codes, scales, and the key band witness or the value summary. One warp, every lane; resid
 // [kMaxDim] doubles of shared memory for this warp. The vector is read from p.args' rows, or,
@@ -145,15 +135,15 @@ __device__ inline KvVectorTarget LoadKvVectorTarget(const KvWritePlan& p, int64_
 // with the scheme a runtime switch it advanced the traced step 8.5 µs a layer, with one
 // instantiation per scheme 6.6 µs (bench/RESULTS.md, eleventh session).
 template <KvScheme kScheme>
-__device__ inline void WriteKvVector(const KvWritePlan& p, int64_t item, KvVectorTarget target, int lane,
-                                     double* resid, const float* vector = nullptr) {
+__device__ inline void WriteKvVector(const KvWritePlan& p, int64_t item, int lane, double* resid,
+                                     const float* vector = nullptr) {
   const PagedKvLayout& L = p.layout;
   const int32_t hkv = L.num_kv_heads, d = L.head_dim;
   const bool is_value = (item & 1) != 0;
   if (p.group_keys && !is_value) return;  // keys wait for their block (EncodeKeyGroupsCuda)
   const int32_t head = static_cast<int32_t>((item >> 1) % hkv);
   const int64_t tok = (item >> 1) / hkv;
-  const int64_t slot = target.slot, pos = target.pos;
+  const int64_t slot = p.args.slots[tok], pos = p.args.positions[tok];  // pos: the dither hash's input
   const int64_t block = slot / L.block_size, offset = slot % L.block_size;
   const int64_t vec = (block * hkv + head) * L.block_size + offset;  // vector index in the pool
   const float* row = (is_value ? p.args.v : p.args.k) + (tok * hkv + head) * d;

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) WriteKvKernel(const KvWri
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (item >= p.args.num_tokens * p.layout.num_kv_heads * 2) return;  // whole warp exits together
-  WriteKvVector<kScheme>(p, item, LoadKvVectorTarget(p, item), lane, resid[warp]);
+  WriteKvVector<kScheme>(p, item, lane, resid[warp]);
 }
 
 // RopeSplitWriteKvCuda: CTAs [0, q_blocks) rotate the q pairs, one pair per thread (q_dim / 2
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kRopeWriteWarps * 32) RopeSplitWriteKvKernel(c
   __syncwarp();
   float* out = (is_value ? r.v : r.k) + (i * hkv + head) * d;
   for (int c = lane; c < d; c += 32) out[c] = copy[c];
-  WriteKvVector<kScheme>(p, item, LoadKvVectorTarget(p, item), lane, resid[warp], copy);
+  WriteKvVector<kScheme>(p, item, lane, resid[warp], copy);
 }
 
 // One CTA per (group, KV head), thread c = channel c (d threads): the channel's parameters

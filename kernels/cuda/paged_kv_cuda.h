@@ -133,9 +133,9 @@ struct KvWriteArgs {
 CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
                        const KvWriteArgs& args, cudaStream_t stream);
 
-// Everything the write's device code (kernels/cuda/kv_write_vector.cuh) needs, checked: what
-// WriteKvCuda launches with, and what a kernel that folds the write in (the batch-1 QKV GEMV,
-// GemvKvWrite) carries.
+// Everything the write's device code (kernels/cuda/kv_write_vector.cuh) needs, checked, with the
+// layout's derived sizes and flags (host-only functions of the scheme table) resolved: what
+// WriteKvCuda launches with, and what RopeSplitWriteKvCuda takes.
 struct KvWritePlan {
   PagedKvLayout layout;
   PagedKvLayer dst;
