@@ -172,9 +172,11 @@ __device__ __forceinline__ void FillGroupVectors(const DecodeParams& p, int seq,
 }
 
 // ‖q_b‖ of band b of query `qg` [D] under the band map (CPU: QueryBandNorms), scaled so the
-// squares cannot overflow; *abs_sum = Σ|q_c| over the band in double (Tier B's ‖q‖₁).
+// squares cannot overflow; *abs_sum = Σ|q_c| over the band in double (Tier B's ‖q‖₁) and, where
+// asked, *max_abs = max|q_c| over the band (NaN ignored).
 template <int D>
-__device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, bool interleaved, double* abs_sum) {
+__device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, bool interleaved, double* abs_sum,
+                                               float* max_abs = nullptr) {
   const int half = D / 2, ppb = half / nb;
   float amax = 0.0f;
   double a1 = 0.0;
@@ -184,6 +186,7 @@ __device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, b
     a1 += fabs(static_cast<double>(qg[d0])) + fabs(static_cast<double>(qg[d1]));
   }
   *abs_sum = a1;
+  if (max_abs != nullptr) *max_abs = amax;
   float norm = amax;
   if (amax > 0.0f && amax <= 3.0e38f) {
     const float inv = 1.0f / amax;

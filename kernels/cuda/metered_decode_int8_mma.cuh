@@ -108,10 +108,9 @@ __device__ __forceinline__ int MmaSwizzle(int j) { return ((j & 3) << 1) | ((j >
 struct MmaSmem {
   int8_t qdig[4][kMmaG][kMmaD];             // query digits [digit, head, channel]
   uint32_t pdig[4][4][kMmaG][8];            // weight digits [k-step, digit, head, 32 tokens]
-  float qbn[kMmaG][8];                      // ‖q_b‖ [head, band]
-  double q1[kMmaG];                         // ‖q‖₁
+  float qbn[kMmaG][8];                      // ‖q_b‖·(1/√d)·EpsInflation [head, band] (Tier A's factors)
+  double eta_a[kMmaG], eta_b[kMmaG];        // η's query coefficients (IntDigitEtaCoef) per head
   float qscale[kMmaG];
-  int32_t qexp[kMmaG];
   int32_t qbad[kMmaG];
   float m[kMmaG];
   float eta[kMmaG];
@@ -119,11 +118,8 @@ struct MmaSmem {
   float smax[kMmaWarps][2];                 // K, V scale maxima per warp
   float vscale_mul, vscale_out;             // 2^{6−kV}, 2^{kV−6}
   float vmax[kMmaWarps];
-  // [warps, 2] CertPartial (head 2·(lane&1) + j of the warp's lanes 0, 1), raw storage.
-  alignas(8) unsigned char wpart_raw[kMmaWarps][2][2][sizeof(meter::CertPartial)];
-  __device__ meter::CertPartial& wpart(int w, int hp, int j) {
-    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w][hp][j]);
-  }
+  // [warps, heads] the warp's certificate sums per head (MmaHeadSums, raw storage).
+  alignas(8) unsigned char wsum_raw[kMmaWarps][kMmaG][32];
 };
 
 // One head's certificate sums over a thread's tokens: CertPartial's z, b, c, eps_max and count
@@ -190,8 +186,6 @@ __device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane,
                                                  MmaSmem& sm) {
   const QueryDigitScalars r = SplitQueryDigits(qv, lane, inv_sqrt_d, &sm.qdig[0][g][0], kMmaG * kMmaD);
   if (lane == 0) {
-    sm.q1[g] = r.q1;
-    sm.qexp[g] = r.exp;
     sm.qbad[g] = r.bad;
     sm.qscale[g] = r.qscale;
   }
@@ -325,17 +319,45 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   // warp 4, beside them rather than after head 0's digits on warp 0)
   if (warp < G4) MmaQueryPrologue(qv, lane, warp, inv_sqrt_d, sm);
   static_assert(G4 * nb <= 32 && kMmaWarps > G4, "one warp after the digit warps holds the band norms");
+  // The band warp also takes each head's ‖q‖₁ and max|q| from its lanes, so η's query part
+  // (IntDigitEtaCoef; the exponent is SplitQueryDigits' from the same max, and a query it marks
+  // bad gets η = ∞ below whatever these say) and int8-dither's Tier B coefficient are ready
+  // before pass 1 instead of between the passes, where they were on the CTA's serial path.
   if constexpr (METER) {
-    const int gi = tid - 32 * G4;
-    if (gi >= 0 && gi < G4 * nb) {
-      const int g = gi / nb, b = gi % nb;
-      float norm = 0.0f;
+    if (warp == G4) {  // lane = g·nb + b
+      const int g = lane / nb, b = lane % nb;
+      float norm = 0.0f, amax = 0.0f;
+      double a1 = 0.0;
       if (g < G) {
         const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-        double a1 = 0.0;
-        norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1);
+        norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1, &amax);
       }
-      sm.qbn[g][b] = norm;
+      sm.qbn[g][b] = (norm * inv_sqrt_d) * meter::EpsInflation(D, nb);
+      float raw[nb];  // int8-dither: the head's band norms, for Tier B
+      if constexpr (DITHER) {
+#pragma unroll
+        for (int j = 0; j < nb; ++j) raw[j] = __shfl_sync(0xffffffffu, norm, g * nb + j);
+      }
+#pragma unroll
+      for (int o = 1; o < nb; o <<= 1) {
+        a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      }
+      if (b == 0) {
+        meter::IntDigitEtaCoef ec;
+        if (amax > 0.0f && amax <= 3.0e38f) {
+          const int32_t k = meter::DigitExponent(amax);
+          if (k >= meter::kDigitExpMin && k <= meter::kDigitExpMax) {
+            ec = meter::IntDigitEtaCoefficients(DITHER ? meter::kIntDigitHornerCDither : meter::kIntDigitHornerC4, 4, a1,
+                                                k, D, meter::DigitQueryScale(k, inv_sqrt_d));
+          }
+        }
+        sm.eta_a[g] = ec.a;
+        sm.eta_b[g] = ec.b;
+        if constexpr (DITHER) {
+          dsm_d.tierb[g] = g < G ? TierBCoefficientFromNorms<D>(raw, nb, a1, range.context, p.delta_loc) : 0.0f;
+        }
+      }
     }
   }
   __syncthreads();  // qdig, qbn, qscale
@@ -481,19 +503,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     float sk = 0.0f;
     for (int w = 0; w < kMmaWarps; ++w) sk = fmaxf(sk, sm.smax[w][0]);
     if (METER && tid < G) {
-      sm.eta[tid] = sm.qbad[tid] ? INFINITY
-                    : DITHER     ? meter::IntDigitEtaDither(sm.q1[tid], sm.qexp[tid], D, sk, sm.qscale[tid])
-                                 : meter::IntDigitEta(sm.q1[tid], sm.qexp[tid], D, sk, sm.qscale[tid]);
-    }
-    if (METER && DITHER) {
-      dsm_d.tierb[tid] = tid < G ? TierBCoefficientFromNorms<D>(sm.qbn[tid], nb, sm.q1[tid], range.context, p.delta_loc)
-                                 : 0.0f;
-    }
-    if (METER) {  // from here on qbn holds ‖q_b‖·(1/√d)·EpsInflation (Tier A's factors, folded)
-      const float k = inv_sqrt_d;
-      const float infl = meter::EpsInflation(D, nb);
-#pragma unroll
-      for (int b = 0; b < nb; ++b) sm.qbn[tid][b] = (sm.qbn[tid][b] * k) * infl;
+      meter::IntDigitEtaCoef ec;
+      ec.a = sm.eta_a[tid];
+      ec.b = sm.eta_b[tid];
+      sm.eta[tid] = sm.qbad[tid] ? INFINITY : meter::IntDigitEtaAt(ec, sk);
     }
     if (tid == 0) {
       float sv = 0.0f;
@@ -551,7 +564,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const uint2 kc = *reinterpret_cast<const uint2*>(st + sl.kwit + tok * nb);
         const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[tok]);
         const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[tok];
-        // ε = (Σ_b q'_b·c_b)·U with q'_b = ‖q_b‖/√d·EpsInflation (folded above): TierAEpsilon's
+        // ε = (Σ_b q'_b·c_b)·U with q'_b = ‖q_b‖/√d·EpsInflation (folded in the prologue): TierAEpsilon's
         // roundings but one (the product by U after the sum instead of c_b·U, exact, before it),
         // which EpsInflation's k = d/B + B + 10 has room for (cert_math.h).
         float c8[8];
@@ -643,9 +656,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
   }
   __syncthreads();  // every thread is done with the ring, logits and pdig
+  static_assert(sizeof(MmaHeadSums) <= sizeof(sm.wsum_raw[0][0]), "wsum holds MmaHeadSums");
   if (lane < 2) {
-    sm.wpart(warp, lane, 0) = cpa.ToPartial(ma);
-    sm.wpart(warp, lane, 1) = cpb.ToPartial(mb);
+    *reinterpret_cast<MmaHeadSums*>(sm.wsum_raw[warp][ha]) = cpa;
+    *reinterpret_cast<MmaHeadSums*>(sm.wsum_raw[warp][hb]) = cpb;
   }
   if (lane == 0) sm.vmax[warp] = vmax;
   // The output reduction in the ring (free now: every copy has landed and every thread is past
@@ -664,19 +678,29 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   }
   __syncthreads();
   const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
-  if (tid < G) {
-    const int hpp = tid >> 1, j = tid & 1;  // head tid = 2·hpp + j
-    meter::CertPartial c;
-    for (int w = 0; w < kMmaWarps; ++w) c = meter::SumPartialsSameMax(c, sm.wpart(w, hpp, j));
-    c.m = sm.m[tid];
-    if (sm.qbad[tid]) c.bad = true;
-    if (METER) {
-      float vm = 0.0f;
-      for (int w = 0; w < kMmaWarps; ++w) vm = fmaxf(vm, sm.vmax[w]);
-      c.vmax = vm;
-      c.eta_max = fmaxf(c.eta_max, sm.eta[tid]);
+  // The split's partial per head: warp 0's lane (head h, warp w) takes warp w's sums, and three
+  // shuffle steps add them (a re-association, as SumPartialsSameMax: a warp without tokens adds
+  // exact zeros). Serially over the 8 warps this was ~2000 cycles of every CTA's tail.
+  static_assert(kMmaWarps == 8 && kMmaG * kMmaWarps == 32, "one lane per (head, warp)");
+  if (warp == 0) {
+    const int h = lane >> 3, w = lane & 7;
+    MmaHeadSums s = *reinterpret_cast<const MmaHeadSums*>(sm.wsum_raw[w][h]);
+    float vm = METER ? sm.vmax[w] : 0.0f;
+#pragma unroll
+    for (int o = 1; o < kMmaWarps; o <<= 1) {
+      s.AddShfl(o);
+      if (METER) vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, o));
     }
-    p.parts[cell0 + static_cast<int64_t>(tid) * p.num_splits] = c;
+    if (w == 0 && h < G) {
+      meter::CertPartial c = s.ToPartial(sm.m[h]);
+      c.m = sm.m[h];
+      if (sm.qbad[h]) c.bad = true;
+      if (METER) {
+        c.vmax = vm;
+        c.eta_max = fmaxf(c.eta_max, sm.eta[h]);
+      }
+      p.parts[cell0 + static_cast<int64_t>(h) * p.num_splits] = c;
+    }
   }
   const double vout21 = static_cast<double>(sm.vscale_out) * 4.76837158203125e-07;  // ·2^−21, exact
   for (int o = tid; o < G * D; o += kMmaThreads) {

@@ -82,20 +82,38 @@ WITCERT_HD inline float DigitQueryScale(int32_t k, float inv_sqrt_d) {
 // roundings 6.1u ≥ γ_2 + 4.01u·(1+γ_2)).
 //   η ≤ s/√d · 128 · [c·u·(‖q‖₁ + 1.004·d·2^{k−6}) + 2^{k−7·digits}·d] + 2^-149·(1 + qscale)·2
 // with c = `horner_c` (7.1 four digits, 6.1 three, 8.2 the dither keys' terms below).
-WITCERT_HD inline float IntDigitEtaWith(double horner_c, int32_t digits, double q_norm1, int32_t k,
-                                        int32_t head_dim, float smax, float qscale) {
-  if (qscale == 0.0f) return 0.0f;  // a zero query: every logit is exactly 0
+// η is affine in s, so a kernel that knows the query before the split's scale maximum takes
+// the query's part first (IntDigitEtaCoefficients, double) and finishes it with one fma
+// (IntDigitEtaAt): η = RoundUp((s·a + b)·(1 + 10^-6)). The 10^-6 covers the few double roundings
+// of either grouping (each ≤ 2^-53 relative).
+constexpr double kIntDigitHornerC4 = 7.1, kIntDigitHornerC3 = 6.1, kIntDigitHornerCDither = 8.2;
+struct IntDigitEtaCoef {
+  double a = 0.0;  // per unit of key scale
+  double b = 0.0;  // the subnormal slack; 0 only for a zero query (η = 0)
+};
+WITCERT_HD inline IntDigitEtaCoef IntDigitEtaCoefficients(double horner_c, int32_t digits, double q_norm1,
+                                                          int32_t k, int32_t head_dim, float qscale) {
+  IntDigitEtaCoef r;
+  if (qscale == 0.0f) return r;  // a zero query: every logit is exactly 0
   const double u = kUnitRoundoff;
   const double p = ldexp(1.0, k - 6);
-  double eta = static_cast<double>(smax) / sqrt(static_cast<double>(head_dim)) * 128.0 *
-               (horner_c * u * (q_norm1 + 1.004 * head_dim * p) +
-                ldexp(1.0, k - 7 * digits) * head_dim);
-  eta += 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
-  return RoundUpToFloat(eta * (1.0 + 1e-6));
+  r.a = 128.0 / sqrt(static_cast<double>(head_dim)) *
+        (horner_c * u * (q_norm1 + 1.004 * head_dim * p) + ldexp(1.0, k - 7 * digits) * head_dim);
+  r.b = 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
+  return r;
+}
+WITCERT_HD inline float IntDigitEtaAt(const IntDigitEtaCoef& c, float smax) {
+  if (c.b == 0.0) return 0.0f;
+  return RoundUpToFloat(fma(static_cast<double>(smax), c.a, c.b) * (1.0 + 1e-6));
+}
+WITCERT_HD inline float IntDigitEtaWith(double horner_c, int32_t digits, double q_norm1, int32_t k,
+                                        int32_t head_dim, float smax, float qscale) {
+  return IntDigitEtaAt(IntDigitEtaCoefficients(horner_c, digits, q_norm1, k, head_dim, qscale), smax);
 }
 WITCERT_HD inline float IntDigitEtaN(int32_t digits, double q_norm1, int32_t k, int32_t head_dim,
                                      float smax, float qscale) {
-  return IntDigitEtaWith(digits == 4 ? 7.1 : 6.1, digits, q_norm1, k, head_dim, smax, qscale);
+  return IntDigitEtaWith(digits == 4 ? kIntDigitHornerC4 : kIntDigitHornerC3, digits, q_norm1, k, head_dim,
+                         smax, qscale);
 }
 
 // int8-dither keys (dither_hash.h): x_c = m_c − ξ_c with ξ_c = (b_c + ½)/256 − ½ = (e_c + ½)/256,
@@ -113,7 +131,7 @@ WITCERT_HD inline int32_t DitherDigitTerm(int32_t dot_codes, int32_t dot_dither,
 WITCERT_HD inline float DitherQueryScale(float qscale) { return qscale * 0.001953125f; }
 WITCERT_HD inline float IntDigitEtaDither(double q_norm1, int32_t k, int32_t head_dim, float smax,
                                           float qscale) {
-  return IntDigitEtaWith(8.2, 4, q_norm1, k, head_dim, smax, qscale);
+  return IntDigitEtaWith(kIntDigitHornerCDither, 4, q_norm1, k, head_dim, smax, qscale);
 }
 
 // The four-digit η of the tensor-core kernels.

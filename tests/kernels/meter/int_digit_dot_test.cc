@@ -251,7 +251,9 @@ double WorstExpm1Overshoot(float (*bound)(float), uint32_t seed) {
     const long double truth = std::expm1(static_cast<long double>(e));
     const float b = bound(e);
     EXPECT_GE(static_cast<long double>(b), truth) << e;
-    if (e > 1e-30f) EXPECT_GE(b, std::expm1f(e) * (1.0f - 4.0f * kUnitRoundoff)) << e;
+    if (e > 1e-30f) {
+      EXPECT_GE(b, std::expm1f(e) * (1.0f - 4.0f * kUnitRoundoff)) << e;
+    }
     if (truth > 0) worst = std::max(worst, static_cast<double>(b / truth - 1.0L));
   }
   EXPECT_EQ(bound(0.0f), 0.0f);
