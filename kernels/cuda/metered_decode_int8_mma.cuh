@@ -122,13 +122,15 @@ struct MmaSmem {
   alignas(8) unsigned char wsum_raw[kMmaWarps][kMmaG][32];
 };
 
-// One head's certificate sums over a thread's tokens: CertPartial's z, b, c, eps_max and count
+// One head's certificate sums over a thread's tokens: CertPartial's z, b, c, eps_max and bad
 // (the split max m is common), with PartialAddTokenWeighted's arithmetic (its A−1 term is
-// partial_sum.h's WeightedEpsTerm, with the five-fma expm1 bound), but 32-bit counters and no
-// per-token η / vmax fields (η is per split here; vmax is kept per thread).
+// partial_sum.h's WeightedEpsTerm, with the five-fma expm1 bound), but no per-token η / vmax
+// fields (η is per split here; vmax is kept per thread) and no token count: every token of the
+// split counts for every head (ToPartial). A token with a non-finite logit, which
+// PartialAddTokenWeighted leaves out of the count, sets `bad`, which makes the certificate
+// vacuous whatever the count says; elsewhere the count only sizes the summation chain's γ.
 struct MmaHeadSums {
   float z = 0.0f, b = 0.0f, c = 0.0f, eps_max = 0.0f;
-  int32_t count = 0;
   bool bad = false;
   __device__ __forceinline__ void Add(float logit, float w, float m, float eps_hat, float rho) {
     if (!(fabsf(logit) <= 3.0e38f)) { bad = true; return; }
@@ -137,7 +139,6 @@ struct MmaHeadSums {
     if (rho > 0.0f) c = fmaf(w, rho, c);  // one rounding (AddCommon's too)
     eps_max = meter::MaxAcc(eps_max, eps_hat);
     if (!(eps_hat == eps_hat)) eps_max = INFINITY;
-    count += 1;
   }
   // Add's arithmetic for a token where meter::WeightedTokenIsCommon holds, or nothing where !active, without
   // branches: a skipped term is selected to +0 instead, and x + 0 = x for the non-negative sums
@@ -153,19 +154,25 @@ struct MmaHeadSums {
     b += __fmul_rn(wz, meter::Expm1UpperSmall(ez));
     c = fmaf(wz, rz, c);
     eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
-    count += active ? 1 : 0;
   }
   // += the sums of lane (lane ^ o): a re-association of non-negative sums (SumPartialsSameMax).
+  // Without the meter only z is summed (b, c and eps_max stay 0). `bad` goes by ballot (BadOf).
+  template <bool METER>
   __device__ __forceinline__ void AddShfl(int o) {
     const unsigned f = 0xffffffffu;
     z += __shfl_xor_sync(f, z, o);
-    b += __shfl_xor_sync(f, b, o);
-    c += __shfl_xor_sync(f, c, o);
-    eps_max = fmaxf(eps_max, __shfl_xor_sync(f, eps_max, o));
-    count += __shfl_xor_sync(f, count, o);
-    bad = __shfl_xor_sync(f, static_cast<int>(bad), o) != 0 || bad;
+    if constexpr (METER) {
+      b += __shfl_xor_sync(f, b, o);
+      c += __shfl_xor_sync(f, c, o);
+      eps_max = fmaxf(eps_max, __shfl_xor_sync(f, eps_max, o));
+    }
   }
-  __device__ __forceinline__ meter::CertPartial ToPartial(float m) const {
+  // Whether any lane in `lanes` (a mask) has `bad` set; every lane of the warp calls.
+  __device__ __forceinline__ static bool BadOf(bool bad_here, unsigned lanes) {
+    return (__ballot_sync(0xffffffffu, bad_here) & lanes) != 0;
+  }
+  // The split's partial over `count` tokens (CertPartial's count and chain).
+  __device__ __forceinline__ meter::CertPartial ToPartial(float m, int32_t count) const {
     meter::CertPartial r;
     if (count == 0 && !bad) return r;  // empty
     r.m = m;
@@ -533,6 +540,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
   MmaHeadSums cpa, cpb;  // heads ha, hb
   float vmax = 0.0f;     // max over the thread's tokens in the split of ν
+  float qbn_a[nb], qbn_b[nb];  // meter: Tier A's folded band factors of heads ha, hb
+  if constexpr (METER) {
+#pragma unroll
+    for (int b = 0; b < nb; ++b) {
+      qbn_a[b] = sm.qbn[ha][b];
+      qbn_b[b] = sm.qbn[hb][b];
+    }
+  }
   const int vks = warp & 3, vhalf = warp >> 2;  // value loop: k-step, channel half
   // The value loop's byte offsets of row tig (+4e) in a k-step, for even and odd e.
   const int vchunk = (vhalf * 4 + (gid >> 1)) ^ (tig << 1);
@@ -572,8 +587,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         float ea = 0.0f, eb = 0.0f;
 #pragma unroll
         for (int b = 0; b < 8; ++b) {
-          ea = fmaf(sm.qbn[ha][b], c8[b], ea);
-          eb = fmaf(sm.qbn[hb][b], c8[b], eb);
+          ea = fmaf(qbn_a[b], c8[b], ea);
+          eb = fmaf(qbn_b[b], c8[b], eb);
         }
         ea *= unit;
         eb *= unit;
@@ -595,9 +610,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         vmax = in ? meter::MaxAcc(vmax, SummaryNu(vsum)) : vmax;  // NaN ignored, as PartialAddToken does
       } else {
         cpa.z += wa;
-        cpa.count += act_a ? 1 : 0;
         cpb.z += wb;
-        cpb.count += act_b ? 1 : 0;
       }
       // Digits of w·s_v relative to 2^{kV−6}. Rounding by the 1.5·2^23 shift (exact for
       // |x| < 2^22, ties to even as rintf) keeps it on the FMA pipe; the int8 digit is the low
@@ -648,12 +661,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   // ---- reductions: certificate partials (lanes of one parity share heads), vmax, outputs ----
 #pragma unroll
   for (int o = 16; o > 1; o >>= 1) {
-    cpa.AddShfl(o);
-    cpb.AddShfl(o);
+    cpa.AddShfl<METER>(o);
+    cpb.AddShfl<METER>(o);
   }
-  if (METER) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+  if constexpr (METER) {
+    const unsigned parity = (lane & 1) ? 0xaaaaaaaau : 0x55555555u;
+    cpa.bad = MmaHeadSums::BadOf(cpa.bad, parity);
+    cpb.bad = MmaHeadSums::BadOf(cpb.bad, parity);
+    // vmax ∈ [0, ∞] (MaxAcc from 0, NaN ignored): as unsigned bits it orders as a float.
+    vmax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(vmax)));
   }
   __syncthreads();  // every thread is done with the ring, logits and pdig
   static_assert(sizeof(MmaHeadSums) <= sizeof(sm.wsum_raw[0][0]), "wsum holds MmaHeadSums");
@@ -685,14 +701,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   if (warp == 0) {
     const int h = lane >> 3, w = lane & 7;
     MmaHeadSums s = *reinterpret_cast<const MmaHeadSums*>(sm.wsum_raw[w][h]);
-    float vm = METER ? sm.vmax[w] : 0.0f;
+    float vm = 0.0f;
 #pragma unroll
-    for (int o = 1; o < kMmaWarps; o <<= 1) {
-      s.AddShfl(o);
-      if (METER) vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, o));
+    for (int o = 1; o < kMmaWarps; o <<= 1) s.AddShfl<METER>(o);
+    if constexpr (METER) {
+      s.bad = MmaHeadSums::BadOf(s.bad, 0xffu << (8 * h));
+      vm = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(sm.vmax[w])));
     }
     if (w == 0 && h < G) {
-      meter::CertPartial c = s.ToPartial(sm.m[h]);
+      meter::CertPartial c = s.ToPartial(sm.m[h], t_hi - t_lo);
       c.m = sm.m[h];
       if (sm.qbad[h]) c.bad = true;
       if (METER) {

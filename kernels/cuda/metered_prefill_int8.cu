@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 #pragma unroll
   for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   MmaHeadSums sums[2];
+  int32_t count[2] = {0, 0};  // tokens summed per row (a non-finite logit's row is bad anyway)
   float m[2] = {-INFINITY, -INFINITY};
   float vmax[2] = {0.0f, 0.0f}, smaxk = 0.0f;
   int32_t rescales[2] = {0, 0};
@@ -332,8 +333,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
               vmax[r] = meter::MaxAcc(vmax[r], nu);
             } else {
               sums[r].z += w;
-              sums[r].count += 1;
             }
+            count[r] += 1;
           } else if (!(l == l)) {
             sums[r].bad = true;  // a NaN logit: the certificate is vacuous
           }
@@ -361,8 +362,11 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   // ---- per row: the quad's sums, the output, the certificate
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    sums[r].AddShfl(1);
-    sums[r].AddShfl(2);
+    sums[r].AddShfl<METER>(1);
+    sums[r].AddShfl<METER>(2);
+    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
+    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 2);
+    sums[r].bad = MmaHeadSums::BadOf(sums[r].bad, 0xfu << (lane & ~3));
     vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 1));
     vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 2));
   }
@@ -382,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
       *reinterpret_cast<float2*>(&out[ct * 8 + 2 * tig]) = val;
     }
     if (METER && tig == 0) {
-      meter::CertPartial c = sums[r].ToPartial(m[r]);
+      meter::CertPartial c = sums[r].ToPartial(m[r], count[r]);
       c.merges = rescales[r];
       c.vmax = vmax[r];
       const int v = vloc[r];
