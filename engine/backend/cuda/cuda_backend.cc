@@ -80,6 +80,9 @@ CudaBackend::~CudaBackend() {
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (step_begin_ != nullptr) cudaEventDestroy(step_begin_);
   if (step_end_ != nullptr) cudaEventDestroy(step_end_);
+  if (certs_written_ != nullptr) cudaEventDestroy(certs_written_);
+  if (certs_copied_ != nullptr) cudaEventDestroy(certs_copied_);
+  if (cert_stream_ != nullptr) cudaStreamDestroy(cert_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -92,6 +95,9 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   WITCERT_CUDA_OK(cudaEventCreate(&step_begin_));
   WITCERT_CUDA_OK(cudaEventCreate(&step_end_));
+  WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&cert_stream_, cudaStreamNonBlocking));
+  WITCERT_CUDA_OK(cudaEventCreateWithFlags(&certs_written_, cudaEventDisableTiming));
+  WITCERT_CUDA_OK(cudaEventCreateWithFlags(&certs_copied_, cudaEventDisableTiming));
   WITCERT_CUBLAS_OK(cublasCreate(&cublas_));
   WITCERT_CUBLAS_OK(cublasSetStream(cublas_, stream_));
   WITCERT_CUBLAS_OK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
@@ -479,6 +485,18 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       RETURN_IF_ERROR(Gemm(act_.get(), n, ffn, lw.w_down.get(), hidden, x, hidden, 1.0f));
     }
 
+    // Every layer's certificates and ‖õ‖ are final: they go to the host on the side stream while
+    // the LM head runs (a fork and join of the captured graph too), not after it.
+    if (any_meter) {
+      WITCERT_CUDA_OK(cudaEventRecord(certs_written_, stream_));
+      WITCERT_CUDA_OK(cudaStreamWaitEvent(cert_stream_, certs_written_, 0));
+      WITCERT_CUDA_OK(cudaMemcpyAsync(cert_host_.get(), cert_.get(),
+                                      cells * sizeof(meter::CertBound), cudaMemcpyDeviceToHost,
+                                      cert_stream_));
+      WITCERT_CUDA_OK(cudaMemcpyAsync(out_norm_host_.get(), out_norm_.get(), cells * 4,
+                                      cudaMemcpyDeviceToHost, cert_stream_));
+      WITCERT_CUDA_OK(cudaEventRecord(certs_copied_, cert_stream_));
+    }
     // Logits of the last row of each item that asks for them, in batch order.
     int64_t li = 0;
     for (size_t b = 0; b < batch.size(); ++b) {
@@ -496,13 +514,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                                         cudaMemcpyDeviceToHost, stream_));
       }
     }
-    if (any_meter) {
-      WITCERT_CUDA_OK(cudaMemcpyAsync(cert_host_.get(), cert_.get(),
-                                      cells * sizeof(meter::CertBound), cudaMemcpyDeviceToHost,
-                                      stream_));
-      WITCERT_CUDA_OK(cudaMemcpyAsync(out_norm_host_.get(), out_norm_.get(), cells * 4,
-                                      cudaMemcpyDeviceToHost, stream_));
-    }
+    if (any_meter) WITCERT_CUDA_OK(cudaStreamWaitEvent(stream_, certs_copied_, 0));  // the join
     return absl::OkStatus();
   };
   if (repair_ != nullptr) RETURN_IF_ERROR(PrepareRepairDevice());

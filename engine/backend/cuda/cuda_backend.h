@@ -234,6 +234,10 @@ class CudaBackend : public Backend {
   absl::flat_hash_map<std::string, cudaGraphExec_t> graphs_;
   int64_t graphs_captured_ = 0, graph_failures_ = 0;
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // last_step_gpu_ms
+  // The certificates' copy to the host, on a stream of its own beside the LM head: forked after
+  // the last layer, joined before the step's sampling.
+  cudaStream_t cert_stream_ = nullptr;
+  cudaEvent_t certs_written_ = nullptr, certs_copied_ = nullptr;
   double last_step_gpu_ms_ = 0;
   // Host threads that turn a step's certificates into CellRecords (a 2048-row prompt chunk of
   // an 8B model is 2M cells).
