@@ -32,6 +32,13 @@ __device__ __forceinline__ void Transpose4x4(uint32_t t0, uint32_t t1, uint32_t 
 // four base-128 digits of each channel go to digits[j·digit_stride + channel], and the
 // scalars the logits and η need come back (every lane gets them). Shared by the tensor-core
 // decode and chunked-prefill kernels, so both compute the very logits IntDigitEta bounds.
+// *k = the digit exponent of a query with max|q| = amax > 0, finite (2^{k−1} ≤ amax < 2^k);
+// false when k is outside [kDigitExpMin, kDigitExpMax] (SplitQueryDigits marks such a query bad).
+__device__ __forceinline__ bool DigitExponentInRange(float amax, int32_t* k) {
+  *k = meter::DigitExponent(amax);
+  return *k >= meter::kDigitExpMin && *k <= meter::kDigitExpMax;
+}
+
 struct QueryDigitScalars {
   double q1 = 0.0;      // ‖q‖₁
   int32_t exp = 0;      // k with 2^{k−1} ≤ max|q| < 2^k
@@ -56,10 +63,7 @@ __device__ __forceinline__ QueryDigitScalars SplitQueryDigits(const float (&qv)[
   QueryDigitScalars r;
   r.q1 = a1;
   r.bad = !(amax <= 3.0e38f);
-  if (!r.bad && amax > 0.0f) {
-    r.exp = meter::DigitExponent(amax);
-    r.bad = r.exp < meter::kDigitExpMin || r.exp > meter::kDigitExpMax;
-  }
+  if (!r.bad && amax > 0.0f) r.bad = !DigitExponentInRange(amax, &r.exp);
   const double sc = (!r.bad && amax > 0.0f) ? ldexp(1.0, 6 - r.exp) : 0.0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

@@ -48,6 +48,7 @@
 
 #include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/int8_mma_ops.cuh"
+#include "kernels/cuda/mma_head_sums.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/meter/int_digit_dot.h"
 
@@ -121,72 +122,6 @@ struct MmaSmem {
   // [warps, heads] the warp's certificate sums per head (MmaHeadSums, raw storage).
   alignas(8) unsigned char wsum_raw[kMmaWarps][kMmaG][32];
 };
-
-// One head's certificate sums over a thread's tokens: CertPartial's z, b, c, eps_max and bad
-// (the split max m is common), with PartialAddTokenWeighted's arithmetic (its A−1 term is
-// partial_sum.h's WeightedEpsTerm, with the five-fma expm1 bound), but no per-token η / vmax
-// fields (η is per split here; vmax is kept per thread) and no token count: every token of the
-// split counts for every head (ToPartial). A token with a non-finite logit, which
-// PartialAddTokenWeighted leaves out of the count, sets `bad`, which makes the certificate
-// vacuous whatever the count says; elsewhere the count only sizes the summation chain's γ.
-struct MmaHeadSums {
-  float z = 0.0f, b = 0.0f, c = 0.0f, eps_max = 0.0f;
-  bool bad = false;
-  __device__ __forceinline__ void Add(float logit, float w, float m, float eps_hat, float rho) {
-    if (!(fabsf(logit) <= 3.0e38f)) { bad = true; return; }
-    z += w;
-    if (eps_hat > 0.0f) b += meter::WeightedEpsTerm<meter::Expm1Form::kUpperSmall>(logit, m, w, eps_hat);
-    if (rho > 0.0f) c = fmaf(w, rho, c);  // one rounding (AddCommon's too)
-    eps_max = meter::MaxAcc(eps_max, eps_hat);
-    if (!(eps_hat == eps_hat)) eps_max = INFINITY;
-  }
-  // Add's arithmetic for a token where meter::WeightedTokenIsCommon holds, or nothing where !active, without
-  // branches: a skipped term is selected to +0 instead, and x + 0 = x for the non-negative sums
-  // (the A−1 term is rounded alone, as WeightedEpsTerm returns it; ε̂ = 0 gives
-  // w·Expm1UpperSmall(0) = 0, the term Add skips).
-  // (An inactive token's ε̂ and ρ may be garbage, inf or NaN: they are selected away before
-  // any product, so no 0·inf can reach the sums.)
-  __device__ __forceinline__ void AddCommon(bool active, float w, float eps_hat, float rho) {
-    const float wz = active ? w : 0.0f;
-    const float ez = active ? eps_hat : 0.0f;
-    const float rz = active && rho > 0.0f ? rho : 0.0f;
-    z += wz;
-    b += __fmul_rn(wz, meter::Expm1UpperSmall(ez));
-    c = fmaf(wz, rz, c);
-    eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
-  }
-  // += the sums of lane (lane ^ o): a re-association of non-negative sums (SumPartialsSameMax).
-  // Without the meter only z is summed (b, c and eps_max stay 0). `bad` goes by ballot (BadOf).
-  template <bool METER>
-  __device__ __forceinline__ void AddShfl(int o) {
-    const unsigned f = 0xffffffffu;
-    z += __shfl_xor_sync(f, z, o);
-    if constexpr (METER) {
-      b += __shfl_xor_sync(f, b, o);
-      c += __shfl_xor_sync(f, c, o);
-      eps_max = fmaxf(eps_max, __shfl_xor_sync(f, eps_max, o));
-    }
-  }
-  // Whether any lane in `lanes` (a mask) has `bad` set; every lane of the warp calls.
-  __device__ __forceinline__ static bool BadOf(bool bad_here, unsigned lanes) {
-    return (__ballot_sync(0xffffffffu, bad_here) & lanes) != 0;
-  }
-  // The split's partial over `count` tokens (CertPartial's count and chain).
-  __device__ __forceinline__ meter::CertPartial ToPartial(float m, int32_t count) const {
-    meter::CertPartial r;
-    if (count == 0 && !bad) return r;  // empty
-    r.m = m;
-    r.z = z;
-    r.b = b;
-    r.c = c;
-    r.eps_max = eps_max;
-    r.count = count;
-    r.chain = count;
-    r.bad = bad;
-    return r;
-  }
-};
-
 
 // Query digits and the split's scalars: warp g < 4 owns query head g (its lane's channels qv).
 __device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane, int g, float inv_sqrt_d,
@@ -352,12 +287,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       }
       if (b == 0) {
         meter::IntDigitEtaCoef ec;
-        if (amax > 0.0f && amax <= 3.0e38f) {
-          const int32_t k = meter::DigitExponent(amax);
-          if (k >= meter::kDigitExpMin && k <= meter::kDigitExpMax) {
-            ec = meter::IntDigitEtaCoefficients(DITHER ? meter::kIntDigitHornerCDither : meter::kIntDigitHornerC4, 4, a1,
-                                                k, D, meter::DigitQueryScale(k, inv_sqrt_d));
-          }
+        int32_t k = 0;
+        if (amax > 0.0f && amax <= 3.0e38f && DigitExponentInRange(amax, &k)) {
+          ec = meter::IntDigitEtaCoefficients(DITHER ? meter::kIntDigitHornerCDither : meter::kIntDigitHornerC4, 4, a1, k,
+                                              D, meter::DigitQueryScale(k, inv_sqrt_d));
         }
         sm.eta_a[g] = ec.a;
         sm.eta_b[g] = ec.b;
