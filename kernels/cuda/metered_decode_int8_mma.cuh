@@ -34,10 +34,14 @@
 //  * V pass: warp w takes k-step w%4 (32 tokens) and channel half w/4; logical k ↔ token
 //    (k%16/4) + 4·(k%4) + 16·(k/16), column n of tile i ↔ channel 64·half + 8n + i. Lane
 //    (n, tig) reads 8 channels of 8 tokens and transposes bytes with prmt (8 per 4 registers).
-//  * Weights step: thread = (token, head pair): the token's key band bounds c_b·U, and ρ and
-//    the vmax candidate ν ≥ ‖ṽ‖ + ρ read from its value summary (kernels/meter/witness_format.h:
-//    no per-token ‖ṽ‖), then ε̂ / weight / digits / certificate terms per head. The value loop
-//    then does nothing but MMAs.
+//  * Weights step: thread = (token, head pair): the token's key band codes c_b and unit U, and ρ
+//    and the vmax candidate ν ≥ ‖ṽ‖ + ρ read from its value summary (kernels/meter/witness_format.h:
+//    no per-token ‖ṽ‖), then ε̂ / weight / digits / certificate terms per head. Tier A's
+//    Σ_b f_b·c_b runs in integers: the head's band factors f_b as 16-bit digits (rounded up),
+//    four dp2a against the 8 code bytes, one conversion and two products rounded up
+//    (TierAEpsilonOfDigits): 14 instructions a token for two heads where the fp32 form took 34
+//    (1.5–2% off the metered kernel, bench/RESULTS.md fourteenth session). The value loop then
+//    does nothing but MMAs.
 //  * A rows: row gid (gid < 4: head gid digit 0, else head gid−4 digit 2), row gid+8 the next
 //    digit, so lane gid holds digits {0,1} and lane gid+4 digits {2,3} of one head.
 #pragma once
@@ -50,6 +54,7 @@
 #include "kernels/cuda/int8_mma_ops.cuh"
 #include "kernels/cuda/mma_head_sums.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/cuda/tier_a_digits.cuh"
 #include "kernels/meter/int_digit_dot.h"
 
 namespace witcert::cuda_kv {
@@ -109,7 +114,8 @@ __device__ __forceinline__ int MmaSwizzle(int j) { return ((j & 3) << 1) | ((j >
 struct MmaSmem {
   int8_t qdig[4][kMmaG][kMmaD];             // query digits [digit, head, channel]
   uint32_t pdig[4][4][kMmaG][8];            // weight digits [k-step, digit, head, 32 tokens]
-  float qbn[kMmaG][8];                      // ‖q_b‖·(1/√d)·EpsInflation [head, band] (Tier A's factors)
+  uint32_t qbn16[kMmaG][4];                 // Tier A's band factors as 16-bit digits [head, band pair]
+  float qbn_scale[kMmaG];                   // their unit per head (BandFactorDigits)
   double eta_a[kMmaG], eta_b[kMmaG];        // η's query coefficients (IntDigitEtaCoef) per head
   float qscale[kMmaG];
   int32_t qbad[kMmaG];
@@ -274,7 +280,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
         norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1, &amax);
       }
-      sm.qbn[g][b] = (norm * inv_sqrt_d) * meter::EpsInflation(D, nb);
+      const BandFactorDigits bd = BandFactorDigitsOf((norm * inv_sqrt_d) * meter::EpsInflation(D, nb), nb);
+      const uint32_t partner = __shfl_down_sync(0xffffffffu, bd.digit, 1);  // band b + 1's
+      if (b % 2 == 0) sm.qbn16[g][b / 2] = bd.digit | (partner << 16);
+      if (b == 0) sm.qbn_scale[g] = bd.scale;
       float raw[nb];  // int8-dither: the head's band norms, for Tier B
       if constexpr (DITHER) {
 #pragma unroll
@@ -300,7 +309,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       }
     }
   }
-  __syncthreads();  // qdig, qbn, qscale
+  __syncthreads();  // qdig, qbn16, qscale
 
   // Query A fragments for the 4 k-steps (see the header for the row/channel mapping).
   uint32_t qa[4][4];
@@ -473,13 +482,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
   MmaHeadSums cpa, cpb;  // heads ha, hb
   float vmax = 0.0f;     // max over the thread's tokens in the split of ν
-  float qbn_a[nb], qbn_b[nb];  // meter: Tier A's folded band factors of heads ha, hb
+  uint32_t qd_a[nb / 2], qd_b[nb / 2];  // meter: Tier A's band factor digits of heads ha, hb
+  float qs_a = 0.0f, qs_b = 0.0f;       // and their units
   if constexpr (METER) {
 #pragma unroll
-    for (int b = 0; b < nb; ++b) {
-      qbn_a[b] = sm.qbn[ha][b];
-      qbn_b[b] = sm.qbn[hb][b];
+    for (int j = 0; j < nb / 2; ++j) {
+      qd_a[j] = sm.qbn16[ha][j];
+      qd_b[j] = sm.qbn16[hb][j];
     }
+    qs_a = sm.qbn_scale[ha];
+    qs_b = sm.qbn_scale[hb];
   }
   const int vks = warp & 3, vhalf = warp >> 2;  // value loop: k-step, channel half
   // The value loop's byte offsets of row tig (+4e) in a k-step, for even and odd e.
@@ -512,19 +524,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const uint2 kc = *reinterpret_cast<const uint2*>(st + sl.kwit + tok * nb);
         const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[tok]);
         const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[tok];
-        // ε = (Σ_b q'_b·c_b)·U with q'_b = ‖q_b‖/√d·EpsInflation (folded in the prologue): TierAEpsilon's
-        // roundings but one (the product by U after the sum instead of c_b·U, exact, before it),
-        // which EpsInflation's k = d/B + B + 10 has room for (cert_math.h).
-        float c8[8];
-        DecodeBandCodes8(kc.x, kc.y, 1.0f, c8);
-        float ea = 0.0f, eb = 0.0f;
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-          ea = fmaf(qbn_a[b], c8[b], ea);
-          eb = fmaf(qbn_b[b], c8[b], eb);
-        }
-        ea *= unit;
-        eb *= unit;
+        // ε = (Σ_b q'_b·c_b)·U·s_q: the band factors as digits q'_b ≥ ‖q_b‖/√d·EpsInflation / s_q
+        // (BandFactorDigits), the sum exact in integers (four dp2a per head), then rounded up to
+        // fp32 and by two products rounded up: no rounding falls below the prologue's factors,
+        // whose own roundings EpsInflation covers (cert_math.h).
+        float ea = TierAEpsilonOfDigits(qd_a, kc, unit, qs_a);
+        float eb = TierAEpsilonOfDigits(qd_b, kc, unit, qs_b);
         if constexpr (DITHER) {  // Tier B: ε̂ = min(ε, u_t), u_t = C·s_t (the pipelined kernel's)
           const float ks = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc1)[tok]) * (1.0f + 4 * meter::kUnitRoundoff);
           ea = tierb_a > 0.0f ? fminf(ea, tierb_a * ks) : ea;

@@ -1,0 +1,48 @@
+// Tier A's ε = Σ_b f_b·c_b·U in integer arithmetic, for the tensor-core decode's per-token step
+// (metered_decode_int8_mma.cuh): the query head's band factors f_b = ‖q_b‖/√d·EpsInflation as
+// 16-bit digits rounded up, dp2a against the token's 8-bit band codes c_b (kernels/meter/
+// witness_format.h), then one conversion and two products, each rounded up. Every step is exact
+// or rounds up, so the result is ≥ Σ_b f_b·c_b·U exactly; the rounding of the factors themselves
+// is EpsInflation's (cert_math.h). Tested against that sum in fp64 (tier_a_digits_test).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace witcert::cuda_kv {
+
+// Tier A's band factor f_b = ‖q_b‖/√d·EpsInflation of one query head as a 16-bit digit
+// q'_b = ⌈f_b / s_q⌉ ≥ f_b / s_q, with s_q the head's power of two that puts its largest factor
+// in [2^15, 2^16), or 2^-149 (the least fp32) below 2^-134: every q'_b ≤ 65535, and each exceeds
+// f_b / s_q by < 1, i.e. by < 2^-15 of the largest factor (for factors below 2^-134, by < 2^-149
+// absolute). Called by the nb lanes g·nb + b of a warp that hold head g's factors (a shuffle
+// group of nb lanes, nb a power of two ≤ 32). A head whose factors are all 0 gets digits 0
+// (ε = 0, as 0·c_b); one whose largest is not finite gets digits 1 and s_q = that value, so its
+// ε is ∞ or NaN as the products f_b·c_b gave it.
+struct BandFactorDigits {
+  uint32_t digit;
+  float scale;
+};
+__device__ __forceinline__ BandFactorDigits BandFactorDigitsOf(float f, int nb) {
+  float fmax = f;
+  for (int o = 1; o < nb; o <<= 1) fmax = fmaxf(fmax, __shfl_xor_sync(0xffffffffu, fmax, o));
+  if (!(fmax <= 3.4028234663852886e38f)) return {1u, fmax};  // ∞ or NaN
+  if (!(fmax > 0.0f)) return {0u, 1.0f};
+  int e = max(ilogbf(fmax) - 15, -149);  // fmax / 2^e ∈ [2^15, 2^16), or < 2^15
+  if (ceilf(scalbnf(fmax, -e)) > 65535.0f) ++e;
+  return {static_cast<uint32_t>(ceilf(scalbnf(f, -e))), scalbnf(1.0f, e)};  // scalbnf: exact here
+}
+
+// ε of one token for one head from its band codes (bytes of kc, band b at byte b % 4 of word
+// b / 4), unit U and the head's digits q [4] (bands 2j, 2j+1 in the low, high half of q[j]) and
+// their scale s_q: Σ q'_b·c_b < 8·2^16·2^8 exactly, then ⌈·⌉ to fp32, ·U and ·s_q rounded up.
+__device__ __forceinline__ float TierAEpsilonOfDigits(const uint32_t (&q)[4], uint2 kc, float unit, float scale) {
+  uint32_t sum = __dp2a_lo(q[0], kc.x, 0u);
+  sum = __dp2a_hi(q[1], kc.x, sum);
+  sum = __dp2a_lo(q[2], kc.y, sum);
+  sum = __dp2a_hi(q[3], kc.y, sum);
+  return __fmul_ru(__fmul_ru(__uint2float_ru(sum), unit), scale);
+}
+
+}  // namespace witcert::cuda_kv
