@@ -18,16 +18,20 @@ namespace witcert::cuda_kv {
 // f_b / s_q by < 1, i.e. by < 2^-15 of the largest factor (for factors below 2^-134, by < 2^-149
 // absolute). Called by the nb lanes g·nb + b of a warp that hold head g's factors (a shuffle
 // group of nb lanes, nb a power of two ≤ 32). A head whose factors are all 0 gets digits 0
-// (ε = 0, as 0·c_b); one whose largest is not finite gets digits 1 and s_q = that value, so its
-// ε is ∞ or NaN as the products f_b·c_b gave it.
+// (ε = 0, as 0·c_b); one with a NaN or ∞ factor gets digits 1 and s_q = NaN or ∞, so its ε is
+// NaN, or ∞ (NaN where Σ c_b·U = 0), as the products f_b·c_b gave it.
 struct BandFactorDigits {
   uint32_t digit;
   float scale;
 };
 __device__ __forceinline__ BandFactorDigits BandFactorDigitsOf(float f, int nb) {
-  float fmax = f;
-  for (int o = 1; o < nb; o <<= 1) fmax = fmaxf(fmax, __shfl_xor_sync(0xffffffffu, fmax, o));
-  if (!(fmax <= 3.4028234663852886e38f)) return {1u, fmax};  // ∞ or NaN
+  float fmax = f, nan = f == f ? 0.0f : 1.0f;  // fmaxf drops a NaN: flag it apart
+  for (int o = 1; o < nb; o <<= 1) {
+    fmax = fmaxf(fmax, __shfl_xor_sync(0xffffffffu, fmax, o));
+    nan = fmaxf(nan, __shfl_xor_sync(0xffffffffu, nan, o));
+  }
+  if (nan > 0.0f) return {1u, __int_as_float(0x7fc00000)};  // NaN, as NaN·c_b gave it
+  if (!(fmax <= 3.4028234663852886e38f)) return {1u, fmax};  // ∞
   if (!(fmax > 0.0f)) return {0u, 1.0f};
   int e = max(ilogbf(fmax) - 15, -149);  // fmax / 2^e ∈ [2^15, 2^16), or < 2^15
   if (ceilf(scalbnf(fmax, -e)) > 65535.0f) ++e;
