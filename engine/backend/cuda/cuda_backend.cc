@@ -83,6 +83,8 @@ CudaBackend::~CudaBackend() {
   if (certs_written_ != nullptr) cudaEventDestroy(certs_written_);
   if (certs_copied_ != nullptr) cudaEventDestroy(certs_copied_);
   if (cert_stream_ != nullptr) cudaStreamDestroy(cert_stream_);
+  if (sampling_staged_ != nullptr) cudaEventDestroy(sampling_staged_);
+  if (sample_stream_ != nullptr) cudaStreamDestroy(sample_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -98,6 +100,8 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&cert_stream_, cudaStreamNonBlocking));
   WITCERT_CUDA_OK(cudaEventCreateWithFlags(&certs_written_, cudaEventDisableTiming));
   WITCERT_CUDA_OK(cudaEventCreateWithFlags(&certs_copied_, cudaEventDisableTiming));
+  WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&sample_stream_, cudaStreamNonBlocking));
+  WITCERT_CUDA_OK(cudaEventCreateWithFlags(&sampling_staged_, cudaEventDisableTiming));
   WITCERT_CUBLAS_OK(cublasCreate(&cublas_));
   WITCERT_CUBLAS_OK(cublasSetStream(cublas_, stream_));
   WITCERT_CUBLAS_OK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
@@ -571,8 +575,12 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   if (!replayed) RETURN_IF_ERROR(enqueue());
   if (repair_step) SnapshotRepairStats();
   // Sampling after the step's (graph) work, on the same stream: it consumes the logits the
-  // host copy above has already taken. Rows without a request run greedy and are ignored.
-  if (any_device_sample) RETURN_IF_ERROR(SampleOnDevice(row_samples));
+  // host copy above has already taken. Rows without a request run greedy and are ignored. Its
+  // inputs are packed while the step runs and copied beside it.
+  if (any_device_sample) {
+    RETURN_IF_ERROR(StageSampling(row_samples));
+    RETURN_IF_ERROR(SampleOnDevice(m));
+  }
   WITCERT_CUDA_OK(cudaEventRecord(step_end_, stream_));
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
   float gpu_ms = 0.0f;

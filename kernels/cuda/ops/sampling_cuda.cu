@@ -4,11 +4,15 @@
 // the passes: max; the top-k key threshold by a 4-pass radix select over order-preserving
 // 32-bit keys of the logits; one pass writing the weights over the logits; the top-p weight
 // threshold by a 4-pass radix select on the weights' bits with fixed-point mass histograms;
-// chunk sums, a block scan, and one thread walking the chunk that holds the draw.
+// chunk sums, a block scan, and one thread walking the chunk that holds the draw. With the
+// argmax scratch, the max comes from a first launch over chunks of the rows (many CTAs a row)
+// instead of the row's CTA reading all of it.
 #include "kernels/cuda/ops/sampling_cuda.h"
 
 #include <cmath>
 #include <string>
+
+#include "kernels/cuda/dependent_launch.cuh"
 
 namespace witcert {
 namespace {
@@ -35,44 +39,104 @@ struct Shared {
   unsigned long long remaining;
 };
 
-// The first index holding the maximum (NaN skipped; -1 when every entry is NaN) and the
-// maximum itself, from the reduction: every thread gets both without reading the row again,
-// which other threads may already be overwriting with weights.
-__device__ int32_t BlockArgmax(const float* row, int64_t vocab, Shared& sh, float* max_value) {
-  float bv = -INFINITY;
-  int32_t bi = -1;
-  for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
-    const float v = row[j];
-    if (v == v && (bi < 0 || v > bv)) {
-      bv = v;
-      bi = static_cast<int32_t>(j);
-    }
-  }
+// (value, index) candidates for the first maximum: whether (ov, oi) beats (bv, bi) — a larger
+// value, or the same at a smaller index; index −1 is no candidate (NaN skipped).
+__device__ __forceinline__ bool Beats(float ov, int32_t oi, float bv, int32_t bi) {
+  return oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi));
+}
+
+// The block's best of every thread's candidate (bv, bi), blockDim.x threads (a multiple of 32,
+// ≤ kThreads): every thread gets it. red_v, red_i: [blockDim.x / 32] shared.
+__device__ int32_t BlockBestOf(float bv, int32_t bi, float* red_v, int32_t* red_i, float* max_value) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+    if (Beats(ov, oi, bv, bi)) {
       bv = ov;
       bi = oi;
     }
   }
   if ((threadIdx.x & 31) == 0) {
-    sh.fred[threadIdx.x >> 5] = bv;
-    sh.ired[threadIdx.x >> 5] = bi;
+    red_v[threadIdx.x >> 5] = bv;
+    red_i[threadIdx.x >> 5] = bi;
   }
   __syncthreads();
   float rv = -INFINITY;
   int32_t ri = -1;
-  for (int w = 0; w < kThreads / 32; ++w) {
-    const int32_t oi = sh.ired[w];
-    if (oi >= 0 && (ri < 0 || sh.fred[w] > rv || (sh.fred[w] == rv && oi < ri))) {
-      rv = sh.fred[w];
-      ri = oi;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) {
+    if (Beats(red_v[w], red_i[w], rv, ri)) {
+      rv = red_v[w];
+      ri = red_i[w];
     }
   }
   __syncthreads();
   *max_value = rv;
   return ri;
+}
+
+// The first index holding the maximum (NaN skipped; -1 when every entry is NaN) and the
+// maximum itself, from the reduction: every thread gets both without reading the row again,
+// which other threads may already be overwriting with weights. From the row, or from its
+// chunks' partials [chunks] (RowArgmaxChunksKernel) when `partials` is set.
+__device__ int32_t BlockArgmax(const float* row, int64_t vocab, const SampleArgmaxPartial* partials,
+                               int64_t chunks, Shared& sh, float* max_value) {
+  float bv = -INFINITY;
+  int32_t bi = -1;
+  if (partials != nullptr) {
+    for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {  // chunks in index order
+      const SampleArgmaxPartial e = partials[c];
+      if (Beats(e.value, e.index, bv, bi)) {
+        bv = e.value;
+        bi = e.index;
+      }
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
+      const float v = row[j];
+      if (v == v && (bi < 0 || v > bv)) {
+        bv = v;
+        bi = static_cast<int32_t>(j);
+      }
+    }
+  }
+  return BlockBestOf(bv, bi, sh.fred, sh.ired, max_value);
+}
+
+// The argmax launch: CTA (c, r) takes chunk c of row r, kChunkLen logits, each thread
+// kChunkPerThread of them with all its loads issued at once, and writes the chunk's first
+// maximum. Rows with penalties are left to SampleRowsKernel (their logits change first).
+constexpr int kChunkThreads = 256, kChunkPerThread = 16;
+constexpr int64_t kChunkLen = int64_t{kChunkThreads} * kChunkPerThread;
+int64_t ArgmaxChunks(int64_t vocab) { return (vocab + kChunkLen - 1) / kChunkLen; }
+
+__global__ void __launch_bounds__(kChunkThreads) RowArgmaxChunksKernel(const float* logits, int64_t vocab,
+                                                                       const SampleRowParams* params,
+                                                                       SampleArgmaxPartial* partials) {
+  __shared__ float red_v[kChunkThreads / 32];
+  __shared__ int32_t red_i[kChunkThreads / 32];
+  cuda_launch::AllowNextKernelToStart();  // SampleRowsKernel waits for this launch to end
+  const int64_t r = blockIdx.y;
+  if (params[r].penalty_count > 0) return;
+  const float* row = logits + r * vocab;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kChunkLen + threadIdx.x;
+  float v[kChunkPerThread];
+#pragma unroll
+  for (int k = 0; k < kChunkPerThread; ++k) {
+    const int64_t j = base + int64_t{k} * kChunkThreads;
+    v[k] = j < vocab ? row[j] : NAN;
+  }
+  float bv = -INFINITY;
+  int32_t bi = -1;
+#pragma unroll
+  for (int k = 0; k < kChunkPerThread; ++k) {  // increasing index: the first maximum stays
+    if (v[k] == v[k] && (bi < 0 || v[k] > bv)) {
+      bv = v[k];
+      bi = static_cast<int32_t>(base + int64_t{k} * kChunkThreads);
+    }
+  }
+  float top = 0.0f;
+  const int32_t best = BlockBestOf(bv, bi, red_v, red_i, &top);
+  if (threadIdx.x == 0) partials[r * gridDim.x + blockIdx.x] = SampleArgmaxPartial{top, best};
 }
 
 // Inclusive prefix sum of one value per thread (Hillis–Steele in shared memory); returns this
@@ -135,8 +199,11 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(float* logits, int6
                                                              const SampleRowParams* params,
                                                              const int32_t* pen_tokens,
                                                              const int32_t* pen_counts,
-                                                             int32_t* out) {
+                                                             int32_t* out,
+                                                             const SampleArgmaxPartial* partials,
+                                                             int64_t chunks) {
   __shared__ Shared sh;
+  cuda_launch::WaitForPreviousKernel();  // the argmax launch, when there is one
   const SampleRowParams p = params[blockIdx.x];
   float* row = logits + blockIdx.x * vocab;  // [vocab]
   for (int32_t e = threadIdx.x; e < p.penalty_count; e += kThreads) {
@@ -148,7 +215,9 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(float* logits, int6
   }
   __syncthreads();
   float top = 0.0f;
-  const int32_t best = BlockArgmax(row, vocab, sh, &top);
+  const SampleArgmaxPartial* row_partials =
+      partials != nullptr && p.penalty_count == 0 ? partials + blockIdx.x * chunks : nullptr;
+  const int32_t best = BlockArgmax(row, vocab, row_partials, chunks, sh, &top);
   if (p.temperature <= 0.0f || best < 0) {
     if (threadIdx.x == 0) out[blockIdx.x] = best < 0 ? 0 : best;
     return;
@@ -222,22 +291,28 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(float* logits, int6
 
 }  // namespace
 
+int64_t SampleArgmaxScratchEntries(int64_t n, int64_t vocab) { return n * ArgmaxChunks(vocab); }
+
 CudaStatus SampleRowsCuda(float* logits, int64_t n, int64_t vocab, const SampleRowParams* params,
                           const int32_t* penalty_tokens, const int32_t* penalty_counts,
-                          int32_t* out, cudaStream_t stream) {
+                          int32_t* out, cudaStream_t stream, SampleArgmaxPartial* argmax_scratch) {
   if (n <= 0) return CudaStatus::Ok();
-  if (vocab <= 0 || vocab >= (int64_t{1} << 31) || n > 0x7fffffff) {
-    return CudaStatus::Error("SampleRowsCuda: vocab must be in [1, 2^31) and rows < 2^31");
+  if (vocab <= 0 || vocab >= (int64_t{1} << 31) || n > 0xffff) {
+    return CudaStatus::Error("SampleRowsCuda: vocab must be in [1, 2^31) and rows ≤ 65535");
   }
   if (logits == nullptr || params == nullptr || out == nullptr) {
     return CudaStatus::Error("SampleRowsCuda: null argument");
   }
-  SampleRowsKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(logits, vocab, params,
-                                                                      penalty_tokens,
-                                                                      penalty_counts, out);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return CudaStatus::Error(std::string("SampleRowsKernel: ") + cudaGetErrorString(err));
-  return CudaStatus::Ok();
+  const int64_t chunks = ArgmaxChunks(vocab);
+  if (argmax_scratch != nullptr) {
+    RowArgmaxChunksKernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(n)), kChunkThreads, 0,
+                            stream>>>(logits, vocab, params, argmax_scratch);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return CudaStatus::Error(std::string("RowArgmaxChunksKernel: ") + cudaGetErrorString(err));
+  }
+  return cuda_launch::Launch(SampleRowsKernel, dim3(static_cast<unsigned>(n)), dim3(kThreads), 0, stream,
+                             /*overlap_previous=*/argmax_scratch != nullptr, logits, vocab, params, penalty_tokens,
+                             penalty_counts, out, static_cast<const SampleArgmaxPartial*>(argmax_scratch), chunks);
 }
 
 }  // namespace witcert

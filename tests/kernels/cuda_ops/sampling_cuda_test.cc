@@ -5,7 +5,8 @@
 // token-id order. Feeding N stratified uniforms u_j = (j + ½)/N, the number of draws that
 // land on token i is the number of grid points in an interval of length p_i: within ±1 of
 // N·p_i (the kernel's fixed-point weights move p_i by < 2^-40). A token outside the kept set
-// must never be drawn.
+// must never be drawn. Every call runs both ways, with the argmax scratch (the row's maximum from
+// a first launch over chunks) and without (the row's CTA scans it), and expects the same tokens.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -24,6 +25,26 @@ using testing::Dev;
 struct Penalty {
   int32_t token, count;
 };
+
+// SampleRowsCuda on rows [n, vocab] both ways (file comment), each on its own copy of the rows
+// (the kernel overwrites them); expects the same tokens and returns them.
+std::vector<int32_t> Sample(const std::vector<float>& rows, int64_t n, int64_t vocab,
+                            const std::vector<SampleRowParams>& params, const int32_t* dtok = nullptr,
+                            const int32_t* dcnt = nullptr) {
+  Dev<SampleRowParams> dp(params);
+  std::vector<int32_t> got[2];
+  for (int chunked = 0; chunked < 2; ++chunked) {
+    Dev<float> drows(rows);
+    Dev<SampleArgmaxPartial> scratch(static_cast<size_t>(SampleArgmaxScratchEntries(n, vocab)));
+    Dev<int32_t> out(static_cast<size_t>(n), 0xff);
+    const CudaStatus st = SampleRowsCuda(drows.get(), n, vocab, dp.get(), dtok, dcnt, out.get(), 0,
+                                         chunked ? scratch.get() : nullptr);
+    EXPECT_TRUE(st.ok) << st.message;
+    got[chunked] = out.Get();
+  }
+  EXPECT_EQ(got[1], got[0]) << "the chunked argmax changed a token";
+  return got[0];
+}
 
 // The kept distribution [vocab] in double; all zeros but one 1 for greedy.
 std::vector<double> Expected(std::vector<float> l, const SampleRowParams& p, const std::vector<Penalty>& pen) {
@@ -83,12 +104,8 @@ void CheckDistribution(const std::vector<float>& logits, SampleRowParams p, cons
     params[j].penalty_offset = 0;
     params[j].penalty_count = static_cast<int32_t>(pen.size());
   }
-  Dev<float> drows(rows);
-  Dev<SampleRowParams> dparams(params);
   Dev<int32_t> dtok(tok.empty() ? std::vector<int32_t>{0} : tok), dcnt(cnt.empty() ? std::vector<int32_t>{0} : cnt);
-  Dev<int32_t> out(static_cast<size_t>(n), 0xff);
-  EXPECT_KERNEL_OK(SampleRowsCuda(drows.get(), n, vocab, dparams.get(), dtok.get(), dcnt.get(), out.get(), 0));
-  const std::vector<int32_t> got = out.Get();
+  const std::vector<int32_t> got = Sample(rows, n, vocab, params, dtok.get(), dcnt.get());
   const std::vector<double> want = Expected(logits, p, pen);
   std::vector<int64_t> count(vocab, 0);
   for (int32_t t : got) {
@@ -113,11 +130,7 @@ TEST(SampleRowsCudaTest, GreedyIsTheFirstMaximumAndSkipsNaN) {
   std::vector<float> l = {1.0f, 3.0f, NAN, 3.0f, -2.0f};
   SampleRowParams p;
   p.temperature = 0.0f;
-  Dev<float> dl(l);
-  Dev<SampleRowParams> dp(std::vector<SampleRowParams>{p});
-  Dev<int32_t> out(1, 0xff);
-  EXPECT_KERNEL_OK(SampleRowsCuda(dl.get(), 1, 5, dp.get(), nullptr, nullptr, out.get(), 0));
-  EXPECT_EQ(out.Get()[0], 1);
+  EXPECT_EQ(Sample(l, 1, 5, {p})[0], 1);
 }
 
 // Greedy over long rows (many elements per thread, the last stride partial) with NaNs and tied
@@ -137,13 +150,27 @@ TEST(SampleRowsCudaTest, GreedyLongRowsFirstOfTiedMaxima) {
       }
       SampleRowParams p;
       p.temperature = 0.0f;
-      Dev<float> dl(l);
-      Dev<SampleRowParams> dp(std::vector<SampleRowParams>{p});
-      Dev<int32_t> out(1, 0xff);
-      EXPECT_KERNEL_OK(SampleRowsCuda(dl.get(), 1, vocab, dp.get(), nullptr, nullptr, out.get(), 0));
-      EXPECT_EQ(out.Get()[0], want) << "vocab " << vocab << " seed " << seed;
+      EXPECT_EQ(Sample(l, 1, vocab, {p})[0], want) << "vocab " << vocab << " seed " << seed;
     }
   }
+}
+
+// The chunked argmax's edges: a first chunk all NaN, the maximum tied across a chunk boundary
+// (the earlier one wins), a row all NaN (token 0), rows of different lengths in chunks.
+TEST(SampleRowsCudaTest, GreedyChunkEdges) {
+  SKIP_WITHOUT_GPU();
+  const int64_t vocab = 3 * 4096 + 17;
+  std::vector<float> row = testing::RandomFloats(vocab, 3, -4.0f, 4.0f);
+  for (int64_t j = 0; j < 4096; ++j) row[j] = NAN;
+  row[2 * 4096 - 1] = row[2 * 4096] = 5.0f;  // last of chunk 1, first of chunk 2
+  row[vocab - 1] = 5.0f;
+  std::vector<float> rows = row;
+  rows.insert(rows.end(), vocab, NAN);
+  SampleRowParams p;
+  p.temperature = 0.0f;
+  const std::vector<int32_t> got = Sample(rows, 2, vocab, {p, p});
+  EXPECT_EQ(got[0], 2 * 4096 - 1);
+  EXPECT_EQ(got[1], 0);
 }
 
 TEST(SampleRowsCudaTest, DistributionMatchesTheFilteredSoftmax) {
@@ -188,11 +215,7 @@ TEST(SampleRowsCudaTest, LargeVocabularyMixedRows) {
   params[2].uniform = 0.3;
   params[3].temperature = 1.0f;
   params[3].uniform = 0.5;
-  Dev<float> drows(rows);
-  Dev<SampleRowParams> dp(params);
-  Dev<int32_t> out(4, 0xff);
-  EXPECT_KERNEL_OK(SampleRowsCuda(drows.get(), 4, vocab, dp.get(), nullptr, nullptr, out.get(), 0));
-  const std::vector<int32_t> got = out.Get();
+  const std::vector<int32_t> got = Sample(rows, 4, vocab, params);
   EXPECT_EQ(got[0], 4242);
   EXPECT_EQ(got[1], 4242);
   EXPECT_EQ(got[2], 4242);
