@@ -82,6 +82,7 @@ CudaBackend::~CudaBackend() {
   if (step_end_ != nullptr) cudaEventDestroy(step_end_);
   if (certs_written_ != nullptr) cudaEventDestroy(certs_written_);
   if (certs_copied_ != nullptr) cudaEventDestroy(certs_copied_);
+  if (certs_on_host_ != nullptr) cudaEventDestroy(certs_on_host_);
   if (cert_stream_ != nullptr) cudaStreamDestroy(cert_stream_);
   if (sampling_staged_ != nullptr) cudaEventDestroy(sampling_staged_);
   if (sample_stream_ != nullptr) cudaStreamDestroy(sample_stream_);
@@ -100,6 +101,7 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&cert_stream_, cudaStreamNonBlocking));
   WITCERT_CUDA_OK(cudaEventCreateWithFlags(&certs_written_, cudaEventDisableTiming));
   WITCERT_CUDA_OK(cudaEventCreateWithFlags(&certs_copied_, cudaEventDisableTiming));
+  WITCERT_CUDA_OK(cudaEventCreateWithFlags(&certs_on_host_, cudaEventDisableTiming));
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&sample_stream_, cudaStreamNonBlocking));
   WITCERT_CUDA_OK(cudaEventCreateWithFlags(&sampling_staged_, cudaEventDisableTiming));
   WITCERT_CUBLAS_OK(cublasCreate(&cublas_));
@@ -499,6 +501,13 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                                       cert_stream_));
       WITCERT_CUDA_OK(cudaMemcpyAsync(out_norm_host_.get(), out_norm_.get(), cells * 4,
                                       cudaMemcpyDeviceToHost, cert_stream_));
+      // For the host, before the join's record; while capturing, as an event node of the graph
+      // (the external flag is invalid outside a capture).
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      WITCERT_CUDA_OK(cudaStreamIsCapturing(cert_stream_, &capturing));
+      WITCERT_CUDA_OK(cudaEventRecordWithFlags(
+          certs_on_host_, cert_stream_,
+          capturing == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
       WITCERT_CUDA_OK(cudaEventRecord(certs_copied_, cert_stream_));
     }
     // Logits of the last row of each item that asks for them, in batch order.
@@ -582,7 +591,15 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     RETURN_IF_ERROR(SampleOnDevice(m));
   }
   WITCERT_CUDA_OK(cudaEventRecord(step_end_, stream_));
+  // Cells in the CPU backend's order: per layer, per token, per head. Outside repair steps they
+  // need only the certificates, on the host once certs_on_host_ has fired, so they are built
+  // while the LM head and the sampling still run.
+  if (!repair_step) {
+    if (any_meter) WITCERT_CUDA_OK(cudaEventSynchronize(certs_on_host_));
+    BuildCells(batch, first_row, s, rstep, /*repair_step=*/false, result);
+  }
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+  if (repair_step) BuildCells(batch, first_row, s, rstep, /*repair_step=*/true, result);
   float gpu_ms = 0.0f;
   last_step_gpu_ms_ = cudaEventElapsedTime(&gpu_ms, step_begin_, step_end_) == cudaSuccess ? gpu_ms : 0.0;
   if (logits_to_host) {
@@ -598,7 +615,12 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     }
   }
 
-  // Cells in the CPU backend's order: per layer, per token, per head.
+  return absl::OkStatus();
+}
+
+void CudaBackend::BuildCells(absl::Span<const ForwardItem> batch, const std::vector<int64_t>& first_row,
+                             int64_t s, const RepairStep& rstep, bool repair_step, ForwardResult* result) {
+  const int32_t layers = config_.num_layers, hq = config_.num_heads;
   result->cells.assign(batch.size(), {});
   const bool tier_b_scheme = SchemeInfo(layout_.scheme).tier_b;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -639,7 +661,6 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       }
     });
   }
-  return absl::OkStatus();
 }
 
 }  // namespace witcert

@@ -152,6 +152,11 @@ class CudaBackend : public Backend {
     std::vector<Cell> cells;               // [L, S, Hq]
   };
   class BlockEvents;  // KvBlockObserver → the repair bookkeeping
+  // result->cells: one vector per item of `batch`, the step's cells (per layer, token, head) for
+  // items with a gate policy past their prompt, from the certificates on the host (cert_host_,
+  // out_norm_host_; with the repair step's first checks and page-ins).
+  void BuildCells(absl::Span<const ForwardItem> batch, const std::vector<int64_t>& first_row, int64_t s,
+                  const RepairStep& rstep, bool repair_step, ForwardResult* result);
   CudaBackend(const ModelConfig& config, std::unique_ptr<KvCache> kv);
   // Creates the pinned store, the device cache and its table, the copy stream (first use).
   absl::Status EnsureRepairState();
@@ -242,6 +247,7 @@ class CudaBackend : public Backend {
   // the last layer, joined before the step's sampling.
   cudaStream_t cert_stream_ = nullptr;
   cudaEvent_t certs_written_ = nullptr, certs_copied_ = nullptr;
+  cudaEvent_t certs_on_host_ = nullptr;  // the step's certificates have reached the host
   cudaStream_t sample_stream_ = nullptr;  // StageSampling's copies
   cudaEvent_t sampling_staged_ = nullptr;
   double last_step_gpu_ms_ = 0;
