@@ -39,8 +39,8 @@
 //    no per-token ‖ṽ‖), then ε̂ / weight / digits / certificate terms per head. Tier A's
 //    Σ_b f_b·c_b runs in integers: the head's band factors f_b as 16-bit digits (rounded up),
 //    four dp2a against the 8 code bytes, one conversion and two products rounded up
-//    (TierAEpsilonOfDigits): 14 instructions a token for two heads where the fp32 form took 34
-//    (1.5–2% off the metered kernel, bench/RESULTS.md fourteenth session). The value loop then
+//    (TierAEpsilonOfDigits): in the source, 14 operations a token for two heads where the fp32
+//    form had 34 (1.5–2% off the metered kernel, bench/RESULTS.md fourteenth session). The value loop then
 //    does nothing but MMAs.
 //  * A rows: row gid (gid < 4: head gid digit 0, else head gid−4 digit 2), row gid+8 the next
 //    digit, so lane gid holds digits {0,1} and lane gid+4 digits {2,3} of one head.

@@ -586,10 +586,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   // Sampling after the step's (graph) work, on the same stream: it consumes the logits the
   // host copy above has already taken. Rows without a request run greedy and are ignored. Its
   // inputs are packed while the step runs and copied beside it.
-  if (any_device_sample) {
-    RETURN_IF_ERROR(StageSampling(row_samples));
-    RETURN_IF_ERROR(SampleOnDevice(m));
-  }
+  if (any_device_sample) RETURN_IF_ERROR(SampleOnDevice(row_samples));
   WITCERT_CUDA_OK(cudaEventRecord(step_end_, stream_));
   // Cells in the CPU backend's order: per layer, per token, per head. Outside repair steps they
   // need only the certificates, on the host once certs_on_host_ has fired, so they are built

@@ -183,13 +183,11 @@ class CudaBackend : public Backend {
   absl::Status GrowScratch(int64_t rows, int64_t decode_rows, int64_t logit_rows,
                            int64_t max_blocks, bool repair);
   void DropGraphs();
-  // Device sampling of the logits rows (logits order) that have a request, in two parts, both
-  // called once the step's work is queued. StageSampling packs the rows' parameters and penalty
-  // lists while the step runs and copies them on sample_stream_, beside the step instead of
-  // between its last kernel and the sampling; SampleOnDevice samples on stream_ (behind those
-  // copies) into sampled_host_ (valid after the stream syncs).
-  absl::Status StageSampling(const std::vector<const SampleRequest*>& rows);
-  absl::Status SampleOnDevice(int64_t rows);
+  // Samples the logits rows (logits order) that have a request, into sampled_host_ (valid after
+  // stream_ syncs). Called once the step's work is queued: the rows' parameters and penalty lists
+  // are packed while the step runs and copied on sample_stream_, beside the step instead of
+  // between its last kernel and the sampling, which runs on stream_ behind those copies.
+  absl::Status SampleOnDevice(const std::vector<const SampleRequest*>& rows);
   // The projections (cuda_projections.cc).
   // y = W · bf16(x) from fp32 rows x [n, cols], RMS-normalized first when norm_weight is set:
   // one fused GEMV at batch 1 (GemvBf16FromF32Cuda, the same bits), else RmsNormCuda or
@@ -248,7 +246,7 @@ class CudaBackend : public Backend {
   cudaStream_t cert_stream_ = nullptr;
   cudaEvent_t certs_written_ = nullptr, certs_copied_ = nullptr;
   cudaEvent_t certs_on_host_ = nullptr;  // the step's certificates have reached the host
-  cudaStream_t sample_stream_ = nullptr;  // StageSampling's copies
+  cudaStream_t sample_stream_ = nullptr;  // SampleOnDevice's copies
   cudaEvent_t sampling_staged_ = nullptr;
   double last_step_gpu_ms_ = 0;
   // Host threads that turn a step's certificates into CellRecords (a 2048-row prompt chunk of
@@ -283,7 +281,6 @@ class CudaBackend : public Backend {
   DeviceArray<int32_t> sampled_;
   PinnedArray<int32_t> sampled_host_;
   DeviceArray<SampleArgmaxPartial> argmax_scratch_;  // [SampleArgmaxScratchEntries(M, vocab)]
-  int64_t penalty_entries_ = 0;  // StageSampling's penalty lists, 0 when no row has one
 
   // ---- gate repair (null until the first repair-mode item) ----
   struct RepairState {

@@ -1,6 +1,6 @@
-// CudaBackend's device sampling: the step's sampling parameters and penalty lists packed for
-// kernels/cuda/ops/sampling_cuda.h and copied beside the step (StageSampling), the sampling run
-// after the logits on the backend's stream (SampleOnDevice).
+// CudaBackend::SampleOnDevice: the step's sampling parameters and penalty lists packed for
+// kernels/cuda/ops/sampling_cuda.h and copied on a side stream while the step runs, the sampling
+// run after the logits on the backend's stream.
 #include <algorithm>
 #include <vector>
 
@@ -11,7 +11,7 @@
 
 namespace witcert {
 
-absl::Status CudaBackend::StageSampling(const std::vector<const SampleRequest*>& rows) {
+absl::Status CudaBackend::SampleOnDevice(const std::vector<const SampleRequest*>& rows) {
   const int64_t m = static_cast<int64_t>(rows.size());
   // Penalty lists: each row's distinct generated tokens with their counts.
   std::vector<int32_t> tokens, counts;
@@ -42,8 +42,8 @@ absl::Status CudaBackend::StageSampling(const std::vector<const SampleRequest*>&
     }
     p.penalty_count = static_cast<int32_t>(tokens.size()) - p.penalty_offset;
   }
-  penalty_entries_ = static_cast<int64_t>(tokens.size());
-  const int64_t np = std::max<int64_t>(1, penalty_entries_);
+  const bool any_penalty = !tokens.empty();
+  const int64_t np = std::max<int64_t>(1, static_cast<int64_t>(tokens.size()));
   RETURN_IF_ERROR(sample_params_.Grow(m));
   RETURN_IF_ERROR(sample_params_host_.Grow(m));
   RETURN_IF_ERROR(penalties_.Grow(2 * np));
@@ -58,21 +58,16 @@ absl::Status CudaBackend::StageSampling(const std::vector<const SampleRequest*>&
   // them on stream_, which Forward synchronizes.
   WITCERT_CUDA_OK(cudaMemcpyAsync(sample_params_.get(), sample_params_host_.get(),
                                   m * sizeof(SampleRowParams), cudaMemcpyHostToDevice, sample_stream_));
-  if (penalty_entries_ > 0) {
+  if (any_penalty) {
     WITCERT_CUDA_OK(cudaMemcpyAsync(penalties_.get(), penalties_host_.get(), 2 * np * 4,
                                     cudaMemcpyHostToDevice, sample_stream_));
   }
   WITCERT_CUDA_OK(cudaEventRecord(sampling_staged_, sample_stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::SampleOnDevice(int64_t m) {
   WITCERT_CUDA_OK(cudaStreamWaitEvent(stream_, sampling_staged_, 0));
-  const int64_t np = std::max<int64_t>(1, penalty_entries_);
-  const int32_t* tokens = penalty_entries_ > 0 ? penalties_.get() : nullptr;
-  const int32_t* counts = penalty_entries_ > 0 ? penalties_.get() + np : nullptr;
-  WITCERT_KERNEL_OK(SampleRowsCuda(logits_.get(), m, config_.vocab_size, sample_params_.get(), tokens,
-                                   counts, sampled_.get(), stream_, argmax_scratch_.get()));
+  WITCERT_KERNEL_OK(SampleRowsCuda(logits_.get(), m, config_.vocab_size, sample_params_.get(),
+                                   any_penalty ? penalties_.get() : nullptr,
+                                   any_penalty ? penalties_.get() + np : nullptr, sampled_.get(), stream_,
+                                   argmax_scratch_.get()));
   WITCERT_CUDA_OK(cudaMemcpyAsync(sampled_host_.get(), sampled_.get(), m * 4,
                                   cudaMemcpyDeviceToHost, stream_));
   return absl::OkStatus();

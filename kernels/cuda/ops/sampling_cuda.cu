@@ -297,8 +297,11 @@ CudaStatus SampleRowsCuda(float* logits, int64_t n, int64_t vocab, const SampleR
                           const int32_t* penalty_tokens, const int32_t* penalty_counts,
                           int32_t* out, cudaStream_t stream, SampleArgmaxPartial* argmax_scratch) {
   if (n <= 0) return CudaStatus::Ok();
-  if (vocab <= 0 || vocab >= (int64_t{1} << 31) || n > 0xffff) {
-    return CudaStatus::Error("SampleRowsCuda: vocab must be in [1, 2^31) and rows ≤ 65535");
+  if (vocab <= 0 || vocab >= (int64_t{1} << 31) || n > 0x7fffffff) {
+    return CudaStatus::Error("SampleRowsCuda: vocab must be in [1, 2^31) and rows < 2^31");
+  }
+  if (argmax_scratch != nullptr && n > 0xffff) {  // the argmax launch's grid rows
+    return CudaStatus::Error("SampleRowsCuda: at most 65535 rows with the argmax scratch");
   }
   if (logits == nullptr || params == nullptr || out == nullptr) {
     return CudaStatus::Error("SampleRowsCuda: null argument");

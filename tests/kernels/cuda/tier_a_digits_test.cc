@@ -2,7 +2,7 @@
 // Σ_b f_b·c_b·U in fp64: never below it (the bound must stay sound), and above it by no more than
 // the digits' rounding (< 1 digit unit a band) and the three upward roundings. Random heads and
 // the edges: a largest factor whose digit rounds up to 2^16 (the exponent moves up), factors
-// spread over 2^60, subnormal and all-zero heads, units of 0 and near the fp32 maximum, codes 0
+// spread over 2^200, subnormal and all-zero heads, units of 0 and near the fp32 maximum, codes 0
 // and 255; a non-finite factor gives a non-finite ε.
 #include <algorithm>
 #include <cmath>
