@@ -30,21 +30,29 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/f16_mma_ops.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/cuda/tier_a_digits.cuh"
 
 namespace witcert::cuda_kv {
 
-template <int GMAX>
+template <int GMAX, bool TCV>
 struct PipeSmem {
-  float wt[GMAX][kStageTokens];   // weights of the current V stage
+  float wt[TCV ? 1 : GMAX][kStageTokens];  // weights of the current V stage (CUDA-core values)
+  // TCV: the weights' fp16 digits [head·2 + digit, token] (WeightDigitsF16), rows padded to 72
+  // halves (36 words) so the B-fragment loads of one warp hit 32 distinct banks.
+  uint16_t wt16[TCV ? 2 * GMAX : 1][TCV ? kStageTokens + 8 : 2];
   float m[GMAX];
   float eta[GMAX];
   float red[kWarps][GMAX];
   float vmax[kWarps];
   float qbn[GMAX][64];            // query band norms ‖q_b‖
   double q1[GMAX][64];            // per-band Σ|q_c| (Tier B ‖q‖₁)
+  uint32_t qbn16[GMAX][4];        // B = 8: Tier A's band factors as 16-bit digits [head, band pair]
+  float qbn_scale[GMAX];          // and their unit per head (BandFactorDigits)
   float tierb[GMAX];
   // [kWarps] CertPartial, raw storage: a __shared__ object may not have initializers.
   alignas(8) unsigned char wpart_raw[kWarps][sizeof(meter::CertPartial)];
@@ -64,8 +72,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int NP = kStageTokens / TPH;  // tokens per thread per stage in that step
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
+  // fp16 at d = 128: the value pass on tensor cores (f16_mma_ops.cuh). Each warp owns 16
+  // channels: A = the stage's values transposed (channels × tokens, ldmatrix.trans), B = the
+  // weights as two fp16 digits per head (tokens × (head, digit)). The stage's code rows are then
+  // stored with their 16-byte chunks XOR-swizzled by token % 8, so both the K pass's row reads
+  // and the transposing loads are free of bank conflicts.
+  constexpr bool kTcV = std::is_same_v<C, DevFp16> && D == 128;
   extern __shared__ __align__(128) uint8_t dsm[];
-  __shared__ PipeSmem<GMAX> sm;
+  __shared__ PipeSmem<GMAX, kTcV> sm;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int sub = lane / LPT, part = lane % LPT, ch0 = part * 8;
@@ -109,7 +123,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         const int grp = ci / CPG, r = ci % CPG;
         bool ok;
         const int64_t v0 = group_vec(grp, &ok);
-        CpAsync16(st + sl.codes + grp * 8 * CB + r * 16, codes + v0 * cbytes + r * 16, ok);
+        // kTcV: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16).
+        const int dr = kTcV ? (r & ~15) | ((r & 15) ^ (r >> 4)) : r;
+        CpAsync16(st + sl.codes + grp * 8 * CB + dr * 16, codes + v0 * cbytes + r * 16, ok);
       }
       if constexpr (NS > 0) {
         const uint8_t* sc = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
@@ -182,6 +198,17 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (tid < GMAX) {  // read after the next barrier
       sm.tierb[tid] = tid < G ? TierBCoefficientOfHead<D, C::kTierB>(sm, tid, nb, Sctx, p.delta_loc) : 0.0f;
     }
+    // B = 8: each head's band factors ‖q_b‖/√d·EpsInflation as 16-bit digits rounded up, for
+    // the per-token ε by dp2a (TierAEpsilonOfDigits, as the tensor-core kernel): lane g·8 + b of
+    // the first GMAX/4 warps; heads ≥ G get factors 0. Read after the next barrier.
+    if (kWit && nb == 8 && tid < GMAX * 8) {
+      const int g = tid / 8, b = tid % 8;
+      const float f = g < G ? (sm.qbn[g][b] * inv_sqrt_d) * meter::EpsInflation(D, nb) : 0.0f;
+      const BandFactorDigits bd = BandFactorDigitsOf(f, 8);
+      const uint32_t partner = __shfl_down_sync(0xffffffffu, bd.digit, 1);  // band b + 1's
+      if (b % 2 == 0) sm.qbn16[g][b / 2] = bd.digit | (partner << 16);
+      if (b == 0) sm.qbn_scale[g] = bd.scale;
+    }
   }
 
   // ---- pass 1: logits of the whole split -------------------------------------------------
@@ -229,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       const int j = u * kWarps * TPW + warp * TPW + sub;
       const int64_t t = sb + j;
       uint32_t raw[NW];
-      LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
+      LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + (kTcV ? part ^ (j & 7) : part) * C::kBytes, raw);
       float sc = 1.0f;
       if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
       bool valid = true;
@@ -314,15 +341,38 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // sm.m / sm.eta become visible at the first V stage's barrier.
 
   // ---- pass 2: per V stage, weights + meter, then values ------------------------------------
-  float acc[GMAX][8];
+  // CUDA-core values: acc [GMAX heads, the lane's 8 channels]. kTcV: vacc [GMAX/4 n-tiles, 4]
+  // the MMA's fp32 D fragments, column 2·tig + {0, 1} = head 4·tile + tig's two digits, rows
+  // channels 16·warp + gid and + 8 (summed per stage, then added here: one rounding a stage).
+  constexpr int NT = kTcV ? GMAX / 4 : 1;
+  float acc[kTcV ? 1 : GMAX][8];
+  float vacc[NT][4];
 #pragma unroll
-  for (int g = 0; g < GMAX; ++g) {
+  for (int g = 0; g < (kTcV ? 1 : GMAX); ++g) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
   }
+#pragma unroll
+  for (int n = 0; n < NT; ++n) vacc[n][0] = vacc[n][1] = vacc[n][2] = vacc[n][3] = 0.0f;
+  auto store_weight = [&](int g, int jj, float w) {
+    if constexpr (kTcV) {
+      const uint32_t d = WeightDigitsF16(w);
+      sm.wt16[2 * g][jj] = static_cast<uint16_t>(d);
+      sm.wt16[2 * g + 1][jj] = static_cast<uint16_t>(d >> 16);
+    } else {
+      sm.wt[g][jj] = w;
+    }
+  };
   meter::CertPartial cp;  // head tid / TPH: warp-uniform
   float vmax = 0.0f;      // max over the thread's valid tokens of ν (the exact scheme: ‖ṽ‖)
   const float infl = meter::EpsInflation(D, nb);
+  uint32_t qd[4] = {0, 0, 0, 0};  // B = 8: head tid / TPH's band factor digits and their unit
+  float qds = 0.0f;
+  if (kWit && nb == 8 && tid / TPH < GMAX) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) qd[j] = sm.qbn16[tid / TPH][j];
+    qds = sm.qbn_scale[tid / TPH];
+  }
   for (int k = n_st; k < 2 * n_st; ++k) {
     CpAsyncWait<S - 2>();
     __syncthreads();
@@ -349,23 +399,21 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           cp.count += 1;
           cp.chain += 1;
         }
-        if (g < GMAX) sm.wt[g][jj] = w;
+        if (g < GMAX) store_weight(g, jj, w);
       } else {
-        const float mg = sm.m[g];
         const int64_t li = t - begin < 0 ? 0 : (t - begin < p.lcap ? t - begin : p.lcap - 1);
         const float l = logits[g * p.lcap + li];
+        const float mg = sm.m[g];
         const float w = valid ? expf(l - mg) : 0.0f;
+        if (g < GMAX) store_weight(g, jj, w);
         float rho = 0.0f;
         cp.m = valid ? mg : cp.m;
         float e = 0.0f;
         if constexpr (kWit) {
           const uint8_t* kc = st + sl.kwit + jj * nb;
           const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[jj]);
-          if (nb == 8) {
-            const uint2 raw = *reinterpret_cast<const uint2*>(kc);
-            float w8[8];
-            DecodeBandCodes8(raw.x, raw.y, unit, w8);
-            e = meter::TierAEpsilon(sm.qbn[g], w8, 8, inv_sqrt_d, infl);
+          if (nb == 8) {  // ε ≥ Σ_b f_b·c_b·U in integers, rounded up (tier_a_digits.cuh)
+            e = TierAEpsilonOfDigits(qd, *reinterpret_cast<const uint2*>(kc), unit, qds);
           } else {
             float wb[64];
             for (int b = 0; b < nb; ++b) wb[b] = meter::BandWitnessBound(kc[b], unit);
@@ -388,38 +436,72 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         } else {
           meter::PartialAddTokenCommon(&cp, valid, w, e, rho);
         }
-        if (g < GMAX) sm.wt[g][jj] = w;
+      }
+    }
+    if constexpr (kTcV) {
+      // An edge stage's tokens outside [begin, end) may hold any bits (slots not yet written):
+      // zero their rows, since a 0 weight times a NaN code would still reach the MMA's sums.
+      if (edge && tid < kStageTokens && !(sb + tid >= begin && sb + tid < end)) {
+        uint4* row = reinterpret_cast<uint4*>(const_cast<uint8_t*>(st) + sl.codes + tid * CB);
+#pragma unroll
+        for (int i = 0; i < CB / 16; ++i) row[i] = make_uint4(0, 0, 0, 0);
       }
     }
     __syncthreads();
     // (b) values
+    if constexpr (kTcV) {
+      const int gid = lane >> 2, tig = lane & 3;
+      // ldmatrix rows: matrix i = lane / 8 covers tokens 8·(i / 2) + [0, 8) of the k-step and
+      // channels 16·warp + 8·(i % 2) + [0, 8): chunk 2·warp + i % 2 of row lane % 8, swizzled.
+      const int arow_tok = ((lane >> 4) & 1) * 8 + (lane & 7), arow_chunk = (2 * warp + ((lane >> 3) & 1)) ^ (lane & 7);
+      const uint32_t arow = static_cast<uint32_t>(__cvta_generic_to_shared(st + sl.codes)) + arow_tok * CB + (arow_chunk << 4);
+      float sacc[NT][4];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = u * kWarps * TPW + warp * TPW + sub;
-      const int64_t t = sb + j;
-      uint32_t raw[NW];
-      LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
-      float sc = 1.0f;
-      if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
-      bool valid = true;
-      if (edge) valid = t >= begin && t < end;
-      DecodeCtx ctx{0ull, ch0, true};
-      float x[8];
-      C::Decode8(raw, ctx, x);
-      if (!valid) {
-        sc = 0.0f;
+      for (int n = 0; n < NT; ++n) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+      for (int ks = 0; ks < kStageTokens / 16; ++ks) {
+        uint32_t a[4];
+        LdMatrixX4Trans(a, arow + ks * 16 * CB);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const uint16_t* wr = &sm.wt16[n * 8 + gid][ks * 16 + 2 * tig];
+          MmaF16(sacc[n], a, *reinterpret_cast<const uint32_t*>(wr), *reinterpret_cast<const uint32_t*>(wr + 8));
+        }
       }
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        const float ws = sm.wt[g][j] * sc;
+      for (int n = 0; n < NT; ++n) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
+        for (int i = 0; i < 4; ++i) vacc[n][i] += sacc[n][i];
       }
-      if constexpr (METER && C::kExact) {  // no summary: ‖ṽ‖ by the wide-range path (ρ = 0)
-        const float norm = WideRangeRowNorm<D, LPT>(x, sc);
-        if (valid) vmax = meter::MaxAcc(vmax, norm);  // NaN ignored, as PartialAddToken does
+    } else {  // CUDA-core values
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = u * kWarps * TPW + warp * TPW + sub;
+        const int64_t t = sb + j;
+        uint32_t raw[NW];
+        LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
+        float sc = 1.0f;
+        if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
+        bool valid = true;
+        if (edge) valid = t >= begin && t < end;
+        DecodeCtx ctx{0ull, ch0, true};
+        float x[8];
+        C::Decode8(raw, ctx, x);
+        if (!valid) {
+          sc = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          const float ws = sm.wt[g][j] * sc;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
+        }
+        if constexpr (METER && C::kExact) {  // no summary: ‖ṽ‖ by the wide-range path (ρ = 0)
+          const float norm = WideRangeRowNorm<D, LPT>(x, sc);
+          if (valid) vmax = meter::MaxAcc(vmax, norm);  // NaN ignored, as PartialAddToken does
+        }
       }
     }
   }
@@ -438,24 +520,38 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     sm.wpart(warp) = cp;
     sm.vmax[warp] = vmax;
   }
+  const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
+  if constexpr (kTcV) {  // the warp's 16 channels of every head are complete: no reduction
+    const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
-  for (int g = 0; g < GMAX; ++g) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int o = 16; o >= LPT; o >>= 1) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+    for (int n = 0; n < NT; ++n) {
+      const int g = 4 * n + tig;
+      if (g < G) {
+        float* out = p.part_acc + (cell0 + static_cast<int64_t>(g) * p.num_splits) * D + 16 * warp + gid;
+        out[0] = (vacc[n][0] + vacc[n][1]) * (1.0f / kWeightDigitScale);
+        out[8] = (vacc[n][2] + vacc[n][3]) * (1.0f / kWeightDigitScale);
+      }
     }
   }
   float* red = logits;  // [kWarps, GMAX, D]
-  if (sub == 0) {
+  if constexpr (!kTcV) {
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) red[(warp * GMAX + g) * D + ch0 + i] = acc[g][i];
+      for (int i = 0; i < 8; ++i) {
+#pragma unroll
+        for (int o = 16; o >= LPT; o >>= 1) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+      }
+    }
+    if (sub == 0) {
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) red[(warp * GMAX + g) * D + ch0 + i] = acc[g][i];
+      }
     }
   }
   __syncthreads();
-  const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
   if (tid < G) {
     // head g's weights-step threads: [g·TPH, (g+1)·TPH) = warps g·TPH/32 ...
     meter::CertPartial c;
@@ -469,7 +565,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
     p.parts[cell0 + static_cast<int64_t>(tid) * p.num_splits] = c;
   }
-  for (int i = tid; i < G * D; i += kThreads) {
+  for (int i = kTcV ? G * D : tid; i < G * D; i += kThreads) {
     const int g = i / D, c = i % D;
     float s = 0.0f;
     for (int w = 0; w < kWarps; ++w) s += red[(w * GMAX + g) * D + c];

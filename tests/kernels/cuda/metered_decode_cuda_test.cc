@@ -88,6 +88,8 @@ struct DecodeCase {
   bool check_truth = true;      // long-double TV / output error
   int32_t kernel = 0;           // MeteredDecodeCudaArgs::kernel (1: the first kernel)
   int32_t outliers = 0;         // m: outlier channel bypass (tables chosen from seq 0's first block)
+  bool poison_pool = false;     // pool codes set to 0xff (NaN as fp16) before the write: slots
+                                // past a context then hold NaN, which no kernel may let through
   int32_t exact_every = 0;      // > 0: (seq, logical block, KV head) units with (b+j+h) % k == 0
                                 // are promoted: read exact from the exact-block cache
   uint32_t seed = 1;
@@ -216,6 +218,11 @@ class Problem {
   void RunGpu(DecodeOutcome* r) {
     const int64_t batch = c_.ctx.size(), hq = c_.hkv * c_.group;
     ASSERT_CUDA_OK(pool_.Init(L_, 1));
+    if (c_.poison_pool) {
+      const size_t code_bytes = static_cast<size_t>(L_.num_blocks) * c_.hkv * c_.bs * L_.code_bytes();
+      ASSERT_EQ(cudaMemset(pool_.layer(0).k_codes, 0xff, code_bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemset(pool_.layer(0).v_codes, 0xff, code_bytes), cudaSuccess);
+    }
     ChooseOutliers();
     for (int64_t b = 0; b < batch; ++b) {
       std::vector<int64_t> slots(c_.ctx[b]), pos(c_.ctx[b]);
@@ -563,6 +570,21 @@ TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
       c.ctx = {1, 37, 300};
       c.meter = meter;
       c.delta = 1e-6;
+      RunCase(c);
+    }
+  }
+  // fp16 at d = 128: the pipelined kernel's value pass on tensor cores, one and two n-tiles of
+  // heads (rows past each context are NaN in the pool: the edge stage must zero them).
+  for (int32_t group : {4, 8}) {
+    for (bool meter : {true, false}) {
+      DecodeCase c;
+      c.scheme = KvScheme::kFp16;
+      c.d = 128;
+      c.group = group;
+      c.hkv = group == 8 ? 1 : 2;
+      c.ctx = {1, 37, 300};
+      c.meter = meter;
+      c.poison_pool = true;
       RunCase(c);
     }
   }
