@@ -212,14 +212,64 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
 
   // ---- pass 1: logits of the whole split -------------------------------------------------
-  float q[GMAX][8];
+  // kTcK (fp16 at d = 128, meter OFF): q·k on tensor cores as well. No certificate is computed,
+  // so nothing has to bound the tensor cores' fp32 accumulation (certificates.md §4): with the
+  // meter on, the logits stay on the CUDA cores, whose rounding η bounds. Warp w < 4 takes the
+  // stage's tokens [16w, 16w + 16) as the A operand (ldmatrix, swizzled rows as in the value
+  // pass) against B = the query as two fp16 digits per head (q·2^s_h = hi + lo, s_h a power of
+  // two that puts the head's max|q| below 2^14), columns (head, digit) as in the value pass.
+  constexpr bool kTcK = kTcV && !METER;
+  constexpr int NTK = kTcK ? GMAX / 4 : 1;
+  float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
+  uint32_t qb[NTK][8][2];  // kTcK: B fragments [n-tile, k-step of 16 channels, register]
+  float qunscale[NTK];     // kTcK: 2^-s of the head whose logits the lane finishes (4n + tig)
+  if constexpr (kTcK) {
+    const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
-  for (int g = 0; g < GMAX; ++g) {
+    for (int n = 0; n < NTK; ++n) {
+      const int g = 4 * n + gid / 2;  // this lane's B column: head g, digit gid % 2
+      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (g < G ? g : 0)) * D;
+      float2 qv[8][2];
+      float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      q[g][i] = g < G ? p.q[(static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D + ch0 + i] : 0.0f;
+      for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          qv[ks][r] = g < G ? *reinterpret_cast<const float2*>(qg + 16 * ks + 8 * r + 2 * tig) : make_float2(0.0f, 0.0f);
+          amax = fmaxf(amax, fmaxf(fabsf(qv[ks][r].x), fabsf(qv[ks][r].y)));
+        }
+      }
+      // The head's 32 channels of each k-step lie with the 4 tig lanes and both digit lanes.
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+      int e = 0;
+      if (amax > 0.0f && amax <= 3.0e38f) frexpf(amax, &e);  // amax < 2^e
+      e = max(e, -100);
+      const float scale = ldexpf(1.0f, 14 - e);
+      const bool lo_digit = (gid & 1) != 0;
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t dx = F16DigitPair(qv[ks][r].x * scale), dy = F16DigitPair(qv[ks][r].y * scale);
+          qb[n][ks][r] = lo_digit ? (dx >> 16) | (dy & 0xffff0000u) : (dx & 0xffffu) | (dy << 16);
+        }
+      }
+      qunscale[n] = __shfl_sync(0xffffffffu, 1.0f / scale, 8 * tig) * inv_sqrt_d;  // lane 8·tig: head 4n + tig
+    }
+  } else {
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        q[g][i] = g < G ? p.q[(static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D + ch0 + i] : 0.0f;
+      }
     }
   }
+  float mtc[NTK];  // kTcK: the lane's max logit of head 4n + tig
+#pragma unroll
+  for (int n = 0; n < NTK; ++n) mtc[n] = -INFINITY;
   float mloc = -INFINITY, admax[GMAX];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) admax[g] = 0.0f;
@@ -251,47 +301,84 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * k;
     const bool edge = sb < begin || sb + kStageTokens > end;
+    if constexpr (kTcK) {
+      if (warp < kStageTokens / 16) {
+        const int gid = lane >> 2, tig = lane & 3;
+        // ldmatrix rows: matrix i = lane / 8 covers tokens 16·warp + 8·(i % 2) + [0, 8) and
+        // channels 16·ks + 8·(i / 2) + [0, 8): chunk 2·ks + i / 2 of row lane % 8, swizzled.
+        const int row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+        const uint32_t rbase = static_cast<uint32_t>(__cvta_generic_to_shared(st + sl.codes)) + row * CB;
+        float ca[NTK][4], cb[NTK][4];  // two accumulator chains (even, odd k-steps)
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = u * kWarps * TPW + warp * TPW + sub;
-      const int64_t t = sb + j;
-      uint32_t raw[NW];
-      LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + (kTcV ? part ^ (j & 7) : part) * C::kBytes, raw);
-      float sc = 1.0f;
-      if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
-      bool valid = true;
-      if (edge) valid = t >= begin && t < end;
-      DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
-      float x[8];
-      C::Decode8(raw, ctx, x);
-      if (!valid) {
-        sc = 0.0f;
+        for (int n = 0; n < NTK; ++n) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] = 0.0f;
-      }
-      float dot[GMAX];
+          for (int i = 0; i < 4; ++i) ca[n][i] = cb[n][i] = 0.0f;
+        }
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        float s = 0.0f;
+        for (int ks = 0; ks < 8; ++ks) {
+          uint32_t a[4];
+          LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s = fmaf(q[g][i], x[i], s);
-        dot[g] = s * sc;
-      }
-      if constexpr (METER && kEtaByNorm) {  // η: max over tokens of s²·‖x_lane‖²
-        xss_max = fmaxf(xss_max, meter::KeyLaneSquares(x, sc));
-      } else if constexpr (METER) {  // η: per head, max over tokens of this lane's Σ|q_c x_c|·s
+          for (int n = 0; n < NTK; ++n) MmaF16((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
+        }
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) {
-          float a = 0.0f;
+        for (int n = 0; n < NTK; ++n) {
+          const int g = 4 * n + tig;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) a = fmaf(fabsf(q[g][i]), fabsf(x[i]), a);
-          admax[g] = fmaxf(admax[g], a * sc);
+          for (int half = 0; half < 2; ++half) {
+            const int j = 16 * warp + gid + 8 * half;
+            const int64_t t = sb + j;
+            const float l = ((ca[n][2 * half] + cb[n][2 * half]) + (ca[n][2 * half + 1] + cb[n][2 * half + 1])) * qunscale[n];
+            if (g < G && t >= begin && t < end) {
+              logits[g * p.lcap + (t - begin)] = l;
+              mtc[n] = fmaxf(mtc[n], l);
+            }
+          }
         }
       }
-      const float l = ReduceScatter<GMAX, LPT>(dot, part, &my_h) * inv_sqrt_d;
-      if (valid && my_h < G && (part & (LPT / GMAX - 1)) == 0) {
-        logits[my_h * p.lcap + (t - begin)] = l;
-        mloc = fmaxf(mloc, l);
+    } else {  // CUDA-core logits
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = u * kWarps * TPW + warp * TPW + sub;
+        const int64_t t = sb + j;
+        uint32_t raw[NW];
+        LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + (kTcV ? part ^ (j & 7) : part) * C::kBytes, raw);
+        float sc = 1.0f;
+        if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
+        bool valid = true;
+        if (edge) valid = t >= begin && t < end;
+        DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
+        float x[8];
+        C::Decode8(raw, ctx, x);
+        if (!valid) {
+          sc = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+        }
+        float dot[GMAX];
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s = fmaf(q[g][i], x[i], s);
+          dot[g] = s * sc;
+        }
+        if constexpr (METER && kEtaByNorm) {  // η: max over tokens of s²·‖x_lane‖²
+          xss_max = fmaxf(xss_max, meter::KeyLaneSquares(x, sc));
+        } else if constexpr (METER) {  // η: per head, max over tokens of this lane's Σ|q_c x_c|·s
+#pragma unroll
+          for (int g = 0; g < GMAX; ++g) {
+            float a = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) a = fmaf(fabsf(q[g][i]), fabsf(x[i]), a);
+            admax[g] = fmaxf(admax[g], a * sc);
+          }
+        }
+        const float l = ReduceScatter<GMAX, LPT>(dot, part, &my_h) * inv_sqrt_d;
+        if (valid && my_h < G && (part & (LPT / GMAX - 1)) == 0) {
+          logits[my_h * p.lcap + (t - begin)] = l;
+          mloc = fmaxf(mloc, l);
+        }
       }
     }
   }
@@ -318,7 +405,16 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       admax[g] = a;
     }
   }
-  if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) sm.red[warp][my_h] = mloc;
+  if constexpr (kTcK) {  // lanes of one tig hold the same head: max over gid
+#pragma unroll
+    for (int n = 0; n < NTK; ++n) {
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) mtc[n] = fmaxf(mtc[n], __shfl_xor_sync(0xffffffffu, mtc[n], o));
+      if (lane < 4) sm.red[warp][4 * n + lane] = mtc[n];
+    }
+  } else if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) {
+    sm.red[warp][my_h] = mloc;
+  }
   __syncthreads();
   if (tid < GMAX) {
     float m = -INFINITY;
