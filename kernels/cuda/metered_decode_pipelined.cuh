@@ -25,6 +25,17 @@
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
 //    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
 //    the first kernel, unchanged: the split max is known before any term is summed.
+//  * fp16 at d = 128 (kTcV): the V pass runs on fp16 tensor cores (f16_mma_ops.cuh): each
+//    warp owns 16 output channels, A = the stage's values transposed by ldmatrix.trans, B = the
+//    weights as two fp16 digits per head, fp32 accumulators summed per stage; the stage's code
+//    rows are stored with their 16-byte chunks XOR-swizzled by token % 8 so that the K pass's row
+//    reads and the 8×8 loads are free of bank conflicts. With the meter OFF (kTcK) the K pass
+//    runs there too (the query as two fp16 digits under a power-of-two scale). With the meter
+//    on, the logits stay on the CUDA cores: the tensor cores' fp32 accumulation is not specified
+//    exactly enough for η to bound it, and only the output, never a certificate term, may pass
+//    through it (bench/RESULTS.md, fifteenth session).
+//  * Tier A's ε with B = 8 is computed as the tensor-core kernel does it (tier_a_digits.cuh):
+//    the band factors as 16-bit digits rounded up, four dp2a against the token's band codes.
 #pragma once
 
 #include <algorithm>
