@@ -25,9 +25,10 @@
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
 //    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
 //    the first kernel, unchanged: the split max is known before any term is summed.
-//  * fp16 at d = 128 (kTcV): the V pass runs on fp16 tensor cores (f16_mma_ops.cuh): each
-//    warp owns 16 output channels, A = the stage's values transposed by ldmatrix.trans, B = the
-//    weights as two fp16 digits per head, fp32 accumulators summed per stage; the stage's code
+//  * fp16 at d = 128 (kTcV): the V pass runs on fp16 tensor cores (ops/mma_f16.cuh, the
+//    digit splits in f16_digits.cuh): each warp owns 16 output channels, A = the stage's values
+//    transposed by ldmatrix.trans, B = the weights as two fp16 digits per head, fp32
+//    accumulators summed per stage; the stage's code
 //    rows are stored with their 16-byte chunks XOR-swizzled by token % 8 so that the K pass's row
 //    reads and the 8×8 loads are free of bank conflicts. With the meter OFF (kTcK) the K pass
 //    runs there too (the query as two fp16 digits under a power-of-two scale). With the meter
@@ -44,7 +45,8 @@
 #include <type_traits>
 
 #include "kernels/cuda/decode_common.cuh"
-#include "kernels/cuda/f16_mma_ops.cuh"
+#include "kernels/cuda/f16_digits.cuh"
+#include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
 
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int NP = kStageTokens / TPH;  // tokens per thread per stage in that step
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
-  // fp16 at d = 128: the value pass on tensor cores (f16_mma_ops.cuh). Each warp owns 16
+  // fp16 at d = 128: the value pass on tensor cores (ops/mma_f16.cuh). Each warp owns 16
   // channels: A = the stage's values transposed (channels × tokens, ldmatrix.trans), B = the
   // weights as two fp16 digits per head (tokens × (head, digit)). The stage's code rows are then
   // stored with their 16-byte chunks XOR-swizzled by token % 8, so both the K pass's row reads
@@ -328,9 +330,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
           uint32_t a[4];
-          LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
+          mma::LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
 #pragma unroll
-          for (int n = 0; n < NTK; ++n) MmaF16((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
+          for (int n = 0; n < NTK; ++n) mma::MmaF16F32((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
         }
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
@@ -568,11 +570,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
       for (int ks = 0; ks < kStageTokens / 16; ++ks) {
         uint32_t a[4];
-        LdMatrixX4Trans(a, arow + ks * 16 * CB);
+        mma::LdMatrixX4Trans(a, arow + ks * 16 * CB);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
           const uint16_t* wr = &sm.wt16[n * 8 + gid][ks * 16 + 2 * tig];
-          MmaF16(sacc[n], a, *reinterpret_cast<const uint32_t*>(wr), *reinterpret_cast<const uint32_t*>(wr + 8));
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(wr), b1 = *reinterpret_cast<const uint32_t*>(wr + 8);
+          mma::MmaF16F32(sacc[n], a, b0, b1);
         }
       }
 #pragma unroll
