@@ -3,28 +3,31 @@
 // ops/mma_f16.cuh's): the softmax weights of the value pass always, the query of the logits
 // only with the meter off. The tensor cores' fp32 accumulation order and rounding are not
 // specified exactly enough to bound, so nothing a certificate rests on may pass through them
-// (certificates.md §4).
+// (certificates.md §4). Host-callable, so tests/kernels/cuda/f16_digits_test.cc checks the error
+// bounds below on the CPU.
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 namespace witcert::cuda_kv {
 
 // x as two fp16 digits, hi = fp16(x) and lo = fp16(x − hi) (the difference exact in fp32), as
 // the low and high halves: hi + lo misses x by ≤ 2^-22 of it, or by ≤ 2^-25 absolute where lo is
 // subnormal. |x| must stay below fp16's 65504.
-__device__ __forceinline__ uint32_t F16DigitPair(float x) {
+__host__ __device__ __forceinline__ uint32_t F16DigitPair(float x) {
   const __half hi = __float2half_rn(x);
   const __half lo = __float2half_rn(x - __half2float(hi));
   return static_cast<uint32_t>(__half_as_ushort(hi)) | (static_cast<uint32_t>(__half_as_ushort(lo)) << 16);
 }
 
-// A softmax weight w ∈ [0, 1] as the digit pair of w·2^15 (kWeightDigitScale): ≤ 2^-40 of w
-// absolute off, where the fp32 weights' own rounding is 2^-24 relative. Scaling by 2^15 keeps
-// weights down to 2^-29 in fp16's normal range (hi ≤ 2^15 < 65504).
+// A softmax weight w ∈ [0, 1] as the digit pair of w·2^15 (kWeightDigitScale): hi + lo misses
+// w·2^15 as above, i.e. w by ≤ 2^-22 of it, or by ≤ 2^-40 absolute for the smallest weights (the
+// fp32 weights' own rounding is 2^-24 relative). Scaling by 2^15 keeps weights down to 2^-29 in
+// fp16's normal range (hi ≤ 2^15 < 65504).
 constexpr float kWeightDigitScale = 32768.0f;
-__device__ __forceinline__ uint32_t WeightDigitsF16(float w) { return F16DigitPair(w * kWeightDigitScale); }
+__host__ __device__ __forceinline__ uint32_t WeightDigitsF16(float w) { return F16DigitPair(w * kWeightDigitScale); }
 
 }  // namespace witcert::cuda_kv
