@@ -1,5 +1,5 @@
-// fp32 values as two fp16 digits, for the pipelined decode kernel's fp16 tensor-core paths
-// (metered_decode_pipelined.cuh, fp16 KV at d = 128; the MMA and ldmatrix primitives are
+// fp32 values as two fp16 or bf16 digits, for the pipelined decode kernel's tensor-core paths
+// (metered_decode_pipelined.cuh, fp16 and bf16 KV at d = 128; the MMA and ldmatrix primitives are
 // ops/mma_f16.cuh's): the softmax weights of the value pass always, the query of the logits
 // only with the meter off. The tensor cores' fp32 accumulation order and rounding are not
 // specified exactly enough to bound, so nothing a certificate rests on may pass through them
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -29,5 +30,25 @@ __host__ __device__ __forceinline__ uint32_t F16DigitPair(float x) {
 // fp16's normal range (hi ≤ 2^15 < 65504).
 constexpr float kWeightDigitScale = 32768.0f;
 __host__ __device__ __forceinline__ uint32_t WeightDigitsF16(float w) { return F16DigitPair(w * kWeightDigitScale); }
+
+// x as two bf16 digits, hi = bf16(x) and lo = bf16(x − hi) (the difference exact in fp32): hi + lo
+// misses x by ≤ 2^-16 of it (8-bit significands; fp32's range, so no scaling is needed).
+__host__ __device__ __forceinline__ uint32_t Bf16DigitPair(float x) {
+  const __nv_bfloat16 hi = __float2bfloat16_rn(x);
+  const __nv_bfloat16 lo = __float2bfloat16_rn(x - __bfloat162float(hi));
+  return static_cast<uint32_t>(__bfloat16_as_ushort(hi)) | (static_cast<uint32_t>(__bfloat16_as_ushort(lo)) << 16);
+}
+
+// The digit split and the weights' scale of each 16-bit format, for kernels templated on it.
+template <bool BF16>
+struct DigitFormat {
+  static constexpr float kWeightScale = kWeightDigitScale;
+  __host__ __device__ static uint32_t Pair(float x) { return F16DigitPair(x); }
+};
+template <>
+struct DigitFormat<true> {
+  static constexpr float kWeightScale = 1.0f;
+  __host__ __device__ static uint32_t Pair(float x) { return Bf16DigitPair(x); }
+};
 
 }  // namespace witcert::cuda_kv

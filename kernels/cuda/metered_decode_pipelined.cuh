@@ -25,13 +25,13 @@
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
 //    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
 //    the first kernel, unchanged: the split max is known before any term is summed.
-//  * fp16 at d = 128 (kTcV): the V pass runs on fp16 tensor cores (ops/mma_f16.cuh, the
+//  * fp16 and bf16 at d = 128 (kTcV): the V pass runs on tensor cores (ops/mma_f16.cuh, the
 //    digit splits in f16_digits.cuh): each warp owns 16 output channels, A = the stage's values
-//    transposed by ldmatrix.trans, B = the weights as two fp16 digits per head, fp32
-//    accumulators summed per stage; the stage's code
-//    rows are stored with their 16-byte chunks XOR-swizzled by token % 8 so that the K pass's row
-//    reads and the 8×8 loads are free of bank conflicts. With the meter OFF (kTcK) the K pass
-//    runs there too (the query as two fp16 digits under a power-of-two scale). With the meter
+//    transposed by ldmatrix.trans, B = the weights as two digits of the same format per head,
+//    fp32 accumulators summed per stage; the stage's code rows are stored with their 16-byte
+//    chunks XOR-swizzled by token % 8 so that the K pass's row reads and the 8×8 loads are free
+//    of bank conflicts. With the meter OFF (kTcK) the K pass runs there too (the query as two
+//    digits under a power-of-two scale). With the meter
 //    on, the logits stay on the CUDA cores: the tensor cores' fp32 accumulation is not specified
 //    exactly enough for η to bound it, and only the output, never a certificate term, may pass
 //    through it (bench/RESULTS.md, fifteenth session).
@@ -55,7 +55,7 @@ namespace witcert::cuda_kv {
 template <int GMAX, bool TCV>
 struct PipeSmem {
   float wt[TCV ? 1 : GMAX][kStageTokens];  // weights of the current V stage (CUDA-core values)
-  // TCV: the weights' fp16 digits [head·2 + digit, token] (WeightDigitsF16), rows padded to 72
+  // TCV: the weights' fp16 / bf16 digits [head·2 + digit, token] (DigitFormat), rows padded to 72
   // halves (36 words) so the B-fragment loads of one warp hit 32 distinct banks.
   uint16_t wt16[TCV ? 2 * GMAX : 1][TCV ? kStageTokens + 8 : 2];
   float m[GMAX];
@@ -85,12 +85,22 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int NP = kStageTokens / TPH;  // tokens per thread per stage in that step
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
-  // fp16 at d = 128: the value pass on tensor cores (ops/mma_f16.cuh). Each warp owns 16
-  // channels: A = the stage's values transposed (channels × tokens, ldmatrix.trans), B = the
-  // weights as two fp16 digits per head (tokens × (head, digit)). The stage's code rows are then
+  // fp16 or bf16 at d = 128: the value pass on tensor cores (ops/mma_f16.cuh). Each warp owns
+  // 16 channels: A = the stage's values transposed (channels × tokens, ldmatrix.trans), B = the
+  // weights as two digits per head (tokens × (head, digit)). The stage's code rows are then
   // stored with their 16-byte chunks XOR-swizzled by token % 8, so both the K pass's row reads
   // and the transposing loads are free of bank conflicts.
-  constexpr bool kTcV = std::is_same_v<C, DevFp16> && D == 128;
+  // bf16 takes the same paths with bf16 MMAs and digits (DigitFormat).
+  constexpr bool kBf16 = std::is_same_v<C, DevBf16>;
+  constexpr bool kTcV = (std::is_same_v<C, DevFp16> || kBf16) && D == 128;
+  using Digits = DigitFormat<kBf16>;
+  auto mma16 = [](float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (kBf16) {
+      mma::MmaBf16F32(d, a, b0, b1);
+    } else {
+      mma::MmaF16F32(d, a, b0, b1);
+    }
+  };
   extern __shared__ __align__(128) uint8_t dsm[];
   __shared__ PipeSmem<GMAX, kTcV> sm;
 
@@ -225,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
 
   // ---- pass 1: logits of the whole split -------------------------------------------------
-  // kTcK (fp16 at d = 128, meter OFF): q·k on tensor cores as well. No certificate is computed,
+  // kTcK (fp16 / bf16 at d = 128, meter OFF): q·k on tensor cores as well. No certificate is computed,
   // so nothing has to bound the tensor cores' fp32 accumulation (certificates.md §4): with the
   // meter on, the logits stay on the CUDA cores, whose rounding η bounds. Warp w < 4 takes the
   // stage's tokens [16w, 16w + 16) as the A operand (ldmatrix, swizzled rows as in the value
@@ -265,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       for (int ks = 0; ks < 8; ++ks) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const uint32_t dx = F16DigitPair(qv[ks][r].x * scale), dy = F16DigitPair(qv[ks][r].y * scale);
+          const uint32_t dx = Digits::Pair(qv[ks][r].x * scale), dy = Digits::Pair(qv[ks][r].y * scale);
           qb[n][ks][r] = lo_digit ? (dx >> 16) | (dy & 0xffff0000u) : (dx & 0xffffu) | (dy << 16);
         }
       }
@@ -332,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           uint32_t a[4];
           mma::LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
 #pragma unroll
-          for (int n = 0; n < NTK; ++n) mma::MmaF16F32((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
+          for (int n = 0; n < NTK; ++n) mma16((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
         }
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
@@ -465,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   for (int n = 0; n < NT; ++n) vacc[n][0] = vacc[n][1] = vacc[n][2] = vacc[n][3] = 0.0f;
   auto store_weight = [&](int g, int jj, float w) {
     if constexpr (kTcV) {
-      const uint32_t d = WeightDigitsF16(w);
+      const uint32_t d = Digits::Pair(w * Digits::kWeightScale);
       sm.wt16[2 * g][jj] = static_cast<uint16_t>(d);
       sm.wt16[2 * g + 1][jj] = static_cast<uint16_t>(d >> 16);
     } else {
@@ -575,7 +585,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int n = 0; n < NT; ++n) {
           const uint16_t* wr = &sm.wt16[n * 8 + gid][ks * 16 + 2 * tig];
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(wr), b1 = *reinterpret_cast<const uint32_t*>(wr + 8);
-          mma::MmaF16F32(sacc[n], a, b0, b1);
+          mma16(sacc[n], a, b0, b1);
         }
       }
 #pragma unroll
@@ -638,8 +648,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       const int g = 4 * n + tig;
       if (g < G) {
         float* out = p.part_acc + (cell0 + static_cast<int64_t>(g) * p.num_splits) * D + 16 * warp + gid;
-        out[0] = (vacc[n][0] + vacc[n][1]) * (1.0f / kWeightDigitScale);
-        out[8] = (vacc[n][2] + vacc[n][3]) * (1.0f / kWeightDigitScale);
+        out[0] = (vacc[n][0] + vacc[n][1]) * (1.0f / Digits::kWeightScale);
+        out[8] = (vacc[n][2] + vacc[n][3]) * (1.0f / Digits::kWeightScale);
       }
     }
   }

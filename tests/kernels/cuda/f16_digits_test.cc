@@ -55,5 +55,24 @@ TEST(WeightDigitsF16, WeightsInZeroOneMissByTwoToTheMinus22RelativeOrTwoToTheMin
   EXPECT_EQ(WeightDigitsF16(1.0f) & 0xffffu, static_cast<uint32_t>(__half_as_ushort(__float2half_rn(32768.0f))));
 }
 
+TEST(Bf16DigitPair, MissesByAtMostTwoToTheMinus16Relative) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  double worst_rel = 0.0;
+  for (int i = 0; i < 400000; ++i) {
+    const float x = std::ldexp(mant(rng), static_cast<int>(rng() % 200) - 100);  // fp32's range
+    const uint32_t pair = Bf16DigitPair(x);
+    const float hi = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(pair & 0xffffu)));
+    const float lo = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(pair >> 16)));
+    const double err = std::fabs(static_cast<double>(hi) + static_cast<double>(lo) - static_cast<double>(x));
+    EXPECT_LE(err, std::ldexp(std::fabs(static_cast<double>(x)), -16)) << x;
+    EXPECT_EQ(hi, __bfloat162float(__float2bfloat16_rn(x))) << x;
+    if (x != 0.0f) worst_rel = std::max(worst_rel, err / std::fabs(static_cast<double>(x)));
+  }
+  EXPECT_GT(worst_rel, std::ldexp(1.0, -24));  // not exact: the bound is what holds
+  EXPECT_EQ(DigitFormat<true>::kWeightScale, 1.0f);
+  EXPECT_EQ(DigitFormat<false>::Pair(0.25f), F16DigitPair(0.25f));
+}
+
 }  // namespace
 }  // namespace witcert::cuda_kv

@@ -573,23 +573,25 @@ TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
       RunCase(c);
     }
   }
-  // fp16 at d = 128: the pipelined kernel's value pass on tensor cores, and with the meter off
-  // its logits too; one and two n-tiles of heads (rows past each context are NaN in the pool:
-  // the edge stage must keep them out), plain and adversarial rows (outlier query channels,
-  // huge keys) against the CPU's output tolerance.
-  for (int32_t group : {4, 8}) {
-    for (bool meter : {true, false}) {
-      for (bool adversarial : {false, true}) {
-        DecodeCase c;
-        c.scheme = KvScheme::kFp16;
-        c.d = 128;
-        c.group = group;
-        c.hkv = group == 8 ? 1 : 2;
-        c.ctx = {1, 37, 300};
-        c.meter = meter;
-        c.adversarial = adversarial;
-        c.poison_pool = true;
-        RunCase(c);
+  // fp16 and bf16 at d = 128: the pipelined kernel's value pass on tensor cores, and with the
+  // meter off its logits too; one and two n-tiles of heads (rows past each context are NaN in
+  // the pool: the edge stage must keep them out), plain and adversarial rows (outlier query
+  // channels, huge keys) against the CPU's output tolerance.
+  for (KvScheme scheme : {KvScheme::kFp16, KvScheme::kBf16}) {
+    for (int32_t group : {4, 8}) {
+      for (bool meter : {true, false}) {
+        for (bool adversarial : {false, true}) {
+          DecodeCase c;
+          c.scheme = scheme;
+          c.d = 128;
+          c.group = group;
+          c.hkv = group == 8 ? 1 : 2;
+          c.ctx = {1, 37, 300};
+          c.meter = meter;
+          c.adversarial = adversarial;
+          c.poison_pool = true;
+          RunCase(c);
+        }
       }
     }
   }
