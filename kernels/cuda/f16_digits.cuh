@@ -24,31 +24,32 @@ __host__ __device__ __forceinline__ uint32_t F16DigitPair(float x) {
   return static_cast<uint32_t>(__half_as_ushort(hi)) | (static_cast<uint32_t>(__half_as_ushort(lo)) << 16);
 }
 
-// A softmax weight w ∈ [0, 1] as the digit pair of w·2^15 (kWeightDigitScale): hi + lo misses
-// w·2^15 as above, i.e. w by ≤ 2^-22 of it, or by ≤ 2^-40 absolute for the smallest weights (the
-// fp32 weights' own rounding is 2^-24 relative). Scaling by 2^15 keeps weights down to 2^-29 in
-// fp16's normal range (hi ≤ 2^15 < 65504).
-constexpr float kWeightDigitScale = 32768.0f;
-__host__ __device__ __forceinline__ uint32_t WeightDigitsF16(float w) { return F16DigitPair(w * kWeightDigitScale); }
-
 // x as two bf16 digits, hi = bf16(x) and lo = bf16(x − hi) (the difference exact in fp32): hi + lo
-// misses x by ≤ 2^-16 of it (8-bit significands; fp32's range, so no scaling is needed).
+// misses x by ≤ 2^-16 of it (8-bit significands; fp32's range, so no scaling is needed) down to
+// |x| ≈ 2^-118, below which lo is subnormal and the miss is < 2^-134 absolute.
 __host__ __device__ __forceinline__ uint32_t Bf16DigitPair(float x) {
   const __nv_bfloat16 hi = __float2bfloat16_rn(x);
   const __nv_bfloat16 lo = __float2bfloat16_rn(x - __bfloat162float(hi));
   return static_cast<uint32_t>(__bfloat16_as_ushort(hi)) | (static_cast<uint32_t>(__bfloat16_as_ushort(lo)) << 16);
 }
 
-// The digit split and the weights' scale of each 16-bit format, for kernels templated on it.
+// The digit split of each 16-bit format, for kernels templated on it. Weight(w): a softmax weight
+// w ∈ [0, 1] as the digit pair of w·kWeightScale, which callers undo on the sums.
+//  * fp16: w·2^15, so that weights down to 2^-29 stay in fp16's normal range (hi ≤ 2^15 <
+//    65504); hi + lo misses w by ≤ 2^-22 of it, or by ≤ 2^-40 absolute for the smallest weights
+//    (the fp32 weights' own rounding is 2^-24 relative).
+//  * bf16: no scale (fp32's range); ≤ 2^-16 of w for w ≥ 2^-118.
 template <bool BF16>
 struct DigitFormat {
-  static constexpr float kWeightScale = kWeightDigitScale;
+  static constexpr float kWeightScale = 32768.0f;
   __host__ __device__ static uint32_t Pair(float x) { return F16DigitPair(x); }
+  __host__ __device__ static uint32_t Weight(float w) { return Pair(w * kWeightScale); }
 };
 template <>
 struct DigitFormat<true> {
   static constexpr float kWeightScale = 1.0f;
   __host__ __device__ static uint32_t Pair(float x) { return Bf16DigitPair(x); }
+  __host__ __device__ static uint32_t Weight(float w) { return Pair(w); }
 };
 
 }  // namespace witcert::cuda_kv

@@ -280,10 +280,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
         norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1, &amax);
       }
-      const BandFactorDigits bd = BandFactorDigitsOf((norm * inv_sqrt_d) * meter::EpsInflation(D, nb), nb);
-      const uint32_t partner = __shfl_down_sync(0xffffffffu, bd.digit, 1);  // band b + 1's
-      if (b % 2 == 0) sm.qbn16[g][b / 2] = bd.digit | (partner << 16);
-      if (b == 0) sm.qbn_scale[g] = bd.scale;
+      StoreBandFactorDigits(BandFactorDigitsOf((norm * inv_sqrt_d) * meter::EpsInflation(D, nb), nb), b,
+                            sm.qbn16[g], &sm.qbn_scale[g]);
       float raw[nb];  // int8-dither: the head's band norms, for Tier B
       if constexpr (DITHER) {
 #pragma unroll

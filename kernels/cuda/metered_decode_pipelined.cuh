@@ -94,13 +94,6 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr bool kBf16 = std::is_same_v<C, DevBf16>;
   constexpr bool kTcV = (std::is_same_v<C, DevFp16> || kBf16) && D == 128;
   using Digits = DigitFormat<kBf16>;
-  auto mma16 = [](float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    if constexpr (kBf16) {
-      mma::MmaBf16F32(d, a, b0, b1);
-    } else {
-      mma::MmaF16F32(d, a, b0, b1);
-    }
-  };
   extern __shared__ __align__(128) uint8_t dsm[];
   __shared__ PipeSmem<GMAX, kTcV> sm;
 
@@ -227,10 +220,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (kWit && nb == 8 && tid < GMAX * 8) {
       const int g = tid / 8, b = tid % 8;
       const float f = g < G ? (sm.qbn[g][b] * inv_sqrt_d) * meter::EpsInflation(D, nb) : 0.0f;
-      const BandFactorDigits bd = BandFactorDigitsOf(f, 8);
-      const uint32_t partner = __shfl_down_sync(0xffffffffu, bd.digit, 1);  // band b + 1's
-      if (b % 2 == 0) sm.qbn16[g][b / 2] = bd.digit | (partner << 16);
-      if (b == 0) sm.qbn_scale[g] = bd.scale;
+      StoreBandFactorDigits(BandFactorDigitsOf(f, 8), b, sm.qbn16[g], &sm.qbn_scale[g]);
     }
   }
 
@@ -342,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           uint32_t a[4];
           mma::LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
 #pragma unroll
-          for (int n = 0; n < NTK; ++n) mma16((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
+          for (int n = 0; n < NTK; ++n) mma::Mma16F32<kBf16>((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
         }
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
@@ -475,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   for (int n = 0; n < NT; ++n) vacc[n][0] = vacc[n][1] = vacc[n][2] = vacc[n][3] = 0.0f;
   auto store_weight = [&](int g, int jj, float w) {
     if constexpr (kTcV) {
-      const uint32_t d = Digits::Pair(w * Digits::kWeightScale);
+      const uint32_t d = Digits::Weight(w);
       sm.wt16[2 * g][jj] = static_cast<uint16_t>(d);
       sm.wt16[2 * g + 1][jj] = static_cast<uint16_t>(d >> 16);
     } else {
@@ -585,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int n = 0; n < NT; ++n) {
           const uint16_t* wr = &sm.wt16[n * 8 + gid][ks * 16 + 2 * tig];
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(wr), b1 = *reinterpret_cast<const uint32_t*>(wr + 8);
-          mma16(sacc[n], a, b0, b1);
+          mma::Mma16F32<kBf16>(sacc[n], a, b0, b1);
         }
       }
 #pragma unroll

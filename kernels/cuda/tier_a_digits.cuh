@@ -38,6 +38,15 @@ __device__ __forceinline__ BandFactorDigits BandFactorDigitsOf(float f, int nb) 
   return {static_cast<uint32_t>(ceilf(scalbnf(f, -e))), scalbnf(1.0f, e)};  // scalbnf: exact here
 }
 
+// Head g's digits as TierAEpsilonOfDigits takes them (bands 2j, 2j+1 in the low, high half of
+// q[j], j < 4) and their scale, stored by the B = 8 lanes g·8 + b that computed them by
+// BandFactorDigitsOf (every lane of the warp calls: the pairs meet by a shuffle).
+__device__ __forceinline__ void StoreBandFactorDigits(const BandFactorDigits& d, int b, uint32_t* q, float* scale) {
+  const uint32_t partner = __shfl_down_sync(0xffffffffu, d.digit, 1);  // band b + 1's
+  if (b % 2 == 0) q[b / 2] = d.digit | (partner << 16);
+  if (b == 0) *scale = d.scale;
+}
+
 // ε of one token for one head from its band codes (bytes of kc, band b at byte b % 4 of word
 // b / 4), unit U and the head's digits q [4] (bands 2j, 2j+1 in the low, high half of q[j]) and
 // their scale s_q: Σ q'_b·c_b < 8·2^16·2^8 exactly, then ⌈·⌉ to fp32, ·U and ·s_q rounded up.

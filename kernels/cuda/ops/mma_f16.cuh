@@ -37,6 +37,16 @@ __device__ __forceinline__ void MmaBf16F32(float (&d)[4], const uint32_t (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The bf16 or the fp16 form, for kernels templated on the format.
+template <bool BF16>
+__device__ __forceinline__ void Mma16F32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    MmaBf16F32(d, a, b0, b1);
+  } else {
+    MmaF16F32(d, a, b0, b1);
+  }
+}
+
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -39,20 +39,20 @@ TEST(F16DigitPair, MissesByAtMostTwoToTheMinus22RelativeOrTwoToTheMinus25) {
   EXPECT_EQ(DigitSum(F16DigitPair(-3.0f)), -3.0);
 }
 
-TEST(WeightDigitsF16, WeightsInZeroOneMissByTwoToTheMinus22RelativeOrTwoToTheMinus40) {
+TEST(DigitFormat, Fp16WeightsInZeroOneMissByTwoToTheMinus22RelativeOrTwoToTheMinus40) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   const float edges[] = {0.0f, 1.0f, std::nextafter(1.0f, 0.0f), 0x1p-29f, 0x1p-40f, 0x1p-126f, 0x1p-149f, 0.5f};
   auto check = [](float w) {
     float hi = 0.0f;
-    const double sum = DigitSum(WeightDigitsF16(w), &hi) / kWeightDigitScale;
+    const double sum = DigitSum(DigitFormat<false>::Weight(w), &hi) / DigitFormat<false>::kWeightScale;
     EXPECT_LE(std::fabs(sum - static_cast<double>(w)), std::ldexp(static_cast<double>(w), -22) + std::ldexp(1.0, -40))
         << w;
-    EXPECT_LE(hi, kWeightDigitScale) << w;  // finite, inside fp16's range
+    EXPECT_LE(hi, DigitFormat<false>::kWeightScale) << w;  // finite, inside fp16's range
   };
   for (float w : edges) check(w);
   for (int i = 0; i < 400000; ++i) check(std::ldexp(unit(rng), -static_cast<int>(rng() % 40)));
-  EXPECT_EQ(WeightDigitsF16(1.0f) & 0xffffu, static_cast<uint32_t>(__half_as_ushort(__float2half_rn(32768.0f))));
+  EXPECT_EQ(DigitFormat<false>::Weight(1.0f) & 0xffffu, static_cast<uint32_t>(__half_as_ushort(__float2half_rn(32768.0f))));
 }
 
 TEST(Bf16DigitPair, MissesByAtMostTwoToTheMinus16Relative) {
@@ -70,8 +70,21 @@ TEST(Bf16DigitPair, MissesByAtMostTwoToTheMinus16Relative) {
     if (x != 0.0f) worst_rel = std::max(worst_rel, err / std::fabs(static_cast<double>(x)));
   }
   EXPECT_GT(worst_rel, std::ldexp(1.0, -24));  // not exact: the bound is what holds
-  EXPECT_EQ(DigitFormat<true>::kWeightScale, 1.0f);
-  EXPECT_EQ(DigitFormat<false>::Pair(0.25f), F16DigitPair(0.25f));
+}
+
+// bf16's weights keep their relative precision down to 2^-118 (fp32's range, no scale; below,
+// the low digit is subnormal), where fp16's split loses weights below 2^-40.
+TEST(DigitFormat, Bf16WeightsMissByAtMostTwoToTheMinus16Relative) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int i = 0; i < 200000; ++i) {
+    const float w = std::ldexp(0.5f + 0.5f * unit(rng), -static_cast<int>(rng() % 118));
+    const uint32_t pair = DigitFormat<true>::Weight(w);
+    const float hi = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(pair & 0xffffu)));
+    const float lo = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(pair >> 16)));
+    const double sum = (static_cast<double>(hi) + static_cast<double>(lo)) / DigitFormat<true>::kWeightScale;
+    EXPECT_LE(std::fabs(sum - static_cast<double>(w)), std::ldexp(static_cast<double>(w), -16)) << w;
+  }
 }
 
 }  // namespace
