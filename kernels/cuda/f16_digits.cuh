@@ -1,10 +1,8 @@
 // fp32 values as two fp16 or bf16 digits, for the pipelined decode kernel's tensor-core paths
 // (metered_decode_pipelined.cuh, fp16 and bf16 KV at d = 128; the MMA and ldmatrix primitives are
-// ops/mma_f16.cuh's): the softmax weights of the value pass always, the query of the logits
-// only with the meter off. The tensor cores' fp32 accumulation order and rounding are not
-// specified exactly enough to bound, so nothing a certificate rests on may pass through them
-// (certificates.md §4). Host-callable, so tests/kernels/cuda/f16_digits_test.cc checks the error
-// bounds below on the CPU.
+// ops/mma_f16.cuh's): the softmax weights of the value pass and the query of the logits. With the
+// meter on, the logits' η counts the query digits' miss below (tc_logit_eta.cuh). Host-callable,
+// so tests/kernels/cuda/f16_digits_test.cc checks the error bounds below on the CPU.
 #pragma once
 
 #include <cstdint>

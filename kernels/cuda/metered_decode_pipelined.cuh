@@ -30,11 +30,11 @@
 //    transposed by ldmatrix.trans, B = the weights as two digits of the same format per head,
 //    fp32 accumulators summed per stage; the stage's code rows are stored with their 16-byte
 //    chunks XOR-swizzled by token % 8 so that the K pass's row reads and the 8×8 loads are free
-//    of bank conflicts. With the meter OFF (kTcK) the K pass runs there too (the query as two
-//    digits under a power-of-two scale). With the meter
-//    on, the logits stay on the CUDA cores: the tensor cores' fp32 accumulation is not specified
-//    exactly enough for η to bound it, and only the output, never a certificate term, may pass
-//    through it (bench/RESULTS.md, fifteenth session).
+//    of bank conflicts. The K pass runs there too (kTcK: the query as two digits under a
+//    power-of-two scale). With the meter on, a third chain of MMAs over the same keys and digits
+//    with their sign bits cleared bounds each token's Σ|q_c k_c|, and η follows from a stated
+//    model of the tensor cores' fp32 accumulation (tc_logit_eta.cuh, checked on the device by
+//    kernels_cuda_mma_rounding_model_test). No other certificate term passes through them.
 //  * Tier A's ε with B = 8 is computed as the tensor-core kernel does it (tier_a_digits.cuh):
 //    the band factors as 16-bit digits rounded up, four dp2a against the token's band codes.
 #pragma once
@@ -48,6 +48,7 @@
 #include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/cuda/tc_logit_eta.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
 
 namespace witcert::cuda_kv {
@@ -225,13 +226,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
 
   // ---- pass 1: logits of the whole split -------------------------------------------------
-  // kTcK (fp16 / bf16 at d = 128, meter OFF): q·k on tensor cores as well. No certificate is computed,
-  // so nothing has to bound the tensor cores' fp32 accumulation (certificates.md §4): with the
-  // meter on, the logits stay on the CUDA cores, whose rounding η bounds. Warp w < 4 takes the
-  // stage's tokens [16w, 16w + 16) as the A operand (ldmatrix, swizzled rows as in the value
-  // pass) against B = the query as two fp16 digits per head (q·2^s_h = hi + lo, s_h a power of
-  // two that puts the head's max|q| below 2^14), columns (head, digit) as in the value pass.
-  constexpr bool kTcK = kTcV && !METER;
+  // kTcK (fp16 / bf16 at d = 128): q·k on tensor cores as well. Warp w < 4 takes the stage's
+  // tokens [16w, 16w + 16) as the A operand (ldmatrix, swizzled rows as in the value pass)
+  // against B = the query as two digits per head (q·2^s_h = hi + lo, s_h a power of two that
+  // puts the head's max|q| below 2^14), columns (head, digit) as in the value pass, two
+  // accumulator chains. With the meter (kTcEta) a third chain runs the same keys and digits with
+  // their sign bits cleared: T̂ = Σ_c (|hi_c| + |lo_c|)·|k_c| per token, whose max over the split
+  // gives η under the tensor-core rounding model of tc_logit_eta.cuh (certificates.md §4).
+  constexpr bool kTcK = kTcV;
+  constexpr bool kTcEta = kTcK && METER;
   constexpr int NTK = kTcK ? GMAX / 4 : 1;
   float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
   uint32_t qb[NTK][8][2];  // kTcK: B fragments [n-tile, k-step of 16 channels, register]
@@ -280,9 +283,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       }
     }
   }
-  float mtc[NTK];  // kTcK: the lane's max logit of head 4n + tig
+  float mtc[NTK];   // kTcK: the lane's max logit of head 4n + tig
+  float tmax[NTK];  // kTcEta: the lane's max T̂ of head 4n + tig (over its valid tokens)
 #pragma unroll
-  for (int n = 0; n < NTK; ++n) mtc[n] = -INFINITY;
+  for (int n = 0; n < NTK; ++n) {
+    mtc[n] = -INFINITY;
+    tmax[n] = 0.0f;
+  }
   float mloc = -INFINITY, admax[GMAX];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) admax[g] = 0.0f;
@@ -322,10 +329,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         const int row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
         const uint32_t rbase = static_cast<uint32_t>(__cvta_generic_to_shared(st + sl.codes)) + row * CB;
         float ca[NTK][4], cb[NTK][4];  // two accumulator chains (even, odd k-steps)
+        float ct[kTcEta ? NTK : 1][4];  // kTcEta: T̂'s chain (sign bits cleared)
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) ca[n][i] = cb[n][i] = 0.0f;
+          if constexpr (kTcEta) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) ct[n][i] = 0.0f;
+          }
         }
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
@@ -333,6 +345,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           mma::LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
 #pragma unroll
           for (int n = 0; n < NTK; ++n) mma::Mma16F32<kBf16>((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
+          if constexpr (kTcEta) {
+            constexpr uint32_t kMag = 0x7fff7fffu;  // both halves' sign bits cleared
+            const uint32_t aa[4] = {a[0] & kMag, a[1] & kMag, a[2] & kMag, a[3] & kMag};
+#pragma unroll
+            for (int n = 0; n < NTK; ++n) mma::Mma16F32<kBf16>(ct[n], aa, qb[n][ks][0] & kMag, qb[n][ks][1] & kMag);
+          }
         }
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
@@ -345,6 +363,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
             if (g < G && t >= begin && t < end) {
               logits[g * p.lcap + (t - begin)] = l;
               mtc[n] = fmaxf(mtc[n], l);
+              // T̂: column 2·tig holds the hi digits' sum, 2·tig + 1 the lo digits'.
+              if constexpr (kTcEta) tmax[n] = fmaxf(tmax[n], ct[n][2 * half] + ct[n][2 * half + 1]);
             }
           }
         }
@@ -402,7 +422,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (o & kHeadBits) continue;
     mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, o));
   }
-  if (METER) {
+  if (METER && !kTcK) {
     if constexpr (kEtaByNorm) {
       const float xn = meter::EtaLaneFactor(xss_max);
 #pragma unroll
@@ -422,8 +442,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
     for (int n = 0; n < NTK; ++n) {
 #pragma unroll
-      for (int o = 4; o < 32; o <<= 1) mtc[n] = fmaxf(mtc[n], __shfl_xor_sync(0xffffffffu, mtc[n], o));
+      for (int o = 4; o < 32; o <<= 1) {
+        mtc[n] = fmaxf(mtc[n], __shfl_xor_sync(0xffffffffu, mtc[n], o));
+        if constexpr (kTcEta) tmax[n] = fmaxf(tmax[n], __shfl_xor_sync(0xffffffffu, tmax[n], o));
+      }
       if (lane < 4) sm.red[warp][4 * n + lane] = mtc[n];
+      // The head's η over this warp's tokens (tc_logit_eta.cuh), written after the next barrier.
+      if constexpr (kTcEta) admax[4 * n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
     }
   } else if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) {
     sm.red[warp][my_h] = mloc;
@@ -436,7 +461,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
   if (METER) {
     __syncthreads();
-    if (lane == 0) {
+    if constexpr (kTcEta) {  // lane tig < 4 holds head 4n + tig's η in admax[4n]
+      if (lane < 4) {
+#pragma unroll
+        for (int n = 0; n < NTK; ++n) sm.red[warp][4 * n + lane] = admax[4 * n];
+      }
+    } else if (lane == 0) {
 #pragma unroll
       for (int g = 0; g < GMAX; ++g) sm.red[warp][g] = admax[g];
     }
@@ -444,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (tid < GMAX) {
       float a = 0.0f;
       for (int w = 0; w < kWarps; ++w) a = fmaxf(a, sm.red[w][tid]);
-      sm.eta[tid] = meter::EtaFactor(D) * a * inv_sqrt_d;
+      sm.eta[tid] = kTcEta ? a : meter::EtaFactor(D) * a * inv_sqrt_d;
     }
   }
   // sm.m / sm.eta become visible at the first V stage's barrier.

@@ -36,6 +36,7 @@
 #include "kernels/cpu/metered_attention.h"
 #include "kernels/cuda/metered_decode_cuda.h"
 #include "kernels/cuda/ops/transformer_ops_cuda.h"
+#include "kernels/cuda/tc_logit_eta.cuh"
 #include "kernels/meter/float_formats.h"
 #include "kernels/meter/partial_sum.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -73,6 +74,25 @@ double EtaCauchySchwarzExcess(const float* q, const std::vector<float>& k, const
     cs += std::sqrt(n) * lane_max[l];
   }
   return meter::EtaFactor(d) * std::max(0.0, cs - per_token) / std::sqrt(static_cast<double>(d));
+}
+
+// The largest η the pipelined kernel's tensor-core logits (fp16 / bf16 at d = 128) can carry for a
+// cell (kernels/cuda/tc_logit_eta.cuh, over-estimated: T̂ ≤ (1 + 2^-10)·Σ_c |q_c·2^s|·|k̃_c| + the
+// digits' rounding), in double. Only the upper tolerance uses it.
+double TensorCoreEtaBound(const float* q, const std::vector<float>& k, const std::vector<uint8_t>& exact, int64_t S,
+                          int32_t d, bool bf16) {
+  double per_token = 0.0, qmax = 0.0;
+  for (int32_t c = 0; c < d; ++c) qmax = std::max(qmax, std::fabs(static_cast<double>(q[c])));
+  for (int64_t t = 0; t < S; ++t) {
+    if (exact[t]) continue;
+    double s = 0.0;
+    for (int32_t c = 0; c < d; ++c) s += std::fabs(static_cast<double>(q[c]) * k[t * d + c]);
+    per_token = std::max(per_token, s);
+  }
+  const double rel = bf16 ? cuda_kv::TcLogitEta<true>::kRel : cuda_kv::TcLogitEta<false>::kRel;
+  const double abs = bf16 ? cuda_kv::TcLogitEta<true>::kAbs : cuda_kv::TcLogitEta<false>::kAbs;
+  // unscale = 2^-s/√d with 2^-s ≤ max|q|·2^-13.
+  return (rel * 1.01 * per_token + abs * qmax * std::ldexp(1.0, -13)) / std::sqrt(static_cast<double>(d));
 }
 
 struct DecodeCase {
@@ -421,6 +441,13 @@ class Problem {
     // below the CPU's fp32 η, so its bound may undercut the CPU's by up to e^{-4η_cpu}.
     const bool mma = TensorCoreDecodeSupports(L_, c_.group) && (c_.kernel == 0 || c_.kernel == 3) &&
                      c_.exact_every == 0;
+    // The pipelined kernel's fp16 / bf16 logits at d = 128 come from tensor cores (tc_logit_eta.cuh):
+    // η is the model's, coarser than the CPU's, and the logits differ from the CPU's either way, so
+    // the bound may undercut the CPU's by e^{-4η_cpu} (as the int8 kernel's) and exceed it by
+    // e^{4η_gpu}.
+    const bool tc_logits = (c_.scheme == KvScheme::kFp16 || c_.scheme == KvScheme::kBf16) && d == 128 &&
+                           (c_.kernel == 0 || c_.kernel == 2) && c_.exact_every == 0 && c_.bs >= 8 &&
+                           c_.outliers == 0;
     int failures = 0;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t S = c_.ctx[b];
@@ -497,10 +524,13 @@ class Problem {
           if (!c_.meter) continue;
           const meter::CertBound& gc = g.cert[cell];
           const meter::CertBound& cc = res.bound;
-          const double eta_slack = mma ? 8.6 * (d + 4) * meter::kUnitRoundoff * lambda : 0.0;
+          const double eta_slack = mma || tc_logits ? 8.6 * (d + 4) * meter::kUnitRoundoff * lambda : 0.0;
           // The pipelined kernel's η is the Cauchy–Schwarz form (certificates.md): the GPU may
           // sit above the CPU by e^{2Δη} on A − 1, squared through (A² − 1)/2.
-          const double cs_allowance = mma ? 1.0 : std::exp(4.0 * EtaCauchySchwarzExcess(q, ks, exact, S, d));
+          const double cs_allowance =
+              mma ? 1.0
+                  : std::exp(4.0 * (tc_logits ? TensorCoreEtaBound(q, ks, exact, S, d, c_.scheme == KvScheme::kBf16)
+                                              : EtaCauchySchwarzExcess(q, ks, exact, S, d)));
           auto check = [&](const char* what, double gv, double cv) {
             const bool low = gv < cv * (1.0 - kappa_slack - eta_slack);
             const bool high = gv > cv * (c_.adversarial ? 1.5 : 1.02) * cs_allowance + 1e-6;

@@ -1,0 +1,63 @@
+// η for logits computed on tensor cores: the rounding bound of the pipelined kernel's fp16 / bf16
+// K pass with the meter on (metered_decode_pipelined.cuh, d = 128), and the model of the tensor
+// cores' arithmetic it rests on. Host-callable (tests/kernels/cuda/mma_rounding_model_test.cc).
+//
+// The model. One mma.m16n8k16 with fp16 or bf16 inputs and an fp32 accumulator returns, per
+// element of D,
+//     |D − (C + Σ_k a_k·b_k)| ≤ μ·(|C| + Σ_k |a_k·b_k|) + ν,     μ = 2^-16, ν = 2^-120.
+// PTX does not specify the order or rounding of that sum, so this is an assumption, stated:
+// published measurements of NVIDIA tensor cores (products exact, the terms aligned to the
+// largest exponent and truncated to ≥ 24 significant bits, one normalisation) give at most
+// 17·2^-23 ≈ 2^-18.9 of the absolute sum, ~7× inside μ. kernels_cuda_mma_rounding_model_test
+// checks the model on the device on adversarial operands (cancellation, one term dominating,
+// the full exponent range, subnormals) and prints the largest error it saw in units of μ, so
+// the margin is measured where the kernel runs (bench/RESULTS.md). ν covers products or sums
+// below fp32's normal range flushed to zero (bf16 only: fp16 products are ≥ 2^-48).
+//
+// The kernel's logit of one head and token: x = q·2^s (s a power of two, max|x_c| < 2^14) is
+// split into two digits x_c ≈ hi_c + lo_c (f16_digits.cuh); the MMA forms Σ hi_c·k_c and
+// Σ lo_c·k_c over d = 128 channels in two chains of 4 k-steps each (columns of one MMA), and
+// ℓ̂ = ((ca_hi + cb_hi) + (ca_lo + cb_lo))·fl(2^-s·fl(1/√d)). A second chain of 8 MMAs of the
+// same keys and digits with their sign bits cleared gives T̂ ≈ T = Σ_c (|hi_c| + |lo_c|)·|k_c|.
+// Then |ℓ̂ − q·k/√d| ≤ η = (c_rel·T̂ + c_abs)·fl(2^-s·fl(1/√d))·(1 + 2^-20), because:
+//  * a chain of 4 MMAs errs by ≤ 4.01·μ·T_chain + 4ν (the j-th accumulator is ≤ (1+μ)^j times
+//    the terms before it);
+//  * the three fp32 additions and the product with the unscale: ≤ 4u·(1 + 5μ)·T; the
+//    unscale's own error (2^-s is exact; 1/√d is two roundings): ≤ 3u more;
+//  * the digit split: |x_c − hi_c − lo_c| ≤ ρ·|x_c| + α (fp16: ρ = 2^-22, α = 2^-25 where lo
+//    is subnormal; bf16: ρ = 2^-16, α = 2^-134), with |k_c| ≤ K (a finite key: fp16 65504,
+//    bf16 < 2^128; a non-finite one makes the logit non-finite and the cell vacuous), so
+//    Σ_c |x_c − hi_c − lo_c|·|k_c| ≤ ρ(1 + 2ρ)·T + d·α·K;
+//  * T̂ is a chain of 8 MMAs of non-negative terms: T ≤ T̂·(1 + 8.02μ + 2u) + 8ν;
+// so c_rel ≥ (4.01μ + 8u + ρ(1 + 2ρ))·(1 + 8.02μ + 2u)·(1 + 4u): fp16 6.19e-5, bf16 7.69e-5
+// (taken as 6.25e-5 and 7.75e-5), and c_abs ≥ d·α·K + 24ν: fp16 0.24994, bf16 2.0 (taken as
+// 0.25 and 2.01). The final (1 + 2^-20) covers η's own three roundings. T̂ is summed over the
+// same tensor cores at no cost to the issue slots the kernel is bound by (the A operand's sign
+// bits cleared: four LOP3s a k-step).
+#pragma once
+
+namespace witcert::cuda_kv {
+
+// The model's constants (above).
+constexpr double kTcMu = 1.0 / 65536.0;                      // 2^-16
+constexpr double kTcNu = 7.52316384526264e-37;               // 2^-120
+
+template <bool BF16>
+struct TcLogitEta {
+  static constexpr float kRel = 6.25e-5f;
+  static constexpr float kAbs = 0.25f;
+};
+template <>
+struct TcLogitEta<true> {
+  static constexpr float kRel = 7.75e-5f;
+  static constexpr float kAbs = 2.01f;
+};
+
+// η of a head's logits given the largest T̂ over its tokens and the head's unscale
+// fl(2^-s·fl(1/√d)) (both ≥ 0). inf and NaN pass through (a vacuous η, never a small one).
+template <bool BF16>
+__host__ __device__ __forceinline__ float TcLogitEtaOf(float t_hat_max, float unscale) {
+  return fmaf(TcLogitEta<BF16>::kRel, t_hat_max, TcLogitEta<BF16>::kAbs) * unscale * (1.0f + 0x1p-20f);
+}
+
+}  // namespace witcert::cuda_kv
