@@ -123,7 +123,18 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 
   // ---- the stage loader: stage k < n_st reads K, k ≥ n_st reads V (+ the K band witnesses,
   // the V summaries and the K scales)
-  const int64_t cbytes = CB;
+  // The codes: a thread copies the same 16-byte chunk r of every GPI-th 8-token group, so its
+  // chunk, source column and swizzled destination are fixed once here; a stage then costs it
+  // one group-table read, one wide multiply and the copy per chunk (the loader had been most
+  // of the kernel's instructions, ncu: bench/RESULTS.md sixteenth session).
+  constexpr int CPG = CB / 2;  // 16-byte chunks per 8-token group
+  static_assert(kThreads % CPG == 0, "every thread copies one fixed chunk of its groups");
+  constexpr int GPI = kThreads / CPG;  // groups one pass of the CTA covers
+  constexpr int kCodePasses = GPI >= kStageGroups ? 1 : kStageGroups / GPI;
+  const int code_r = tid % CPG, code_g0 = tid / CPG;
+  // kTcV: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16).
+  const int code_dr = kTcV ? (code_r & ~15) | ((code_r & 15) ^ (code_r >> 4)) : code_r;
+  const int32_t code_dst = sl.codes + code_g0 * 8 * CB + code_dr * 16;  // in the stage
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
       const bool isv = k >= n_st;
@@ -134,15 +145,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         *ok = v != kGroupOutside;
         return *ok ? v : 0;
       };
-      const uint8_t* codes = isv ? p.kv.v_codes : p.kv.k_codes;
-      constexpr int CPG = CB / 2;  // 16-byte chunks per 8-token group
-      for (int ci = tid; ci < kStageGroups * CPG; ci += kThreads) {
-        const int grp = ci / CPG, r = ci % CPG;
-        bool ok;
-        const int64_t v0 = group_vec(grp, &ok);
-        // kTcV: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16).
-        const int dr = kTcV ? (r & ~15) | ((r & 15) ^ (r >> 4)) : r;
-        CpAsync16(st + sl.codes + grp * 8 * CB + dr * 16, codes + v0 * cbytes + r * 16, ok);
+      const uint8_t* csrc = (isv ? p.kv.v_codes : p.kv.k_codes) + (tid % CPG) * 16;
+#pragma unroll
+      for (int i = 0; i < kCodePasses; ++i) {
+        const int grp = code_g0 + i * GPI;
+        if (GPI <= kStageGroups || grp < kStageGroups) {
+          const int32_t v = sg[grp];
+          const bool ok = v != kGroupOutside;
+          CpAsync16(st + code_dst + i * GPI * 8 * CB, csrc + static_cast<int64_t>(ok ? v : 0) * CB, ok);
+        }
       }
       if constexpr (NS > 0) {
         const uint8_t* sc = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
@@ -167,14 +178,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           // Per 8-token group: the band codes (8·B bytes: 16-byte chunks, 8-byte ones for odd
           // B), the units (16 bytes) and the summaries (32 bytes), 3 + cpg chunks in all.
           const bool odd = (nb & 1) != 0;
-          const int cw = odd ? 8 : 16, cpg = 8 * nb / cw;  // code chunk bytes, chunks per group
+          const int cw = odd ? 8 : 16, cpg = odd ? nb : nb / 2;  // code chunk bytes, chunks per group (8·B / cw)
           const int ncode = kStageGroups * cpg;
           const uint8_t* kw = p.kv.k_witness;
           const uint8_t* ku = reinterpret_cast<const uint8_t*>(p.kv.k_witness_unit);
           const uint8_t* vs = reinterpret_cast<const uint8_t*>(p.kv.v_summary);
           for (int ci = tid; ci < ncode + 3 * kStageGroups; ci += kThreads) {
             if (ci < ncode) {
-              const int grp = ci / cpg, r = ci % cpg;
+              const int grp = nb == 8 ? ci >> 2 : ci / cpg, r = nb == 8 ? ci & 3 : ci % cpg;
               bool ok;
               const int64_t v0 = group_vec(grp, &ok);
               uint8_t* dst = st + sl.kwit + grp * 8 * nb + r * cw;
