@@ -36,6 +36,10 @@
 // bits cleared: four LOP3s a k-step).
 #pragma once
 
+#include <cmath>
+
+#include <cuda_runtime.h>
+
 namespace witcert::cuda_kv {
 
 // The model's constants (above).
