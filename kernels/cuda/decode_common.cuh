@@ -171,6 +171,57 @@ __device__ __forceinline__ void FillGroupVectors(const DecodeParams& p, int seq,
   }
 }
 
+// QueryBandNorm's arithmetic for PPB pairs per band known at compile time: the band's 2·PPB values
+// loaded at once (float4 where 16-byte aligned) before any arithmetic, instead of one dependent
+// load per pair and again for the squares (ncu / clock64: the meter's prologue was most of its
+// cost at batch 1, bench/RESULTS.md sixteenth session). Same operations in the same order.
+template <int D, int PPB>
+__device__ __forceinline__ float QueryBandNormFixed(const float* qg, int b, bool interleaved, double* abs_sum,
+                                                    float* max_abs) {
+  constexpr int half = D / 2;
+  static_assert(PPB % 2 == 0, "float4 loads");
+  float v[2 * PPB];  // pair pr's values at 2pr, 2pr + 1
+  if (interleaved) {
+    const float4* src = reinterpret_cast<const float4*>(qg + 2 * b * PPB);
+#pragma unroll
+    for (int i = 0; i < PPB / 2; ++i) {
+      const float4 x = src[i];
+      v[4 * i] = x.x; v[4 * i + 1] = x.y; v[4 * i + 2] = x.z; v[4 * i + 3] = x.w;
+    }
+  } else {
+    const float4* lo = reinterpret_cast<const float4*>(qg + b * PPB);
+    const float4* hi = reinterpret_cast<const float4*>(qg + half + b * PPB);
+#pragma unroll
+    for (int i = 0; i < PPB / 4; ++i) {
+      const float4 x = lo[i], y = hi[i];
+      v[8 * i] = x.x; v[8 * i + 1] = y.x; v[8 * i + 2] = x.y; v[8 * i + 3] = y.y;
+      v[8 * i + 4] = x.z; v[8 * i + 5] = y.z; v[8 * i + 6] = x.w; v[8 * i + 7] = y.w;
+    }
+  }
+  float amax = 0.0f;
+  double a1 = 0.0;
+#pragma unroll
+  for (int pr = 0; pr < PPB; ++pr) {
+    amax = fmaxf(amax, fmaxf(fabsf(v[2 * pr]), fabsf(v[2 * pr + 1])));
+    a1 += fabs(static_cast<double>(v[2 * pr])) + fabs(static_cast<double>(v[2 * pr + 1]));
+  }
+  *abs_sum = a1;
+  if (max_abs != nullptr) *max_abs = amax;
+  float norm = amax;
+  if (amax > 0.0f && amax <= 3.0e38f) {
+    const float inv = 1.0f / amax;
+    float s = 0.0f;
+#pragma unroll
+    for (int pr = 0; pr < PPB; ++pr) {
+      const float y0 = v[2 * pr] * inv, y1 = v[2 * pr + 1] * inv;
+      s += y0 * y0;
+      s += y1 * y1;
+    }
+    norm = amax * sqrtf(s);
+  }
+  return norm;
+}
+
 // ‖q_b‖ of band b of query `qg` [D] under the band map (CPU: QueryBandNorms), scaled so the
 // squares cannot overflow; *abs_sum = Σ|q_c| over the band in double (Tier B's ‖q‖₁) and, where
 // asked, *max_abs = max|q_c| over the band (NaN ignored).
@@ -178,6 +229,11 @@ template <int D>
 __device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, bool interleaved, double* abs_sum,
                                                float* max_abs = nullptr) {
   const int half = D / 2, ppb = half / nb;
+  if constexpr (D % 64 == 0) {  // B = D/16 (8 at d = 128): 8 pairs a band
+    if (ppb == 8 && (reinterpret_cast<uintptr_t>(qg) & 15) == 0) {
+      return QueryBandNormFixed<D, 8>(qg, b, interleaved, abs_sum, max_abs);
+    }
+  }
   float amax = 0.0f;
   double a1 = 0.0;
   for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {

@@ -127,7 +127,7 @@ template <class C, int D>
 __global__ void __launch_bounds__(kThreads) BlockRiskKernel(const PagedKvLayout L, const PagedKvLayer kv,
                                                             const BlockRiskArgs a, int bs_shift,
                                                             int32_t cb, int32_t nscale, bool has_w) {
-  __shared__ float q[D];
+  __shared__ __align__(16) float q[D];  // QueryBandNorm reads it by float4
   __shared__ float qbn[64];
   __shared__ float red[kThreads / 32];
   __shared__ float s_m;

@@ -724,12 +724,30 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
 }
 
+// Dynamic shared memory that keeps `kernel` at two CTAs per SM: short splits need little, and an
+// instantiation with few registers would otherwise take three, which left SMs idle beside
+// crowded ones when the decode launched behind the KV write (the 8B step with fp16 KV, 8k:
+// bench/RESULTS.md sixteenth session). 0 where the device cannot be queried.
+inline size_t TwoCtasPerSmBytes(const void* kernel) {
+  int dev = 0, per_sm = 0, reserved = 0;
+  cudaFuncAttributes fa{};
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+    return 0;
+  }
+  const int64_t need = int64_t{per_sm} / 3 + 1 - static_cast<int64_t>(fa.sharedSizeBytes) - reserved;
+  return static_cast<size_t>(need > 0 ? need : 0);
+}
+
 template <class C, int D, int GMAX, bool METER>
 CudaStatus LaunchPipelined(const DecodeParams& p, const PipeSmemPlan& plan, dim3 grid, cudaStream_t stream) {
   auto kernel = PipelinedDecodeKernel<C, D, GMAX, METER>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(plan.bytes)));
-  return cuda_launch::Launch(kernel, grid, dim3(kThreads), plan.bytes, stream, p.overlap_previous, p, plan);
+  static const size_t two_per_sm = TwoCtasPerSmBytes(reinterpret_cast<const void*>(kernel));  // per instantiation
+  const size_t bytes = std::max(plan.bytes, two_per_sm);
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  return cuda_launch::Launch(kernel, grid, dim3(kThreads), bytes, stream, p.overlap_previous, p, plan);
 }
 
 template <class C>
