@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
   }
   float mtc[NTK];   // kTcK: the lane's max logit of head 4n + tig
-  float tmax[NTK];  // kTcEta: the lane's max T̂ of head 4n + tig (over its valid tokens)
+  float tmax[NTK];  // kTcEta: the lane's max T̂ of head 4n + tig (over its valid tokens), then its η
 #pragma unroll
   for (int n = 0; n < NTK; ++n) {
     mtc[n] = -INFINITY;
@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       }
       if (lane < 4) sm.red[warp][4 * n + lane] = mtc[n];
       // The head's η over this warp's tokens (tc_logit_eta.cuh), written after the next barrier.
-      if constexpr (kTcEta) admax[4 * n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
+      if constexpr (kTcEta) tmax[n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
     }
   } else if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) {
     sm.red[warp][my_h] = mloc;
@@ -472,10 +472,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
   if (METER) {
     __syncthreads();
-    if constexpr (kTcEta) {  // lane tig < 4 holds head 4n + tig's η in admax[4n]
+    if constexpr (kTcEta) {  // lane tig < 4 holds head 4n + tig's η in tmax[n]
       if (lane < 4) {
 #pragma unroll
-        for (int n = 0; n < NTK; ++n) sm.red[warp][4 * n + lane] = admax[4 * n];
+        for (int n = 0; n < NTK; ++n) sm.red[warp][4 * n + lane] = tmax[n];
       }
     } else if (lane == 0) {
 #pragma unroll
