@@ -1,8 +1,12 @@
 // The constants of kernels/cuda/tc_logit_eta.cuh re-derived from the model and the digit bounds
 // (CPU only, runs in CI): a constant edited below what its derivation needs fails here, before
 // any device sees it. The model itself is checked on the device by mma_rounding_model_test.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <random>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/tc_logit_eta.cuh"
@@ -60,6 +64,66 @@ TEST(TcLogitEta, MonotoneAndNeverSmallOnBadInput) {
   }
   EXPECT_TRUE(std::isinf(cuda_kv::TcLogitEtaOf<true>(std::numeric_limits<float>::infinity(), us)));
   EXPECT_TRUE(std::isnan(cuda_kv::TcLogitEtaOf<false>(std::nanf(""), us)));
+}
+
+// The model against an emulated accumulator of the kind published for NVIDIA tensor cores: exact
+// products, every term (C included) aligned to the largest exponent and truncated toward zero to
+// `bits` significant bits, an exact sum, the result truncated to fp32. Returns the largest
+// |D − exact| / (|C| + Σ|a·b|) over adversarial fp16-valued groups of 16 products.
+double WorstRelativeError(int bits, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto fp16_value = [&](int emin, int emax) {  // a random normal fp16 value with exponent in [emin, emax]
+    const int e = std::uniform_int_distribution<int>(emin, emax)(rng);
+    const double m = 1.0 + static_cast<double>(rng() & 0x3ff) / 1024.0;
+    return std::ldexp((rng() & 1) ? -m : m, e);
+  };
+  double worst = 0.0;
+  for (int trial = 0; trial < 200000; ++trial) {
+    double t[17];
+    const int pattern = trial % 3;
+    for (int k = 0; k < 16; ++k) {
+      // 0: the full range; 1: one dominant product and small ones with busy low bits; 2: alike terms.
+      const double a = pattern == 1 ? (k == 0 ? fp16_value(10, 15) : fp16_value(-8, -2)) : fp16_value(pattern == 0 ? -14 : -1, pattern == 0 ? 15 : 1);
+      const double b = pattern == 1 ? fp16_value(-2, 2) : fp16_value(pattern == 0 ? -14 : -1, pattern == 0 ? 15 : 1);
+      // Pattern 1's small products share one sign, so their truncations add up instead of cancelling.
+      t[k] = pattern == 1 && k > 0 ? std::fabs(a * b) : a * b;  // exact: 22 significant bits
+    }
+    t[16] = pattern == 2 ? static_cast<float>(fp16_value(3, 6)) : 0.0;  // C
+    double mx = 0.0, abs_sum = 0.0, exact = 0.0;
+    for (double x : t) {
+      mx = std::max(mx, std::fabs(x));
+      abs_sum += std::fabs(x);
+    }
+    if (mx == 0.0) continue;
+    int e_max = 0;
+    std::frexp(mx, &e_max);  // mx < 2^e_max
+    const double unit = std::ldexp(1.0, e_max - bits);  // `bits` bits below the largest term's top
+    double aligned = 0.0;
+    for (double x : t) {
+      exact += x;  // not exact in general; the error is ≤ 17·2^-53 of abs_sum, far below what is measured
+      aligned += std::trunc(x / unit) * unit;
+    }
+    float d = static_cast<float>(aligned);  // round to nearest, then toward zero if that rounded away
+    if (std::fabs(static_cast<double>(d)) > std::fabs(aligned)) d = std::nextafterf(d, 0.0f);
+    worst = std::max(worst, std::fabs(static_cast<double>(d) - exact) / abs_sum);
+  }
+  return worst;
+}
+
+TEST(TcLogitEta, ModelCoversATruncatingAccumulatorOf23Bits) {
+  // A truncating accumulator errs by < 1 unit per term plus fp32's final truncation: with 17 terms and
+  // 23 bits, < 17·2^-22 + 2^-23 of the largest term, inside μ = 2^-16 (the measured H200 sits at
+  // ≤ 2.3·2^-23, mma_rounding_model_test).
+  const double worst = WorstRelativeError(23, 7);
+  EXPECT_LE(worst, cuda_kv::kTcMu);
+  EXPECT_GT(worst, 0.0);
+  std::printf("a 23-bit truncating accumulator: worst error %.3g of the absolute sum (the model allows %.3g)\n", worst,
+              cuda_kv::kTcMu);
+}
+
+TEST(TcLogitEta, ModelRejectsAnAccumulatorOf20Bits) {
+  // The emulation finds a violation where the model does not hold, so the test above can fail.
+  EXPECT_GT(WorstRelativeError(20, 7), cuda_kv::kTcMu);
 }
 
 }  // namespace
