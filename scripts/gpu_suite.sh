@@ -1,17 +1,12 @@
 #!/usr/bin/env bash
 # The whole GPU suite in ONE device call: kernel tests, compute-sanitizer memcheck and
 # racecheck on the small cases, the decode benchmark and the PyTorch SDPA baseline.
-# Build and pack here first (B = your build dir; the binaries hold every decode kernel, so
-# strip them and compress the pack to stay under the 64 MiB a device call carries):
-#   ninja -C $B kernels_cuda_write_path_test kernels_cuda_metered_decode_test \
-#     kernels_cuda_gate_repair_test bench_decode_cuda
-#   T=$B/tests/kernels/cuda; scripts/pack_gpu.sh $B/dist $T/kernels_cuda_write_path_test \
-#     $T/kernels_cuda_metered_decode_test $T/kernels_cuda_gate_repair_test \
-#     $B/bench/decode_cuda/bench_decode_cuda
-#   strip $B/dist/bin/*; mkdir -p $B/gpu_pack; (cd $B && tar -cf - dist | xz -3 -T2 > gpu_pack/dist.tar.xz)
-# then on the GPU host (device `run`, carry $B/gpu_pack):
-#   mkdir -p /tmp/g && tar -xJf $B/gpu_pack/dist.tar.xz -C /tmp/g && scripts/gpu_suite.sh /tmp/g/dist "$OUT"
+# Build and pack here first (scripts/pack_gpu_suite.sh BUILD_DIR OUT_FILE: every GPU kernel test,
+# the CUDA backend test and the decode benchmark, stripped and compressed under the 64 MiB a device
+# call carries), then on the GPU host (device `run`, carry OUT_FILE's folder):
+#   mkdir -p /tmp/g && xz -dc OUT_FILE | tar -xf - -C /tmp/g && scripts/gpu_suite.sh /tmp/g/dist "$OUT"
 #   [--quick] [--no-bench]
+# Tests beyond write / decode / repair run when the pack has them (older packs still work).
 # Logs land in OUT_DIR (resources.txt: registers/stack/shared memory of every decode kernel);
 # the last lines printed are a summary.
 set -uo pipefail
@@ -41,6 +36,12 @@ step write_path_test tests.log "$run" kernels_cuda_write_path_test
 step metered_decode_test tests_decode.log "$run" kernels_cuda_metered_decode_test
 repair=0; [ -x "$pack/bin/kernels_cuda_gate_repair_test" ] && repair=1
 [ "$repair" = 1 ] && step gate_repair_test tests_repair.log "$run" kernels_cuda_gate_repair_test
+# The other GPU tests, where packed: chunked prefill, the tensor-core rounding model (its margin is
+# printed in the summary), Tier A's digits, the RoPE-split write, the CUDA backend.
+for t in kernels_cuda_metered_prefill_test kernels_cuda_mma_rounding_model_test kernels_cuda_tier_a_digits_test \
+         kernels_cuda_rope_split_write_test engine_cuda_backend_test; do
+  [ -x "$pack/bin/$t" ] && step "${t#kernels_cuda_}" "tests_$t.log" "$run" "$t"
+done
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$san" ]; then
   filt='--gtest_filter=*Small*'
@@ -57,7 +58,8 @@ if [ -n "$san" ]; then
 else
   summary+=("compute-sanitizer not found")
 fi
-cat "$out/tests_decode.log" "$out"/tests_repai[r].log >>"$out/tests.log" 2>/dev/null; rm -f "$out/tests_decode.log" "$out/tests_repair.log"
+cat "$out/tests_decode.log" "$out"/tests_repai[r].log "$out"/tests_*_test.log >>"$out/tests.log" 2>/dev/null
+rm -f "$out/tests_decode.log" "$out/tests_repair.log" "$out"/tests_*_test.log
 if [ "$bench" = 1 ]; then
   step bench_decode_cuda bench.log "$run" bench_decode_cuda $quick --csv "$out/bench.csv"
   step sdpa_baseline sdpa.log env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/../bench/decode_cuda/sdpa_baseline.py" $quick --csv "$out/sdpa.csv"
@@ -67,5 +69,6 @@ grep -hE "Failure|FAILED|UNSOUND|mismatch|differ|ERROR SUMMARY: [1-9]|error" "$o
 echo "==== bench tables ===="
 [ -f "$out/bench.log" ] && grep -E "^\||copy|device" "$out/bench.log"
 [ -f "$out/sdpa.log" ] && grep -E "sdpa" "$out/sdpa.log"
+grep -h "margin" "$out/tests.log" 2>/dev/null
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}"
