@@ -171,16 +171,44 @@ __device__ __forceinline__ void FillGroupVectors(const DecodeParams& p, int seq,
   }
 }
 
-// QueryBandNorm's arithmetic for PPB pairs per band known at compile time: the band's 2·PPB values
-// loaded at once (float4 where 16-byte aligned) before any arithmetic, instead of one dependent
-// load per pair and again for the squares (ncu / clock64: the meter's prologue was most of its
-// cost at batch 1, bench/RESULTS.md sixteenth session). Same operations in the same order.
+// QueryBandNorm's arithmetic over n pairs, pair(i, &x0, &x1) giving pair i's two values: max|x|,
+// Σ|x| in double, and ‖x‖ scaled by the max so the squares cannot overflow (CPU: ScaledNorm).
+template <class Pair>
+__device__ __forceinline__ float BandNormOfPairs(int n, Pair pair, double* abs_sum, float* max_abs) {
+  float amax = 0.0f;
+  double a1 = 0.0;
+  for (int pr = 0; pr < n; ++pr) {
+    float x0, x1;
+    pair(pr, &x0, &x1);
+    amax = fmaxf(amax, fmaxf(fabsf(x0), fabsf(x1)));
+    a1 += fabs(static_cast<double>(x0)) + fabs(static_cast<double>(x1));
+  }
+  *abs_sum = a1;
+  if (max_abs != nullptr) *max_abs = amax;
+  float norm = amax;
+  if (amax > 0.0f && amax <= 3.0e38f) {
+    const float inv = 1.0f / amax;
+    float s = 0.0f;
+    for (int pr = 0; pr < n; ++pr) {
+      float x0, x1;
+      pair(pr, &x0, &x1);
+      const float y0 = x0 * inv, y1 = x1 * inv;
+      s += y0 * y0;
+      s += y1 * y1;
+    }
+    norm = amax * sqrtf(s);
+  }
+  return norm;
+}
+
+// The band's 2·PPB values for PPB pairs per band known at compile time, loaded at once (float4;
+// `qg` 16-byte aligned) before any arithmetic, instead of one dependent load per pair and again
+// for the squares (ncu / clock64: the meter's prologue was most of its cost at batch 1,
+// bench/RESULTS.md sixteenth session): v[2pr], v[2pr + 1] = pair pr.
 template <int D, int PPB>
-__device__ __forceinline__ float QueryBandNormFixed(const float* qg, int b, bool interleaved, double* abs_sum,
-                                                    float* max_abs) {
+__device__ __forceinline__ void LoadBandPairs(const float* qg, int b, bool interleaved, float (&v)[2 * PPB]) {
   constexpr int half = D / 2;
-  static_assert(PPB % 2 == 0, "float4 loads");
-  float v[2 * PPB];  // pair pr's values at 2pr, 2pr + 1
+  static_assert(PPB % 4 == 0, "float4 loads");
   if (interleaved) {
     const float4* src = reinterpret_cast<const float4*>(qg + 2 * b * PPB);
 #pragma unroll
@@ -198,28 +226,6 @@ __device__ __forceinline__ float QueryBandNormFixed(const float* qg, int b, bool
       v[8 * i + 4] = x.z; v[8 * i + 5] = y.z; v[8 * i + 6] = x.w; v[8 * i + 7] = y.w;
     }
   }
-  float amax = 0.0f;
-  double a1 = 0.0;
-#pragma unroll
-  for (int pr = 0; pr < PPB; ++pr) {
-    amax = fmaxf(amax, fmaxf(fabsf(v[2 * pr]), fabsf(v[2 * pr + 1])));
-    a1 += fabs(static_cast<double>(v[2 * pr])) + fabs(static_cast<double>(v[2 * pr + 1]));
-  }
-  *abs_sum = a1;
-  if (max_abs != nullptr) *max_abs = amax;
-  float norm = amax;
-  if (amax > 0.0f && amax <= 3.0e38f) {
-    const float inv = 1.0f / amax;
-    float s = 0.0f;
-#pragma unroll
-    for (int pr = 0; pr < PPB; ++pr) {
-      const float y0 = v[2 * pr] * inv, y1 = v[2 * pr + 1] * inv;
-      s += y0 * y0;
-      s += y1 * y1;
-    }
-    norm = amax * sqrtf(s);
-  }
-  return norm;
 }
 
 // ‖q_b‖ of band b of query `qg` [D] under the band map (CPU: QueryBandNorms), scaled so the
@@ -229,33 +235,22 @@ template <int D>
 __device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, bool interleaved, double* abs_sum,
                                                float* max_abs = nullptr) {
   const int half = D / 2, ppb = half / nb;
-  if constexpr (D % 64 == 0) {  // B = D/16 (8 at d = 128): 8 pairs a band
+  if constexpr (D % 64 == 0) {  // B = D/16 (8 at d = 128): 8 pairs a band, loaded at once
     if (ppb == 8 && (reinterpret_cast<uintptr_t>(qg) & 15) == 0) {
-      return QueryBandNormFixed<D, 8>(qg, b, interleaved, abs_sum, max_abs);
+      float v[16];
+      LoadBandPairs<D, 8>(qg, b, interleaved, v);
+      return BandNormOfPairs(8, [&](int pr, float* x0, float* x1) { *x0 = v[2 * pr]; *x1 = v[2 * pr + 1]; },
+                             abs_sum, max_abs);
     }
   }
-  float amax = 0.0f;
-  double a1 = 0.0;
-  for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-    const int d0 = interleaved ? 2 * pr : pr, d1 = interleaved ? 2 * pr + 1 : pr + half;
-    amax = fmaxf(amax, fmaxf(fabsf(qg[d0]), fabsf(qg[d1])));
-    a1 += fabs(static_cast<double>(qg[d0])) + fabs(static_cast<double>(qg[d1]));
-  }
-  *abs_sum = a1;
-  if (max_abs != nullptr) *max_abs = amax;
-  float norm = amax;
-  if (amax > 0.0f && amax <= 3.0e38f) {
-    const float inv = 1.0f / amax;
-    float s = 0.0f;
-    for (int pr = b * ppb; pr < (b + 1) * ppb; ++pr) {
-      const int d0 = interleaved ? 2 * pr : pr, d1 = interleaved ? 2 * pr + 1 : pr + half;
-      const float y0 = qg[d0] * inv, y1 = qg[d1] * inv;
-      s += y0 * y0;
-      s += y1 * y1;
-    }
-    norm = amax * sqrtf(s);
-  }
-  return norm;
+  return BandNormOfPairs(
+      ppb,
+      [&](int i, float* x0, float* x1) {
+        const int pr = b * ppb + i;
+        *x0 = qg[interleaved ? 2 * pr : pr];
+        *x1 = qg[interleaved ? 2 * pr + 1 : pr + half];
+      },
+      abs_sum, max_abs);
 }
 
 // The meter's query prologue (CPU: PrepareMeteredQuery), shared by the decode kernels: the band

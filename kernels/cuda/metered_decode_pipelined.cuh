@@ -25,12 +25,12 @@
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
 //    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
 //    the first kernel, unchanged: the split max is known before any term is summed.
-//  * fp16 and bf16 at d = 128 (kTcV): the V pass runs on tensor cores (ops/mma_f16.cuh, the
+//  * fp16 and bf16 at d = 128 (kTc): the V pass runs on tensor cores (ops/mma_f16.cuh, the
 //    digit splits in f16_digits.cuh): each warp owns 16 output channels, A = the stage's values
 //    transposed by ldmatrix.trans, B = the weights as two digits of the same format per head,
 //    fp32 accumulators summed per stage; the stage's code rows are stored with their 16-byte
 //    chunks XOR-swizzled by token % 8 so that the K pass's row reads and the 8×8 loads are free
-//    of bank conflicts. The K pass runs there too (kTcK: the query as two digits under a
+//    of bank conflicts. The K pass runs there too (the query as two digits under a
 //    power-of-two scale). With the meter on, a third chain of MMAs over the same keys and digits
 //    with their sign bits cleared bounds each token's Σ|q_c k_c|, and η follows from a stated
 //    model of the tensor cores' fp32 accumulation (tc_logit_eta.cuh, checked on the device by
@@ -86,17 +86,18 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int NP = kStageTokens / TPH;  // tokens per thread per stage in that step
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
-  // fp16 or bf16 at d = 128: the value pass on tensor cores (ops/mma_f16.cuh). Each warp owns
+  // fp16 or bf16 at d = 128: the logits (pass 1, below) and the value pass on tensor cores
+  // (ops/mma_f16.cuh). In the value pass each warp owns
   // 16 channels: A = the stage's values transposed (channels × tokens, ldmatrix.trans), B = the
   // weights as two digits per head (tokens × (head, digit)). The stage's code rows are then
   // stored with their 16-byte chunks XOR-swizzled by token % 8, so both the K pass's row reads
   // and the transposing loads are free of bank conflicts.
   // bf16 takes the same paths with bf16 MMAs and digits (DigitFormat).
   constexpr bool kBf16 = std::is_same_v<C, DevBf16>;
-  constexpr bool kTcV = (std::is_same_v<C, DevFp16> || kBf16) && D == 128;
+  constexpr bool kTc = (std::is_same_v<C, DevFp16> || kBf16) && D == 128;  // both passes on tensor cores
   using Digits = DigitFormat<kBf16>;
   extern __shared__ __align__(128) uint8_t dsm[];
-  __shared__ PipeSmem<GMAX, kTcV> sm;
+  __shared__ PipeSmem<GMAX, kTc> sm;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int sub = lane / LPT, part = lane % LPT, ch0 = part * 8;
@@ -132,8 +133,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int GPI = kThreads / CPG;  // groups one pass of the CTA covers
   constexpr int kCodePasses = GPI >= kStageGroups ? 1 : kStageGroups / GPI;
   const int code_r = tid % CPG, code_g0 = tid / CPG;
-  // kTcV: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16).
-  const int code_dr = kTcV ? (code_r & ~15) | ((code_r & 15) ^ (code_r >> 4)) : code_r;
+  // kTc: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16).
+  const int code_dr = kTc ? (code_r & ~15) | ((code_r & 15) ^ (code_r >> 4)) : code_r;
   const int32_t code_dst = sl.codes + code_g0 * 8 * CB + code_dr * 16;  // in the stage
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
@@ -145,6 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         *ok = v != kGroupOutside;
         return *ok ? v : 0;
       };
+      // The source column from tid here (= code_r), so no pointer is held across the stages.
       const uint8_t* csrc = (isv ? p.kv.v_codes : p.kv.k_codes) + (tid % CPG) * 16;
 #pragma unroll
       for (int i = 0; i < kCodePasses; ++i) {
@@ -237,20 +239,19 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
 
   // ---- pass 1: logits of the whole split -------------------------------------------------
-  // kTcK (fp16 / bf16 at d = 128): q·k on tensor cores as well. Warp w < 4 takes the stage's
+  // kTc (fp16 / bf16 at d = 128): q·k on tensor cores. Warp w < 4 takes the stage's
   // tokens [16w, 16w + 16) as the A operand (ldmatrix, swizzled rows as in the value pass)
   // against B = the query as two digits per head (q·2^s_h = hi + lo, s_h a power of two that
   // puts the head's max|q| below 2^14), columns (head, digit) as in the value pass, two
   // accumulator chains. With the meter (kTcEta) a third chain runs the same keys and digits with
   // their sign bits cleared: T̂ = Σ_c (|hi_c| + |lo_c|)·|k_c| per token, whose max over the split
   // gives η under the tensor-core rounding model of tc_logit_eta.cuh (certificates.md §4).
-  constexpr bool kTcK = kTcV;
-  constexpr bool kTcEta = kTcK && METER;
-  constexpr int NTK = kTcK ? GMAX / 4 : 1;
+  constexpr bool kTcEta = kTc && METER;
+  constexpr int NTK = kTc ? GMAX / 4 : 1;
   float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
-  uint32_t qb[NTK][8][2];  // kTcK: B fragments [n-tile, k-step of 16 channels, register]
-  float qunscale[NTK];     // kTcK: 2^-s of the head whose logits the lane finishes (4n + tig)
-  if constexpr (kTcK) {
+  uint32_t qb[NTK][8][2];  // kTc: B fragments [n-tile, k-step of 16 channels, register]
+  float qunscale[NTK];     // kTc: 2^-s of the head whose logits the lane finishes (4n + tig)
+  if constexpr (kTc) {
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int n = 0; n < NTK; ++n) {
@@ -294,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       }
     }
   }
-  float mtc[NTK];   // kTcK: the lane's max logit of head 4n + tig
+  float mtc[NTK];   // kTc: the lane's max logit of head 4n + tig
   float tmax[NTK];  // kTcEta: the lane's max T̂ of head 4n + tig (over its valid tokens), then its η
 #pragma unroll
   for (int n = 0; n < NTK; ++n) {
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * k;
     const bool edge = sb < begin || sb + kStageTokens > end;
-    if constexpr (kTcK) {
+    if constexpr (kTc) {
       if (warp < kStageTokens / 16) {
         const int gid = lane >> 2, tig = lane & 3;
         // ldmatrix rows: matrix i = lane / 8 covers tokens 16·warp + 8·(i % 2) + [0, 8) and
@@ -386,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         const int j = u * kWarps * TPW + warp * TPW + sub;
         const int64_t t = sb + j;
         uint32_t raw[NW];
-        LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + (kTcV ? part ^ (j & 7) : part) * C::kBytes, raw);
+        LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
         float sc = 1.0f;
         if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
         bool valid = true;
@@ -433,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (o & kHeadBits) continue;
     mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, o));
   }
-  if (METER && !kTcK) {
+  if (METER && !kTc) {
     if constexpr (kEtaByNorm) {
       const float xn = meter::EtaLaneFactor(xss_max);
 #pragma unroll
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       admax[g] = a;
     }
   }
-  if constexpr (kTcK) {  // lanes of one tig hold the same head: max over gid
+  if constexpr (kTc) {  // lanes of one tig hold the same head: max over gid
 #pragma unroll
     for (int n = 0; n < NTK; ++n) {
 #pragma unroll
@@ -491,21 +492,21 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // sm.m / sm.eta become visible at the first V stage's barrier.
 
   // ---- pass 2: per V stage, weights + meter, then values ------------------------------------
-  // CUDA-core values: acc [GMAX heads, the lane's 8 channels]. kTcV: vacc [GMAX/4 n-tiles, 4]
+  // CUDA-core values: acc [GMAX heads, the lane's 8 channels]. kTc: vacc [GMAX/4 n-tiles, 4]
   // the MMA's fp32 D fragments, column 2·tig + {0, 1} = head 4·tile + tig's two digits, rows
   // channels 16·warp + gid and + 8 (summed per stage, then added here: one rounding a stage).
-  constexpr int NT = kTcV ? GMAX / 4 : 1;
-  float acc[kTcV ? 1 : GMAX][8];
+  constexpr int NT = kTc ? GMAX / 4 : 1;
+  float acc[kTc ? 1 : GMAX][8];
   float vacc[NT][4];
 #pragma unroll
-  for (int g = 0; g < (kTcV ? 1 : GMAX); ++g) {
+  for (int g = 0; g < (kTc ? 1 : GMAX); ++g) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
   }
 #pragma unroll
   for (int n = 0; n < NT; ++n) vacc[n][0] = vacc[n][1] = vacc[n][2] = vacc[n][3] = 0.0f;
   auto store_weight = [&](int g, int jj, float w) {
-    if constexpr (kTcV) {
+    if constexpr (kTc) {
       const uint32_t d = Digits::Weight(w);
       sm.wt16[2 * g][jj] = static_cast<uint16_t>(d);
       sm.wt16[2 * g + 1][jj] = static_cast<uint16_t>(d >> 16);
@@ -588,7 +589,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
       }
     }
-    if constexpr (kTcV) {
+    if constexpr (kTc) {
       // An edge stage's tokens outside [begin, end) may hold any bits (slots not yet written):
       // zero their rows, since a 0 weight times a NaN code would still reach the MMA's sums.
       if (edge && tid < kStageTokens && !(sb + tid >= begin && sb + tid < end)) {
@@ -599,7 +600,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
     __syncthreads();
     // (b) values
-    if constexpr (kTcV) {
+    if constexpr (kTc) {
       const int gid = lane >> 2, tig = lane & 3;
       // ldmatrix rows: matrix i = lane / 8 covers tokens 8·(i / 2) + [0, 8) of the k-step and
       // channels 16·warp + 8·(i % 2) + [0, 8): chunk 2·warp + i % 2 of row lane % 8, swizzled.
@@ -672,7 +673,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     sm.vmax[warp] = vmax;
   }
   const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
-  if constexpr (kTcV) {  // the warp's 16 channels of every head are complete: no reduction
+  if constexpr (kTc) {  // the warp's 16 channels of every head are complete: no reduction
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -685,7 +686,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
   }
   float* red = logits;  // [kWarps, GMAX, D]
-  if constexpr (!kTcV) {
+  if constexpr (!kTc) {
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {
 #pragma unroll
@@ -716,29 +717,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
     p.parts[cell0 + static_cast<int64_t>(tid) * p.num_splits] = c;
   }
-  for (int i = kTcV ? G * D : tid; i < G * D; i += kThreads) {
+  for (int i = kTc ? G * D : tid; i < G * D; i += kThreads) {
     const int g = i / D, c = i % D;
     float s = 0.0f;
     for (int w = 0; w < kWarps; ++w) s += red[(w * GMAX + g) * D + c];
     p.part_acc[(cell0 + static_cast<int64_t>(g) * p.num_splits) * D + c] = s;
   }
-}
-
-// Dynamic shared memory that keeps `kernel` at two CTAs per SM: short splits need little, and an
-// instantiation with few registers would otherwise take three, which left SMs idle beside
-// crowded ones when the decode launched behind the KV write (the 8B step with fp16 KV, 8k:
-// bench/RESULTS.md sixteenth session). 0 where the device cannot be queried.
-inline size_t TwoCtasPerSmBytes(const void* kernel) {
-  int dev = 0, per_sm = 0, reserved = 0;
-  cudaFuncAttributes fa{};
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
-      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
-    return 0;
-  }
-  const int64_t need = int64_t{per_sm} / 3 + 1 - static_cast<int64_t>(fa.sharedSizeBytes) - reserved;
-  return static_cast<size_t>(need > 0 ? need : 0);
 }
 
 template <class C, int D, int GMAX, bool METER>

@@ -1,7 +1,7 @@
 // Building blocks of the pipelined decode kernel (metered_decode_pipelined.cuh): the
-// shared-memory stage layout and ring plan (host and device agree on them), the cp.async
-// wrappers (from cp_async.cuh), shared-memory chunk loads, and the reduce-scatter butterfly of
-// the G dot products.
+// shared-memory stage layout and ring plan (host and device agree on them), the dynamic shared
+// memory that holds a kernel at two CTAs per SM, the cp.async wrappers (from cp_async.cuh),
+// shared-memory chunk loads, and the reduce-scatter butterfly of the G dot products.
 //
 // Why 64-token stages aligned to absolute positions: every 8-token group then lies in one
 // paged block (block_size ≥ 8), so its codes, scales, key band witnesses (8·B code bytes and
@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdint>
+
+#include <cuda_runtime.h>
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/decode_common.cuh"
@@ -66,6 +68,23 @@ inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32
   p.gvec_entries = (lcap + 2 * kStageTokens) / 8 + 2;
   p.bytes = static_cast<size_t>(p.gvec_off) + 4 * static_cast<size_t>(p.gvec_entries);
   return p;
+}
+
+// Dynamic shared memory that keeps `kernel` at two CTAs per SM: short splits need little, and an
+// instantiation with few registers would otherwise take three, which left SMs idle beside
+// crowded ones when the decode launched behind the KV write (the 8B step with fp16 KV, 8k:
+// bench/RESULTS.md sixteenth session). 0 where the device cannot be queried.
+inline size_t TwoCtasPerSmBytes(const void* kernel) {
+  int dev = 0, per_sm = 0, reserved = 0;
+  cudaFuncAttributes fa{};
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+    return 0;
+  }
+  const int64_t need = int64_t{per_sm} / 3 + 1 - static_cast<int64_t>(fa.sharedSizeBytes) - reserved;
+  return static_cast<size_t>(need > 0 ? need : 0);
 }
 
 using cuda_copy::CpAsync16;
