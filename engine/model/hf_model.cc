@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/rope_scaling.h"
 #include "kernels/cpu/matmul.h"
 #include "nlohmann/json.hpp"
 
@@ -214,7 +215,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view config_json, std::str
           Av(where), ": \"partial_rotary_factor\" = ", f, " (partial rotary) is not supported"));
     }
   }
-  if (r.Has("rope_scaling")) {
+  if (r.Has("rope_scaling")) {  // engine/model/rope_scaling.h
     const Json& s = j["rope_scaling"];
     std::string type;
     if (s.is_object()) {
@@ -222,13 +223,32 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view config_json, std::str
         if (s.contains(key) && s[key].is_string()) type = s[key].get<std::string>();
       }
     }
-    if (type != "default") {
+    const std::string sub = absl::StrCat(Av(where), ": \"rope_scaling\"");
+    const ConfigReader rs(s, sub);
+    auto required = [&](const char* key) -> absl::StatusOr<float> {
+      if (!rs.Has(key)) {
+        return absl::InvalidArgumentError(absl::StrCat(sub, " of type '", type, "' needs \"", key, "\""));
+      }
+      return rs.PositiveFloat(key, 0.0f);
+    };
+    absl::Status made = absl::OkStatus();
+    if (type == "linear") {
+      ASSIGN_OR_RETURN(float factor, required("factor"));
+      made = LinearRopeFactors(factor, c.head_dim, &c.rope_freq_factors);
+    } else if (type == "llama3") {
+      Llama3RopeScaling l;
+      ASSIGN_OR_RETURN(l.factor, required("factor"));
+      ASSIGN_OR_RETURN(l.low_freq_factor, required("low_freq_factor"));
+      ASSIGN_OR_RETURN(l.high_freq_factor, required("high_freq_factor"));
+      ASSIGN_OR_RETURN(l.original_context, required("original_max_position_embeddings"));
+      made = Llama3RopeFactors(l, c.rope_theta, c.head_dim, &c.rope_freq_factors);
+    } else if (type != "default") {
       return absl::UnimplementedError(absl::StrCat(
-          Av(where), ": \"rope_scaling\" of type '", type.empty() ? s.dump() : type,
-          "' is not supported (only unscaled RoPE); the ",
-          type == "llama3" ? "llama3 frequency scaling of Llama 3.1+" : "scaling",
-          " changes every rotation angle, so running without it would be a different model"));
+          sub, " of type '", type.empty() ? s.dump() : type,
+          "' is not supported (default, linear and llama3 are); it changes more than the rotation "
+          "frequencies, so running without it would be a different model"));
     }
+    if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(sub, ": ", made.message()));
   }
   if (arch == "MistralForCausalLM" && r.Has("sliding_window")) {
     ASSIGN_OR_RETURN(int32_t window, r.PositiveInt("sliding_window"));

@@ -25,7 +25,8 @@ namespace witcert {
 
 // config.json text → ModelConfig. Supported architectures: LlamaForCausalLM and
 // MistralForCausalLM ("llama"), Qwen2ForCausalLM ("qwen2", QKV bias). Features the forward
-// pass does not implement (rope_scaling other than none/"default", attention/MLP biases on
+// pass does not implement (rope_scaling other than "default", "linear" and "llama3", which
+// become ModelConfig::rope_freq_factors; attention/MLP biases on
 // llama, Qwen2's sliding window, partial rotary, an activation other than silu) are
 // Unimplemented naming the key; malformed values are InvalidArgument naming the key.
 // Mistral's sliding_window, when smaller than max_position_embeddings, caps context_length

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/rope_scaling.h"
 
 namespace witcert {
 namespace {
@@ -133,6 +134,20 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(std::unique_ptr<Ggu
   Weights& w = model->weights_;
   const int64_t hidden = c.hidden_dim;
 
+  // Llama 3.1+ files carry their RoPE frequency factors (llama3 scaling) as a tensor; they
+  // compose with a linear factor from the metadata (ReadGgufModelConfig).
+  if (b.Has("rope_freqs.weight")) {
+    ASSIGN_OR_RETURN(QuantMatrix f, b.Vector("rope_freqs.weight", c.head_dim / 2));
+    std::vector<float> factors(static_cast<size_t>(c.head_dim / 2));
+    std::memcpy(factors.data(), f.data, factors.size() * sizeof(float));
+    for (size_t i = 0; i < factors.size() && !c.rope_freq_factors.empty(); ++i) {
+      factors[i] *= c.rope_freq_factors[i];
+    }
+    if (absl::Status s = ValidateRopeFactors(factors, c.head_dim); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(file->path(), ": tensor 'rope_freqs.weight': ", s.message()));
+    }
+    c.rope_freq_factors = std::move(factors);
+  }
   ASSIGN_OR_RETURN(w.token_embd, b.Matrix("token_embd.weight", c.vocab_size, hidden));
   ASSIGN_OR_RETURN(w.output_norm, b.Vector("output_norm.weight", hidden));
   if (b.Has("output.weight")) {

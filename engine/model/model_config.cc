@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/rope_scaling.h"
 
 namespace witcert {
 
@@ -86,7 +87,7 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (!(c.rms_norm_eps > 0.0f) || !(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta)) {
     return absl::InvalidArgumentError("rms_norm_eps and rope_theta must be positive");
   }
-  return absl::OkStatus();
+  return ValidateRopeFactors(c.rope_freq_factors, c.head_dim);
 }
 
 absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
@@ -134,6 +135,28 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
     return absl::InvalidArgumentError(absl::StrCat(
         file.path(), ": metadata key '", p, "rope.dimension_count' = ", rope_dim,
         " differs from head_dim ", c.head_dim, " (partial rotary embeddings are unsupported)"));
+  }
+  // RoPE scaling in metadata: "linear" (rope.scaling.type with rope.scaling.factor, or the older
+  // rope.scale_linear) becomes one factor per pair; Llama 3.1+ files carry their llama3 factors
+  // as the rope_freqs tensor instead, which the weights loader reads (model.cc). Scalings that
+  // change more than the frequencies (yarn) are refused rather than run as a different model.
+  double linear_factor = 1.0;
+  if (file.Find(p + "rope.scaling.type") != nullptr) {
+    ASSIGN_OR_RETURN(std::string_view type, file.GetString(p + "rope.scaling.type"));
+    if (type == "linear") {
+      ASSIGN_OR_RETURN(linear_factor, file.GetFloat(p + "rope.scaling.factor"));
+    } else if (type != "none") {
+      return absl::UnimplementedError(absl::StrCat(
+          file.path(), ": metadata key '", p, "rope.scaling.type' = '", std::string(type),
+          "' is not supported (none, linear, and llama3 factors in the rope_freqs tensor are)"));
+    }
+  } else if (file.Find(p + "rope.scale_linear") != nullptr) {
+    ASSIGN_OR_RETURN(linear_factor, file.GetFloat(p + "rope.scale_linear"));
+  }
+  if (linear_factor != 1.0) {
+    if (absl::Status s = LinearRopeFactors(linear_factor, c.head_dim, &c.rope_freq_factors); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", s.message()));
+    }
   }
 
   // Vocabulary: explicit key, else the tokenizer's token list, else the embedding rows.

@@ -32,10 +32,10 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
   }
 }
 
-void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs) {
+void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs, const float* freq_factors) {
   for (int64_t i = 0; i < head_dim / 2; ++i) {
-    const double inv_freq =
-        std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
+    double inv_freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
+    if (freq_factors != nullptr) inv_freq /= static_cast<double>(freq_factors[i]);
     const double angle = static_cast<double>(pos) * inv_freq;
     cs[2 * i] = static_cast<float>(std::cos(angle));
     cs[2 * i + 1] = static_cast<float>(std::sin(angle));
@@ -43,9 +43,9 @@ void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs) {
 }
 
 void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
-               bool interleaved) {
+               bool interleaved, const float* freq_factors) {
   std::vector<float> cs(static_cast<size_t>(head_dim));  // [half, 2]: cos, sin per pair
-  RopeCosSin(head_dim, pos, theta, cs.data());
+  RopeCosSin(head_dim, pos, theta, cs.data(), freq_factors);
   ApplyRopeTable(x, num_heads, head_dim, cs.data(), interleaved);
 }
 

@@ -40,6 +40,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
                                                                  Options options) {
   const ModelConfig& c = model.config();
   RETURN_IF_ERROR(CheckKvMatchesModel(c, kv_options));
+  if (!c.rope_freq_factors.empty()) {  // checked first: a host without a GPU can test it
+    return absl::UnimplementedError(
+        "the CUDA backend does not apply RoPE frequency scaling yet (llama3 / linear, "
+        "engine/model/rope_scaling.h): its rotation kernels take theta alone");
+  }
   if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device is available");
   if (kv_options.k_scheme != kv_options.v_scheme) {
     return absl::UnimplementedError(absl::StrCat("the CUDA backend stores K and V in one scheme; "

@@ -21,6 +21,7 @@
 #include "engine/model/gguf.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_source.h"
+#include "engine/model/rope_scaling.h"
 #include "engine/runtime/loaded_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/model/tiny_hf_model.h"
@@ -83,6 +84,30 @@ TEST(HfConfigTest, QwenMistralHeadDimAndTies) {
   EXPECT_EQ(d->head_dim, 32);
 }
 
+// rope_scaling "llama3" (Llama 3.1+) and "linear" become per-pair frequency factors
+// (engine/model/rope_scaling.h; the factors' values are tested in rope_scaling_test); "default"
+// and null leave RoPE unscaled.
+TEST(HfConfigTest, RopeScalingBecomesFactors) {
+  auto llama3 = ParseHfConfig(Config(R"(,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,)"
+                                     R"("high_freq_factor":4.0,"original_max_position_embeddings":8192,)"
+                                     R"("rope_type":"llama3"})"),
+                              "cfg");
+  ASSERT_TRUE(llama3.ok()) << llama3.status();
+  std::vector<float> want;
+  ASSERT_TRUE(Llama3RopeFactors({8.0, 1.0, 4.0, 8192.0}, 500000.0, 32, &want).ok());
+  EXPECT_EQ(llama3->rope_freq_factors, want);
+  EXPECT_EQ(want.front(), 1.0f);
+  EXPECT_EQ(want.back(), 8.0f);
+  auto linear = ParseHfConfig(Config(R"(,"rope_scaling":{"type":"linear","factor":2.0})"), "cfg");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ(linear->rope_freq_factors, std::vector<float>(16, 2.0f));
+  for (const char* none : {R"(,"rope_scaling":null)", R"(,"rope_scaling":{"rope_type":"default"})", ""}) {
+    auto c = ParseHfConfig(Config(none), "cfg");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->rope_freq_factors.empty()) << none;
+  }
+}
+
 TEST(HfConfigTest, ClearErrors) {
   struct Case {
     std::string json;
@@ -91,9 +116,13 @@ TEST(HfConfigTest, ClearErrors) {
   };
   const std::vector<Case> cases = {
       {Config(R"(,"rope_scaling":{"factor":8.0,"rope_type":"llama3"})"),
-       absl::StatusCode::kUnimplemented, "llama3"},
+       absl::StatusCode::kInvalidArgument, "low_freq_factor"},
+      {Config(R"(,"rope_scaling":{"type":"linear","factor":0.5})"),
+       absl::StatusCode::kInvalidArgument, "factor"},
       {Config(R"(,"rope_scaling":{"type":"yarn","factor":4.0})"),
        absl::StatusCode::kUnimplemented, "yarn"},
+      {Config(R"(,"rope_scaling":{"type":"dynamic","factor":2.0})"),
+       absl::StatusCode::kUnimplemented, "dynamic"},
       {Config("", "GPT2LMHeadModel"), absl::StatusCode::kInvalidArgument, "GPT2LMHeadModel"},
       {Config(R"(,"attention_bias":true)"), absl::StatusCode::kUnimplemented, "attention_bias"},
       {Config(R"(,"hidden_act":"gelu")"), absl::StatusCode::kUnimplemented, "hidden_act"},
@@ -344,6 +373,86 @@ TEST_P(HfVsGgufTest, SameLogits) {
     ASSERT_TRUE(wrong.ok());
     EXPECT_GT(MaxAbsDiff(a, RunModel(**wrong, exact)), 100 * kLogitAtol);
   }
+}
+
+// RoPE scaling end to end on the CPU backend: an HF folder declaring llama3 (or linear) scaling
+// gives the logits of the same weights as a GGUF carrying the factors as its rope_freqs tensor
+// (or its rope.scaling metadata), and both differ from the unscaled model by far more than the
+// tolerance, so a loader or backend that dropped the factors would fail here. The tiny model's
+// original context (16) puts nearly every pair past the llama3 blend: positions 0-8 move.
+TEST(HfModelTest, RopeScalingReachesTheForwardPass) {
+  TinyHfSpec base;
+  TempFolder plain_dir("rope_plain");
+  testing::WriteTinyHfFolder(base, plain_dir.path());
+  auto plain = LoadModel(plain_dir.str());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const LogitTrace unscaled = RunModel(**plain, /*exact=*/true);
+
+  struct Case {
+    const char* name;
+    std::string hf_json;
+    std::string gguf_type;
+    float gguf_factor;
+    bool gguf_tensor;  // llama3: the factors as rope_freqs
+  };
+  const Case cases[] = {
+      {"llama3",
+       R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
+       R"("original_max_position_embeddings":16})",
+       "", 1.0f, true},
+      {"linear", R"({"type":"linear","factor":4.0})", "linear", 4.0f, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TinyHfSpec spec = base;
+    spec.rope_scaling = c.hf_json;
+    TempFolder dir("rope_scaled");
+    testing::WriteTinyHfFolder(spec, dir.path());
+    auto hf = LoadModel(dir.str());
+    ASSERT_TRUE(hf.ok()) << hf.status();
+    ASSERT_EQ((*hf)->config().rope_freq_factors.size(), static_cast<size_t>(spec.head_dim() / 2));
+    TinyHfSpec gspec = base;
+    gspec.gguf_rope_scaling_type = c.gguf_type;
+    gspec.gguf_rope_scaling_factor = c.gguf_factor;
+    if (c.gguf_tensor) gspec.gguf_rope_freqs = (*hf)->config().rope_freq_factors;
+    auto file = GgufFile::FromBytes(testing::TinyHfAsGguf(gspec));
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto gguf = ModelLoader::FromGguf(std::move(*file));
+    ASSERT_TRUE(gguf.ok()) << gguf.status();
+    EXPECT_EQ((*gguf)->config().rope_freq_factors, (*hf)->config().rope_freq_factors);
+    const LogitTrace a = RunModel(**hf, /*exact=*/true);
+    const LogitTrace b = RunModel(**gguf, /*exact=*/true);
+    EXPECT_LE(MaxAbsDiff(a, b), kLogitAtol);
+    EXPECT_GT(MaxAbsDiff(a, unscaled), 100 * kLogitAtol);
+  }
+}
+
+// GGUF RoPE scaling the forward pass cannot run is refused, naming it; a rope_freqs tensor of
+// the wrong length or with a zero is refused too.
+TEST(HfModelTest, GgufRopeScalingErrors) {
+  auto load = [](const TinyHfSpec& spec) {
+    auto file = GgufFile::FromBytes(testing::TinyHfAsGguf(spec));
+    EXPECT_TRUE(file.ok()) << file.status();
+    return ModelLoader::FromGguf(std::move(*file));
+  };
+  TinyHfSpec spec;
+  spec.gguf_rope_scaling_type = "yarn";
+  spec.gguf_rope_scaling_factor = 4.0f;
+  auto yarn = load(spec);
+  ASSERT_FALSE(yarn.ok());
+  EXPECT_EQ(yarn.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(yarn.status().message(), "yarn")) << yarn.status();
+  TinyHfSpec zero;
+  zero.gguf_rope_freqs.assign(static_cast<size_t>(zero.head_dim() / 2), 1.0f);
+  zero.gguf_rope_freqs[3] = 0.0f;
+  auto bad = load(zero);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "rope_freqs")) << bad.status();
+  TinyHfSpec wrong;
+  wrong.gguf_rope_freqs.assign(static_cast<size_t>(wrong.head_dim() / 2 + 1), 1.0f);
+  auto shape = load(wrong);
+  ASSERT_FALSE(shape.ok());
+  EXPECT_TRUE(absl::StrContains(shape.status().message(), "rope_freqs")) << shape.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(All, HfVsGgufTest,

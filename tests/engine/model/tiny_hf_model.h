@@ -24,6 +24,10 @@ struct TinyHfSpec {
   int shards = 1;                     // > 1: split across files with an index
   bool write_index = true;            // with shards > 1
   float rope_theta = 10000.0f;
+  std::string rope_scaling = "null";         // config.json's rope_scaling, as JSON
+  std::vector<float> gguf_rope_freqs;        // non-empty: the GGUF's rope_freqs tensor [d/2]
+  std::string gguf_rope_scaling_type;        // non-empty: GGUF rope.scaling.type (+ factor)
+  float gguf_rope_scaling_factor = 1.0f;
   // Matrix entries are k·2^-matrix_exponent, |k| ≤ 15 (exact in BF16 and F16). 5 gives
   // σ ≈ 0.28, several times a trained model's 1/√hidden; GPU comparisons use a realistic scale.
   int matrix_exponent = 5;
@@ -80,7 +84,7 @@ inline std::string TinyHfConfigJson(const TinyHfSpec& s) {
          ", \"intermediate_size\": " + std::to_string(s.ffn) +
          ", \"vocab_size\": " + std::to_string(s.vocab) +
          ", \"max_position_embeddings\": 256, \"rope_theta\": " + std::to_string(s.rope_theta) +
-         ", \"rms_norm_eps\": 1e-06, \"hidden_act\": \"silu\", \"rope_scaling\": null"
+         ", \"rms_norm_eps\": 1e-06, \"hidden_act\": \"silu\", \"rope_scaling\": " + s.rope_scaling +
          ", \"tie_word_embeddings\": " + (s.tied ? "true" : "false") + "}";
 }
 
@@ -149,6 +153,14 @@ inline std::string TinyHfAsGguf(const TinyHfSpec& s, bool permute_qk = true) {
   w.AddU32(p + "vocab_size", s.vocab);
   w.AddF32(p + "rope.freq_base", s.rope_theta);
   w.AddF32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  if (!s.gguf_rope_scaling_type.empty()) {
+    w.AddString(p + "rope.scaling.type", s.gguf_rope_scaling_type);
+    w.AddF32(p + "rope.scaling.factor", s.gguf_rope_scaling_factor);
+  }
+  if (!s.gguf_rope_freqs.empty()) {
+    w.AddTensor("rope_freqs.weight", GgmlTypeOf("F32"), {s.gguf_rope_freqs.size()},
+                Encode(s.gguf_rope_freqs, "F32"));
+  }
   const auto tensors = TinyHfTensors(s);
   const bool permute = s.arch == "llama" && permute_qk;
   auto add = [&](const std::string& hf, const std::string& gguf, int permute_heads = 0) {

@@ -93,6 +93,47 @@ TEST(RopeTest, MatchesNaiveDoubleForBothPairingsIncludingLargePositions) {
   }
 }
 
+// Frequency factors (RoPE scaling): pair i's angle is divided by factor i. Against the naive
+// double rotation at θ' = the scaled angle, per pair; unit factors give ApplyRope's bits; and
+// the rotation stays relative: ⟨R(p)q, R(p')k⟩ depends on p − p' only.
+TEST(RopeTest, FrequencyFactorsDivideEachPairsAngle) {
+  std::mt19937 rng(5);
+  const int64_t hd = 32;
+  std::vector<float> factors(hd / 2);
+  for (int64_t i = 0; i < hd / 2; ++i) factors[i] = 1.0f + 0.5f * static_cast<float>(i);  // 1 … 8.5
+  for (bool interleaved : {false, true}) {
+    for (int64_t pos : {0, 3, 1000, 131071}) {
+      const std::vector<float> x = Randn(hd, rng);
+      std::vector<float> y = x, unit = x, plain = x;
+      ApplyRope(y.data(), 1, hd, pos, 500000.0f, interleaved, factors.data());
+      const std::vector<float> ones(hd / 2, 1.0f);
+      ApplyRope(unit.data(), 1, hd, pos, 500000.0f, interleaved, ones.data());
+      ApplyRope(plain.data(), 1, hd, pos, 500000.0f, interleaved);
+      EXPECT_EQ(unit, plain);
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
+        const double ang = static_cast<double>(pos) * std::pow(500000.0, -2.0 * i / hd) / factors[i];
+        const double want_a = x[a] * std::cos(ang) - x[b] * std::sin(ang);
+        const double want_b = x[a] * std::sin(ang) + x[b] * std::cos(ang);
+        const double norm_in = std::hypot(double(x[a]), double(x[b]));
+        ASSERT_NEAR(y[a], want_a, kRel * norm_in + 1e-30) << pos << " " << i;
+        ASSERT_NEAR(y[b], want_b, kRel * norm_in + 1e-30) << pos << " " << i;
+      }
+    }
+  }
+  const std::vector<float> q = Randn(hd, rng), k = Randn(hd, rng);
+  auto dot_at = [&](int64_t pq, int64_t pk) {
+    std::vector<float> rq = q, rk = k;
+    ApplyRope(rq.data(), 1, hd, pq, 500000.0f, false, factors.data());
+    ApplyRope(rk.data(), 1, hd, pk, 500000.0f, false, factors.data());
+    double s = 0;
+    for (int64_t c = 0; c < hd; ++c) s += double(rq[c]) * rk[c];
+    return s;
+  };
+  EXPECT_NEAR(dot_at(70, 20), dot_at(1050, 1000), 1e-4);
+  EXPECT_GT(std::fabs(dot_at(70, 20) - dot_at(70, 60)), 1e-3);
+}
+
 TEST(RopeTest, PairingsDifferAndPositionZeroIsIdentity) {
   std::mt19937 rng(3);
   const std::vector<float> x = Randn(64, rng);
