@@ -48,7 +48,7 @@ inline constexpr GgmlTypeInfo kGgmlQ8_1{"Q8_1", 32, 36, false};
 inline constexpr GgmlTypeInfo kGgmlQ2_K{"Q2_K", 256, 84, false};
 inline constexpr GgmlTypeInfo kGgmlQ3_K{"Q3_K", 256, 110, false};
 inline constexpr GgmlTypeInfo kGgmlQ4_K{"Q4_K", 256, 144, true};
-inline constexpr GgmlTypeInfo kGgmlQ5_K{"Q5_K", 256, 176, false};
+inline constexpr GgmlTypeInfo kGgmlQ5_K{"Q5_K", 256, 176, true};
 inline constexpr GgmlTypeInfo kGgmlQ6_K{"Q6_K", 256, 210, true};
 inline constexpr GgmlTypeInfo kGgmlQ8_K{"Q8_K", 256, 292, false};
 

@@ -41,7 +41,10 @@ void DequantQ8_0(const BlockQ8_0* b, int64_t nb, float* out) {  // out [nb * 32]
   }
 }
 
-void DequantQ4_K(const BlockQ4_K* b, int64_t nb, float* out) {  // out [nb * 256]
+// Q4_K and Q5_K: code(block, c, hi, l) is the code of element 64c + 32·hi + l (hi = 0: the low
+// nibbles, sub-block 2c; hi = 1: the high ones, sub-block 2c + 1).
+template <class Block, class Code>
+void DequantQ45K(const Block* b, int64_t nb, float* out, Code code) {  // out [nb * 256]
   for (int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
     const float dmin = F16ToF32(b[i].dmin);
@@ -51,16 +54,14 @@ void DequantQ4_K(const BlockQ4_K* b, int64_t nb, float* out) {  // out [nb * 256
       Q4KScaleMin(b[i].scales, 2 * c + 1, &sc_hi, &m_hi);
       const float d_lo = d * sc_lo, min_lo = dmin * m_lo;
       const float d_hi = d * sc_hi, min_hi = dmin * m_hi;
-      const uint8_t* q = b[i].qs + 32 * c;
-      for (int l = 0; l < 32; ++l) {
-        *out++ = d_lo * static_cast<float>(q[l] & 0xF) - min_lo;
-      }
-      for (int l = 0; l < 32; ++l) {
-        *out++ = d_hi * static_cast<float>(q[l] >> 4) - min_hi;
-      }
+      for (int l = 0; l < 32; ++l) *out++ = d_lo * static_cast<float>(code(b[i], c, 0, l)) - min_lo;
+      for (int l = 0; l < 32; ++l) *out++ = d_hi * static_cast<float>(code(b[i], c, 1, l)) - min_hi;
     }
   }
 }
+
+void DequantQ4_K(const BlockQ4_K* b, int64_t nb, float* out) { DequantQ45K(b, nb, out, Q4KCode); }
+void DequantQ5_K(const BlockQ5_K* b, int64_t nb, float* out) { DequantQ45K(b, nb, out, Q5KCode); }
 
 void DequantQ6_K(const BlockQ6_K* b, int64_t nb, float* out) {  // out [nb * 256]
   for (int64_t i = 0; i < nb; ++i) {
@@ -118,6 +119,9 @@ void DequantizeValues(GgmlType type, const uint8_t* src, int64_t count, float* o
       return;
     case GgmlType::kQ4_K:
       DequantQ4_K(reinterpret_cast<const BlockQ4_K*>(src), count / kQkK, out);
+      return;
+    case GgmlType::kQ5_K:
+      DequantQ5_K(reinterpret_cast<const BlockQ5_K*>(src), count / kQkK, out);
       return;
     case GgmlType::kQ6_K:
       DequantQ6_K(reinterpret_cast<const BlockQ6_K*>(src), count / kQkK, out);

@@ -41,6 +41,7 @@ Plan PlanFor(GgmlType type) {
     case GgmlType::kQ8_0:
       return {rd.dot, rd.max_tile, ActFormat::kQ8_1};
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
       return {rd.dot, rd.max_tile, ActFormat::kQ8_K};
     default:

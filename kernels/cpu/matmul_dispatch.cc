@@ -132,6 +132,8 @@ RowDot RowDotFor(GgmlType type, CpuKernel k) {
       return q32(DotQ8_0, DotQ8_0Scalar, DotQ8_0Vnni, DotQ8_0Avx512);
     case GgmlType::kQ4_K:
       return {scalar ? DotQ4_KScalar : DotQ4_K, kMaxTile};
+    case GgmlType::kQ5_K:
+      return {scalar ? DotQ5_KScalar : DotQ5_K, kMaxTile};
     case GgmlType::kQ6_K:
       return {scalar ? DotQ6_KScalar : DotQ6_K, kMaxTile};
     default:

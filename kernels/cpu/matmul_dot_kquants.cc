@@ -1,7 +1,9 @@
-// Row dots for the 256-element K-quants (Q4_K, Q6_K) against Q8_Kx activations.
+// Row dots for the 256-element K-quants (Q4_K, Q5_K, Q6_K) against Q8_Kx activations.
 //
 // Q4_K: <w, x> = Σ_blocks d·d_x·Σ_s sc_s·Σ q·q_x − dmin·d_x·Σ_s m_s·(Σ q_x over s); the
 // second term needs only the activation's 16-element sums (bsums), never the int8 values.
+// Q5_K is Q4_K with q ∈ [0, 31] (a fifth bit from qh): the same sums (8·63·31·127·32 ≈ 2^26),
+// and maddubs stays unsigned × signed (31·127·2 < 2^15).
 // Q6_K stores q + 32 in [0, 63], which keeps maddubs unsigned × signed (63·127·2 < 2^15);
 // the +32 comes back out as 32·Σ_g sc_g·bsums_g. Per super-block integer sums stay below
 // 2^31 (Q4_K: 8·63·15·127·32 ≈ 2^25; Q6_K: 16·128·63·127·16 ≈ 2^28).
@@ -18,9 +20,9 @@ struct Q4KScales {
   uint8_t m[8];
 };
 
-inline Q4KScales UnpackQ4K(const BlockQ4_K& b) {
+inline Q4KScales UnpackQ4K(const uint8_t* scales) {  // Q4_K's or Q5_K's 12 scale bytes
   Q4KScales s;
-  for (int j = 0; j < 8; ++j) Q4KScaleMin(b.scales, j, &s.sc[j], &s.m[j]);
+  for (int j = 0; j < 8; ++j) Q4KScaleMin(scales, j, &s.sc[j], &s.m[j]);
   return s;
 }
 
@@ -38,22 +40,22 @@ inline int Q6KOffsetSum(const BlockQ6_K& b, const BlockQ8_Kx& x) {
   return sum;
 }
 
-}  // namespace
-
-void DotQ4_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
-                   float* out) {
-  const BlockQ4_K* w = reinterpret_cast<const BlockQ4_K*>(w_row);  // [cols / 256]
+// Q4_K's and Q5_K's scalar dot (code: Q4KCode or Q5KCode, quant_blocks.h).
+template <class Block, class Code>
+void DotQ45KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                   float* out, Code code) {
+  const Block* w = reinterpret_cast<const Block*>(w_row);  // [cols / 256]
   for (int j = 0; j < nx; ++j) {
     const BlockQ8_Kx* xb = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
     float sum = 0.0f;
     for (int64_t b = 0; b < cols / kQkK; ++b) {
-      const Q4KScales s = UnpackQ4K(w[b]);
+      const Q4KScales s = UnpackQ4K(w[b].scales);
       int isum = 0;
       for (int c = 0; c < 4; ++c) {
         int lo = 0, hi = 0;
         for (int l = 0; l < 32; ++l) {
-          lo += (w[b].qs[32 * c + l] & 0xF) * xb[b].qs[64 * c + l];
-          hi += (w[b].qs[32 * c + l] >> 4) * xb[b].qs[64 * c + 32 + l];
+          lo += code(w[b], c, 0, l) * xb[b].qs[64 * c + l];
+          hi += code(w[b], c, 1, l) * xb[b].qs[64 * c + 32 + l];
         }
         isum += s.sc[2 * c] * lo + s.sc[2 * c + 1] * hi;
       }
@@ -62,6 +64,18 @@ void DotQ4_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
     }
     out[j] = sum;
   }
+}
+
+}  // namespace
+
+void DotQ4_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                   float* out) {
+  DotQ45KScalar<BlockQ4_K>(w_row, x, stride, nx, cols, out, Q4KCode);
+}
+
+void DotQ5_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                   float* out) {
+  DotQ45KScalar<BlockQ5_K>(w_row, x, stride, nx, cols, out, Q5KCode);
 }
 
 void DotQ6_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
@@ -97,11 +111,12 @@ void DotQ6_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
 #ifdef WITCERT_MATMUL_AVX2
 namespace {
 
-template <int NX>
-struct Q4KAvx2 {
+// Q4_K and Q5_K (FIFTH: the block's qh bits give each value its bit 4).
+template <class Block, bool FIFTH, int NX>
+struct Q45KAvx2 {
   static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
-    const BlockQ4_K* w = reinterpret_cast<const BlockQ4_K*>(w_row);  // [cols / 256]
-    const BlockQ8_Kx* xb[NX];                                        // NX × [cols / 256]
+    const Block* w = reinterpret_cast<const Block*>(w_row);  // [cols / 256]
+    const BlockQ8_Kx* xb[NX];                                // NX × [cols / 256]
     __m256 acc[NX];
     float min_acc[NX];
     for (int j = 0; j < NX; ++j) {
@@ -110,14 +125,23 @@ struct Q4KAvx2 {
       min_acc[j] = 0.0f;
     }
     const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
     for (int64_t b = 0; b < cols / kQkK; ++b) {
-      const Q4KScales s = UnpackQ4K(w[b]);
+      const Q4KScales s = UnpackQ4K(w[b].scales);
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (FIFTH) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh));
       __m256i sumi[NX];
       for (int j = 0; j < NX; ++j) sumi[j] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
-        const __m256i lo = _mm256_and_si256(q, low4);                        // sub-block 2c
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);  // sub-block 2c+1
+        __m256i lo = _mm256_and_si256(q, low4);                        // sub-block 2c
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);  // sub-block 2c+1
+        if constexpr (FIFTH) {  // qh[l] bit 2c (low) and 2c + 1 (high), moved to bit 4
+          const __m256i m_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * c)));
+          const __m256i m_hi = _mm256_set1_epi8(static_cast<char>(2 << (2 * c)));
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m_lo), m_lo), bit4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m_hi), m_hi), bit4));
+        }
         const __m256i sc_lo = _mm256_set1_epi16(s.sc[2 * c]);
         const __m256i sc_hi = _mm256_set1_epi16(s.sc[2 * c + 1]);
         for (int j = 0; j < NX; ++j) {
@@ -141,6 +165,10 @@ struct Q4KAvx2 {
     for (int j = 0; j < NX; ++j) out[j] = HSum(acc[j]) - min_acc[j];
   }
 };
+template <int NX>
+using Q4KAvx2 = Q45KAvx2<BlockQ4_K, false, NX>;
+template <int NX>
+using Q5KAvx2 = Q45KAvx2<BlockQ5_K, true, NX>;
 
 // 16 int16 lanes: the low 8 get scale a, the high 8 get scale b.
 inline __m256i ScalePair(int8_t a, int8_t b) {
@@ -210,12 +238,18 @@ struct Q6KAvx2 {
 void DotQ4_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
   DispatchTile<Q4KAvx2>(w, x, s, nx, c, o);
 }
+void DotQ5_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
+  DispatchTile<Q5KAvx2>(w, x, s, nx, c, o);
+}
 void DotQ6_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
   DispatchTile<Q6KAvx2>(w, x, s, nx, c, o);
 }
 #else
 void DotQ4_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
   DotQ4_KScalar(w, x, s, nx, c, o);
+}
+void DotQ5_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
+  DotQ5_KScalar(w, x, s, nx, c, o);
 }
 void DotQ6_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
   DotQ6_KScalar(w, x, s, nx, c, o);

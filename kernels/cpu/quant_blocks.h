@@ -44,6 +44,15 @@ struct BlockQ4_K {
   uint8_t scales[12];
   uint8_t qs[kQkK / 2];
 };
+// Q4_K's sub-blocks, scales and nibble order with a fifth bit per value: element 64c + l takes
+// bit 2c of qh[l] as its bit 4, element 64c + 32 + l bit 2c + 1 (l < 32), so q ∈ [0, 31].
+struct BlockQ5_K {
+  uint16_t d;     // fp16
+  uint16_t dmin;  // fp16
+  uint8_t scales[12];
+  uint8_t qh[kQkK / 8];
+  uint8_t qs[kQkK / 2];
+};
 // 16 sub-blocks of 16: x = d * scales[j] * (q - 32), q 6-bit (4 low bits in ql, 2 in qh).
 struct BlockQ6_K {
   uint8_t ql[kQkK / 2];
@@ -56,6 +65,7 @@ static_assert(sizeof(BlockQ4_0) == kGgmlQ4_0.block_bytes);
 static_assert(sizeof(BlockQ4_1) == kGgmlQ4_1.block_bytes);
 static_assert(sizeof(BlockQ8_0) == kGgmlQ8_0.block_bytes);
 static_assert(sizeof(BlockQ4_K) == kGgmlQ4_K.block_bytes);
+static_assert(sizeof(BlockQ5_K) == kGgmlQ5_K.block_bytes);
 static_assert(sizeof(BlockQ6_K) == kGgmlQ6_K.block_bytes);
 
 // Unpacks the 6-bit scale and min of Q4_K sub-block j (0..7).
@@ -67,6 +77,15 @@ inline void Q4KScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
     *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
     *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
   }
+}
+
+// The 4-bit code of element 64c + 32·hi + l (l < 32) of a Q4_K block, and Q5_K's 5-bit one.
+inline int Q4KCode(const BlockQ4_K& b, int c, int hi, int l) {
+  return hi ? b.qs[32 * c + l] >> 4 : b.qs[32 * c + l] & 0xF;
+}
+inline int Q5KCode(const BlockQ5_K& b, int c, int hi, int l) {
+  const int nibble = hi ? b.qs[32 * c + l] >> 4 : b.qs[32 * c + l] & 0xF;
+  return nibble | (((b.qh[l] >> (2 * c + hi)) & 1) << 4);
 }
 
 inline float F16ToF32Portable(uint16_t h) {

@@ -186,6 +186,21 @@ TEST(ModelLoaderTest, UnsupportedMatrixTypeIsNamed) {
   EXPECT_NE(Msg(m.status()).find("Q5_0"), std::string::npos) << m.status();
 }
 
+// Q5_K (the Q5_K_S / Q5_K_M files' main format) loads; its dequantization is checked against
+// python-gguf's in kernels/cpu's dequant test, its dot kernels in the matmul test.
+TEST(ModelLoaderTest, Q5KMatricesLoad) {
+  TinySpec s;
+  s.hidden = 256;  // K-quant rows are whole 256-value super-blocks
+  s.ffn = 256;
+  s.matrix_type = 13;  // Q5_K
+  auto m = Load(TinyWriter(s));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const LayerWeights& l = (*m)->weights().layers[0];
+  EXPECT_EQ(l.wq.type, GgmlType::kQ5_K);
+  EXPECT_EQ(l.w_down.type, GgmlType::kQ5_K);
+  EXPECT_EQ(l.wq.row_bytes, 176u);
+}
+
 TEST(ModelLoaderTest, InconsistentConfigsAreRejected) {
   {
     TinySpec s;

@@ -66,7 +66,8 @@ INSTANTIATE_TEST_SUITE_P(
     AllFormats, DequantFixtureTest,
     ::testing::Values(Fixture{"q4_0", GgmlType::kQ4_0}, Fixture{"q4_1", GgmlType::kQ4_1},
                       Fixture{"q8_0", GgmlType::kQ8_0}, Fixture{"q4_k", GgmlType::kQ4_K},
-                      Fixture{"q6_k", GgmlType::kQ6_K}, Fixture{"f16", GgmlType::kF16},
+                      Fixture{"q5_k", GgmlType::kQ5_K}, Fixture{"q6_k", GgmlType::kQ6_K},
+                      Fixture{"f16", GgmlType::kF16},
                       Fixture{"bf16", GgmlType::kBF16}, Fixture{"model_q4_1", GgmlType::kQ4_1},
                       Fixture{"model_q8_0", GgmlType::kQ8_0}),
     [](const auto& info) { return std::string(info.param.name); });

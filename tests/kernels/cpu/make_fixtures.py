@@ -55,6 +55,7 @@ def main():
     b = rng.integers(0, 1 << 16, size=512, dtype=np.uint16)
     b = np.where(((b & 0x7F80) == 0x7F80) & ((b & 0x7F) != 0), b & 0xFF80, b).astype(np.uint16)
     write("bf16", T.BF16, b.view(np.uint8))
+    write("q5_k", T.Q5_K, blocks(176, 4, [0, 2]))  # after the others: their bytes stay as they were
     if os.path.exists(MODEL):
         reader = GGUFReader(MODEL)
         tensors = {t.name: t for t in reader.tensors}

@@ -74,6 +74,12 @@ OwnedMatrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937
         blk->dmin = RandomHalf(rng, 0.002f);
         break;
       }
+      case GgmlType::kQ5_K: {
+        auto* blk = reinterpret_cast<BlockQ5_K*>(p);
+        blk->d = RandomHalf(rng, 0.001f);
+        blk->dmin = RandomHalf(rng, 0.002f);
+        break;
+      }
       case GgmlType::kQ6_K:
         reinterpret_cast<BlockQ6_K*>(p)->d = RandomHalf(rng, 0.0005f);
         break;
@@ -119,6 +125,7 @@ int64_t ActBlock(GgmlType t) {
     case GgmlType::kQ8_0:
       return 32;
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
       return 256;
     default:
@@ -263,7 +270,7 @@ TEST_P(MatmulTest, ZeroActivationsGiveZero) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
                                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0,
-                                           GgmlType::kQ4_K, GgmlType::kQ6_K),
+                                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& info) { return TypeName(info.param); });
 
 // The scalar fallbacks (used where AVX2 is absent) agree with the dispatched kernels.
@@ -276,6 +283,7 @@ TEST(MatmulScalarTest, ScalarKernelsMatchDispatchedKernels) {
                         {GgmlType::kQ4_1, mi::DotQ4_1, mi::DotQ4_1Scalar},
                         {GgmlType::kQ8_0, mi::DotQ8_0, mi::DotQ8_0Scalar},
                         {GgmlType::kQ4_K, mi::DotQ4_K, mi::DotQ4_KScalar},
+                        {GgmlType::kQ5_K, mi::DotQ5_K, mi::DotQ5_KScalar},
                         {GgmlType::kQ6_K, mi::DotQ6_K, mi::DotQ6_KScalar}};
   std::mt19937 rng(77);
   const int64_t cols = 1536, rows = 16, n = 3;
@@ -348,7 +356,7 @@ TEST(MatmulVariantTest, AllSimdVariantsGiveIdenticalBits) {
   for (mi::CpuKernel k : kernels) names += std::string(mi::CpuKernelName(k)) + " ";
   std::printf("SIMD variants available here: %s\n", names.c_str());
   const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                            GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16};
+                            GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16};
   std::mt19937 rng(2024);
   for (GgmlType type : types) {
     const std::vector<int64_t> col_set =
@@ -443,7 +451,7 @@ TEST(MatmulVariantTest, ScalarVariantMatchesReference) {
   ASSERT_EQ(mi::SelectedCpuKernel(), mi::CpuKernel::kScalar);
   std::mt19937 rng(8);
   for (GgmlType type :
-       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(TypeName(type));
     const int64_t cols = ActBlock(type) == 256 ? 512 : 576, rows = 21, n = 9;
     const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
@@ -557,7 +565,7 @@ TEST(MatmulManyTest, BitIdenticalToSeparateCalls) {
   std::mt19937 rng(31);
   ThreadPool pool(3);
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                        GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kF32}) {
+                        GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kF32}) {
     const int64_t cols = 512;
     OwnedMatrix a = RandomMatrix(type, 96, cols, rng), b = RandomMatrix(type, 32, cols, rng),
                 c = RandomMatrix(type, 32, cols, rng);
