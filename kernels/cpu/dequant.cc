@@ -41,6 +41,30 @@ void DequantQ8_0(const BlockQ8_0* b, int64_t nb, float* out) {  // out [nb * 32]
   }
 }
 
+void DequantQ2_K(const BlockQ2_K* b, int64_t nb, float* out) {  // out [nb * 256]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    const float dmin = F16ToF32(b[i].dmin);
+    for (int g = 0; g < kQkK / 16; ++g) {
+      const float dl = d * static_cast<float>(b[i].scales[g] & 0xF);
+      const float ml = dmin * static_cast<float>(b[i].scales[g] >> 4);
+      for (int l = 0; l < 16; ++l) *out++ = dl * static_cast<float>(Q2KCode(b[i], 16 * g + l)) - ml;
+    }
+  }
+}
+
+void DequantQ3_K(const BlockQ3_K* b, int64_t nb, float* out) {  // out [nb * 256]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    int8_t s[16];
+    Q3KScales(b[i].scales, s);
+    for (int g = 0; g < kQkK / 16; ++g) {
+      const float dl = d * static_cast<float>(s[g]);
+      for (int l = 0; l < 16; ++l) *out++ = dl * static_cast<float>(Q3KCode(b[i], 16 * g + l));
+    }
+  }
+}
+
 // Q4_K and Q5_K: code(block, c, hi, l) is the code of element 64c + 32·hi + l (hi = 0: the low
 // nibbles, sub-block 2c; hi = 1: the high ones, sub-block 2c + 1).
 template <class Block, class Code>
@@ -116,6 +140,12 @@ void DequantizeValues(GgmlType type, const uint8_t* src, int64_t count, float* o
       return;
     case GgmlType::kQ8_0:
       DequantQ8_0(reinterpret_cast<const BlockQ8_0*>(src), count / kQk, out);
+      return;
+    case GgmlType::kQ2_K:
+      DequantQ2_K(reinterpret_cast<const BlockQ2_K*>(src), count / kQkK, out);
+      return;
+    case GgmlType::kQ3_K:
+      DequantQ3_K(reinterpret_cast<const BlockQ3_K*>(src), count / kQkK, out);
       return;
     case GgmlType::kQ4_K:
       DequantQ4_K(reinterpret_cast<const BlockQ4_K*>(src), count / kQkK, out);

@@ -40,6 +40,8 @@ Plan PlanFor(GgmlType type) {
     case GgmlType::kQ4_1:
     case GgmlType::kQ8_0:
       return {rd.dot, rd.max_tile, ActFormat::kQ8_1};
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:

@@ -1,4 +1,8 @@
-// Row dots for the 256-element K-quants (Q4_K, Q5_K, Q6_K) against Q8_Kx activations.
+// Row dots for the 256-element K-quants (Q2_K … Q6_K) against Q8_Kx activations.
+//
+// Q2_K and Q3_K have one scale per 16 values, the bsums' granularity: Q2_K subtracts
+// dmin·d_x·Σ_g m_g·bsums_g as Q4_K does; Q3_K's codes q ∈ [−4, 3] go through maddubs as q + 4 ∈
+// [0, 7], and 4·Σ_g s_g·bsums_g comes back out (16·32·7·127·16 ≈ 2^21).
 //
 // Q4_K: <w, x> = Σ_blocks d·d_x·Σ_s sc_s·Σ q·q_x − dmin·d_x·Σ_s m_s·(Σ q_x over s); the
 // second term needs only the activation's 16-element sums (bsums), never the int8 values.
@@ -68,6 +72,48 @@ void DotQ45KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
 
 }  // namespace
 
+void DotQ2_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                   float* out) {
+  const BlockQ2_K* w = reinterpret_cast<const BlockQ2_K*>(w_row);  // [cols / 256]
+  for (int j = 0; j < nx; ++j) {
+    const BlockQ8_Kx* xb = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < cols / kQkK; ++b) {
+      int isum = 0, msum = 0;
+      for (int g = 0; g < kQkK / 16; ++g) {
+        int gs = 0;
+        for (int l = 0; l < 16; ++l) gs += Q2KCode(w[b], 16 * g + l) * xb[b].qs[16 * g + l];
+        isum += (w[b].scales[g] & 0xF) * gs;
+        msum += (w[b].scales[g] >> 4) * xb[b].bsums[g];
+      }
+      sum = std::fma(F16ToF32(w[b].d) * xb[b].d, static_cast<float>(isum), sum);
+      sum = std::fma(-F16ToF32(w[b].dmin) * xb[b].d, static_cast<float>(msum), sum);
+    }
+    out[j] = sum;
+  }
+}
+
+void DotQ3_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                   float* out) {
+  const BlockQ3_K* w = reinterpret_cast<const BlockQ3_K*>(w_row);  // [cols / 256]
+  for (int j = 0; j < nx; ++j) {
+    const BlockQ8_Kx* xb = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < cols / kQkK; ++b) {
+      int8_t s[16];
+      Q3KScales(w[b].scales, s);
+      int isum = 0;
+      for (int g = 0; g < kQkK / 16; ++g) {
+        int gs = 0;
+        for (int l = 0; l < 16; ++l) gs += Q3KCode(w[b], 16 * g + l) * xb[b].qs[16 * g + l];
+        isum += s[g] * gs;
+      }
+      sum = std::fma(F16ToF32(w[b].d) * xb[b].d, static_cast<float>(isum), sum);
+    }
+    out[j] = sum;
+  }
+}
+
 void DotQ4_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
                    float* out) {
   DotQ45KScalar<BlockQ4_K>(w_row, x, stride, nx, cols, out, Q4KCode);
@@ -111,19 +157,31 @@ void DotQ6_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
 #ifdef WITCERT_MATMUL_AVX2
 namespace {
 
+// An NX-row tile's activation rows and accumulators: the integer sums scaled into acc, and a
+// scalar correction (Q4_K / Q5_K / Q2_K mins, Q3_K / Q6_K offsets) subtracted at the end.
+template <int NX>
+struct KQuantTile {
+  const BlockQ8_Kx* xb[NX];  // NX × [cols / 256]
+  __m256 acc[NX];
+  float off[NX];
+  KQuantTile(const uint8_t* x, size_t stride) {
+    for (int j = 0; j < NX; ++j) {
+      xb[j] = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
+      acc[j] = _mm256_setzero_ps();
+      off[j] = 0.0f;
+    }
+  }
+  void Finish(float* out) const {
+    for (int j = 0; j < NX; ++j) out[j] = HSum(acc[j]) - off[j];
+  }
+};
+
 // Q4_K and Q5_K (FIFTH: the block's qh bits give each value its bit 4).
 template <class Block, bool FIFTH, int NX>
 struct Q45KAvx2 {
   static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
     const Block* w = reinterpret_cast<const Block*>(w_row);  // [cols / 256]
-    const BlockQ8_Kx* xb[NX];                                // NX × [cols / 256]
-    __m256 acc[NX];
-    float min_acc[NX];
-    for (int j = 0; j < NX; ++j) {
-      xb[j] = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
-      acc[j] = _mm256_setzero_ps();
-      min_acc[j] = 0.0f;
-    }
+    KQuantTile<NX> t(x, stride);
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     for (int64_t b = 0; b < cols / kQkK; ++b) {
@@ -145,7 +203,7 @@ struct Q45KAvx2 {
         const __m256i sc_lo = _mm256_set1_epi16(s.sc[2 * c]);
         const __m256i sc_hi = _mm256_set1_epi16(s.sc[2 * c + 1]);
         for (int j = 0; j < NX; ++j) {
-          const int8_t* xq = xb[j][b].qs + 64 * c;
+          const int8_t* xq = t.xb[j][b].qs + 64 * c;
           const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
           const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
           const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), sc_lo);
@@ -156,13 +214,11 @@ struct Q45KAvx2 {
       const float d = F16ToF32(w[b].d);
       const float dmin = F16ToF32(w[b].dmin);
       for (int j = 0; j < NX; ++j) {
-        acc[j] =
-            _mm256_fmadd_ps(_mm256_set1_ps(d * xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
-        min_acc[j] =
-            std::fma(dmin * xb[j][b].d, static_cast<float>(Q4KMinSum(s, xb[j][b])), min_acc[j]);
+        t.acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]), t.acc[j]);
+        t.off[j] = std::fma(dmin * t.xb[j][b].d, static_cast<float>(Q4KMinSum(s, t.xb[j][b])), t.off[j]);
       }
     }
-    for (int j = 0; j < NX; ++j) out[j] = HSum(acc[j]) - min_acc[j];
+    t.Finish(out);
   }
 };
 template <int NX>
@@ -175,18 +231,66 @@ inline __m256i ScalePair(int8_t a, int8_t b) {
   return _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
 }
 
+// Q2_K and Q3_K (Q3: codes + 4 by the hmask bit, signed scales; see the top of the file).
+template <class Block, bool Q3, int NX>
+struct Q23KAvx2 {
+  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
+    const Block* w = reinterpret_cast<const Block*>(w_row);  // [cols / 256]
+    KQuantTile<NX> t(x, stride);
+    const __m256i low2 = _mm256_set1_epi8(0x03);
+    const __m256i four = _mm256_set1_epi8(0x04);
+    for (int64_t b = 0; b < cols / kQkK; ++b) {
+      int8_t s[16];  // group scales: Q2_K's low nibbles, Q3_K's s_g − 32
+      __m256i hm = _mm256_setzero_si256();
+      if constexpr (Q3) {
+        Q3KScales(w[b].scales, s);
+        hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].hmask));
+      } else {
+        for (int g = 0; g < 16; ++g) s[g] = static_cast<int8_t>(w[b].scales[g] & 0xF);
+      }
+      __m256i sumi[NX];
+      for (int j = 0; j < NX; ++j) sumi[j] = _mm256_setzero_si256();
+      for (int n = 0; n < 2; ++n) {
+        const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * n));
+        for (int sh = 0; sh < 4; ++sh) {  // elements 128n + 32sh + [0, 32): groups 8n + 2sh, + 1
+          __m256i u = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * sh), low2);
+          if constexpr (Q3) {
+            const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << (4 * n + sh)));
+            u = _mm256_or_si256(u, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, m), m), four));
+          }
+          const __m256i scales = ScalePair(s[8 * n + 2 * sh], s[8 * n + 2 * sh + 1]);
+          for (int j = 0; j < NX; ++j) {
+            const __m256i xv =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.xb[j][b].qs + 128 * n + 32 * sh));
+            sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), scales));
+          }
+        }
+      }
+      const float d = F16ToF32(w[b].d);
+      for (int j = 0; j < NX; ++j) {
+        t.acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]), t.acc[j]);
+        int off = 0;  // Q2_K: Σ_g m_g·bsums_g (times dmin); Q3_K: 4·Σ_g s_g·bsums_g (times d)
+        for (int g = 0; g < 16; ++g) {
+          off += (Q3 ? 4 * s[g] : (w[b].scales[g] >> 4)) * t.xb[j][b].bsums[g];
+        }
+        float scale = d;
+        if constexpr (!Q3) scale = F16ToF32(w[b].dmin);
+        t.off[j] = std::fma(scale * t.xb[j][b].d, static_cast<float>(off), t.off[j]);
+      }
+    }
+    t.Finish(out);
+  }
+};
+template <int NX>
+using Q2KAvx2 = Q23KAvx2<BlockQ2_K, false, NX>;
+template <int NX>
+using Q3KAvx2 = Q23KAvx2<BlockQ3_K, true, NX>;
+
 template <int NX>
 struct Q6KAvx2 {
   static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
     const BlockQ6_K* w = reinterpret_cast<const BlockQ6_K*>(w_row);  // [cols / 256]
-    const BlockQ8_Kx* xb[NX];                                        // NX × [cols / 256]
-    __m256 acc[NX];
-    float off_acc[NX];
-    for (int j = 0; j < NX; ++j) {
-      xb[j] = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
-      acc[j] = _mm256_setzero_ps();
-      off_acc[j] = 0.0f;
-    }
+    KQuantTile<NX> t(x, stride);
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i bits45 = _mm256_set1_epi8(0x30);
     for (int64_t b = 0; b < cols / kQkK; ++b) {
@@ -213,7 +317,7 @@ struct Q6KAvx2 {
         const __m256i scales[4] = {ScalePair(sc[0], sc[1]), ScalePair(sc[2], sc[3]),
                                    ScalePair(sc[4], sc[5]), ScalePair(sc[6], sc[7])};
         for (int j = 0; j < NX; ++j) {
-          const int8_t* xq = xb[j][b].qs + 128 * half;
+          const int8_t* xq = t.xb[j][b].qs + 128 * half;
           for (int k = 0; k < 4; ++k) {
             const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * k));
             sumi[j] = _mm256_add_epi32(
@@ -223,18 +327,23 @@ struct Q6KAvx2 {
       }
       const float d = F16ToF32(w[b].d);
       for (int j = 0; j < NX; ++j) {
-        const float dd = d * xb[j][b].d;
-        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
-        off_acc[j] =
-            std::fma(dd, static_cast<float>(32 * Q6KOffsetSum(w[b], xb[j][b])), off_acc[j]);
+        const float dd = d * t.xb[j][b].d;
+        t.acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi[j]), t.acc[j]);
+        t.off[j] = std::fma(dd, static_cast<float>(32 * Q6KOffsetSum(w[b], t.xb[j][b])), t.off[j]);
       }
     }
-    for (int j = 0; j < NX; ++j) out[j] = HSum(acc[j]) - off_acc[j];
+    t.Finish(out);
   }
 };
 
 }  // namespace
 
+void DotQ2_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
+  DispatchTile<Q2KAvx2>(w, x, s, nx, c, o);
+}
+void DotQ3_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
+  DispatchTile<Q3KAvx2>(w, x, s, nx, c, o);
+}
 void DotQ4_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
   DispatchTile<Q4KAvx2>(w, x, s, nx, c, o);
 }
@@ -245,6 +354,12 @@ void DotQ6_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, fl
   DispatchTile<Q6KAvx2>(w, x, s, nx, c, o);
 }
 #else
+void DotQ2_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
+  DotQ2_KScalar(w, x, s, nx, c, o);
+}
+void DotQ3_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
+  DotQ3_KScalar(w, x, s, nx, c, o);
+}
 void DotQ4_K(const uint8_t* w, const uint8_t* x, size_t s, int nx, int64_t c, float* o) {
   DotQ4_KScalar(w, x, s, nx, c, o);
 }

@@ -44,6 +44,24 @@ struct BlockQ4_K {
   uint8_t scales[12];
   uint8_t qs[kQkK / 2];
 };
+// Q2_K and Q3_K share an element order in 16 groups of 16 (one scale each): element
+// e = 128n + 32j + 16h + l (n, h < 2, j < 4, l < 16) has its 2 low bits at bits 2j..2j+1 of
+// qs[32n + 16h + l], and belongs to group e / 16 = 8n + 2j + h.
+// Q2_K: x = d * (scales[g] & 15) * q - dmin * (scales[g] >> 4), q ∈ [0, 3].
+struct BlockQ2_K {
+  uint8_t scales[kQkK / 16];
+  uint8_t qs[kQkK / 4];
+  uint16_t d;     // fp16
+  uint16_t dmin;  // fp16
+};
+// Q3_K: x = d * (s_g − 32) * q with q = low bits − (bit 4n + j of hmask[16h + l] ? 0 : 4) ∈ [−4, 3]
+// and 16 6-bit s_g packed in scales (Q3KScales).
+struct BlockQ3_K {
+  uint8_t hmask[kQkK / 8];
+  uint8_t qs[kQkK / 4];
+  uint8_t scales[12];
+  uint16_t d;  // fp16
+};
 // Q4_K's sub-blocks, scales and nibble order with a fifth bit per value: element 64c + l takes
 // bit 2c of qh[l] as its bit 4, element 64c + 32 + l bit 2c + 1 (l < 32), so q ∈ [0, 31].
 struct BlockQ5_K {
@@ -64,6 +82,8 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ4_0) == kGgmlQ4_0.block_bytes);
 static_assert(sizeof(BlockQ4_1) == kGgmlQ4_1.block_bytes);
 static_assert(sizeof(BlockQ8_0) == kGgmlQ8_0.block_bytes);
+static_assert(sizeof(BlockQ2_K) == kGgmlQ2_K.block_bytes);
+static_assert(sizeof(BlockQ3_K) == kGgmlQ3_K.block_bytes);
 static_assert(sizeof(BlockQ4_K) == kGgmlQ4_K.block_bytes);
 static_assert(sizeof(BlockQ5_K) == kGgmlQ5_K.block_bytes);
 static_assert(sizeof(BlockQ6_K) == kGgmlQ6_K.block_bytes);
@@ -77,6 +97,28 @@ inline void Q4KScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
     *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
     *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
   }
+}
+
+// Q3_K's 16 group scales s_g − 32 ∈ [−32, 31]: the low 4 bits of s_g are nibbles of
+// scales[0..7] (g < 8: low nibble of byte g; g ≥ 8: high nibble of byte g − 8), the high 2 bits
+// come from scales[8..11] (byte 8 + g % 4, bits 2·(g / 4)).
+inline void Q3KScales(const uint8_t* scales, int8_t* s) {  // s [16]
+  for (int g = 0; g < 16; ++g) {
+    const int low = g < 8 ? scales[g] & 0xF : scales[g - 8] >> 4;
+    const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+    s[g] = static_cast<int8_t>((low | (high << 4)) - 32);
+  }
+}
+
+// Q2_K's and Q3_K's code of element e (see BlockQ2_K).
+inline int Q2KCode(const BlockQ2_K& b, int e) {
+  const int n = e >> 7, j = (e >> 5) & 3, hl = e & 31;
+  return (b.qs[32 * n + hl] >> (2 * j)) & 3;
+}
+inline int Q3KCode(const BlockQ3_K& b, int e) {
+  const int n = e >> 7, j = (e >> 5) & 3, hl = e & 31;
+  const int low = (b.qs[32 * n + hl] >> (2 * j)) & 3;
+  return ((b.hmask[hl] >> (4 * n + j)) & 1) ? low : low - 4;
 }
 
 // The 4-bit code of element 64c + 32·hi + l (l < 32) of a Q4_K block, and Q5_K's 5-bit one.

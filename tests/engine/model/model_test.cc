@@ -186,19 +186,23 @@ TEST(ModelLoaderTest, UnsupportedMatrixTypeIsNamed) {
   EXPECT_NE(Msg(m.status()).find("Q5_0"), std::string::npos) << m.status();
 }
 
-// Q5_K (the Q5_K_S / Q5_K_M files' main format) loads; its dequantization is checked against
-// python-gguf's in kernels/cpu's dequant test, its dot kernels in the matmul test.
-TEST(ModelLoaderTest, Q5KMatricesLoad) {
-  TinySpec s;
-  s.hidden = 256;  // K-quant rows are whole 256-value super-blocks
-  s.ffn = 256;
-  s.matrix_type = 13;  // Q5_K
-  auto m = Load(TinyWriter(s));
-  ASSERT_TRUE(m.ok()) << m.status();
-  const LayerWeights& l = (*m)->weights().layers[0];
-  EXPECT_EQ(l.wq.type, GgmlType::kQ5_K);
-  EXPECT_EQ(l.w_down.type, GgmlType::kQ5_K);
-  EXPECT_EQ(l.wq.row_bytes, 176u);
+// Q2_K, Q3_K and Q5_K (the main formats of the Q2_K, Q3_K_* and Q5_K_* files) load; their
+// dequantization is checked against python-gguf's in kernels/cpu's dequant test, their dot
+// kernels in the matmul test.
+TEST(ModelLoaderTest, LowBitKQuantMatricesLoad) {
+  for (auto [type, block_bytes] : {std::pair{GgmlType::kQ2_K, 84u}, std::pair{GgmlType::kQ3_K, 110u},
+                                   std::pair{GgmlType::kQ5_K, 176u}}) {
+    TinySpec s;
+    s.hidden = 256;  // K-quant rows are whole 256-value super-blocks
+    s.ffn = 256;
+    s.matrix_type = static_cast<uint32_t>(type);
+    auto m = Load(TinyWriter(s));
+    ASSERT_TRUE(m.ok()) << m.status();
+    const LayerWeights& l = (*m)->weights().layers[0];
+    EXPECT_EQ(l.wq.type, type);
+    EXPECT_EQ(l.w_down.type, type);
+    EXPECT_EQ(l.wq.row_bytes, block_bytes);
+  }
 }
 
 TEST(ModelLoaderTest, InconsistentConfigsAreRejected) {

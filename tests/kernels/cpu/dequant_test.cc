@@ -66,6 +66,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllFormats, DequantFixtureTest,
     ::testing::Values(Fixture{"q4_0", GgmlType::kQ4_0}, Fixture{"q4_1", GgmlType::kQ4_1},
                       Fixture{"q8_0", GgmlType::kQ8_0}, Fixture{"q4_k", GgmlType::kQ4_K},
+                      Fixture{"q2_k", GgmlType::kQ2_K}, Fixture{"q3_k", GgmlType::kQ3_K},
                       Fixture{"q5_k", GgmlType::kQ5_K}, Fixture{"q6_k", GgmlType::kQ6_K},
                       Fixture{"f16", GgmlType::kF16},
                       Fixture{"bf16", GgmlType::kBF16}, Fixture{"model_q4_1", GgmlType::kQ4_1},

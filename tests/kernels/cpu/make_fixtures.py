@@ -56,6 +56,8 @@ def main():
     b = np.where(((b & 0x7F80) == 0x7F80) & ((b & 0x7F) != 0), b & 0xFF80, b).astype(np.uint16)
     write("bf16", T.BF16, b.view(np.uint8))
     write("q5_k", T.Q5_K, blocks(176, 4, [0, 2]))  # after the others: their bytes stay as they were
+    write("q2_k", T.Q2_K, blocks(84, 4, [80, 82]))
+    write("q3_k", T.Q3_K, blocks(110, 4, [108]))
     if os.path.exists(MODEL):
         reader = GGUFReader(MODEL)
         tensors = {t.name: t for t in reader.tensors}

@@ -74,6 +74,15 @@ OwnedMatrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937
         blk->dmin = RandomHalf(rng, 0.002f);
         break;
       }
+      case GgmlType::kQ2_K: {
+        auto* blk = reinterpret_cast<BlockQ2_K*>(p);
+        blk->d = RandomHalf(rng, 0.005f);
+        blk->dmin = RandomHalf(rng, 0.002f);
+        break;
+      }
+      case GgmlType::kQ3_K:
+        reinterpret_cast<BlockQ3_K*>(p)->d = RandomHalf(rng, 0.0005f);
+        break;
       case GgmlType::kQ5_K: {
         auto* blk = reinterpret_cast<BlockQ5_K*>(p);
         blk->d = RandomHalf(rng, 0.001f);
@@ -124,6 +133,8 @@ int64_t ActBlock(GgmlType t) {
     case GgmlType::kQ4_1:
     case GgmlType::kQ8_0:
       return 32;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
@@ -270,7 +281,8 @@ TEST_P(MatmulTest, ZeroActivationsGiveZero) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
                                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0,
-                                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
+                                           GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& info) { return TypeName(info.param); });
 
 // The scalar fallbacks (used where AVX2 is absent) agree with the dispatched kernels.
@@ -282,6 +294,8 @@ TEST(MatmulScalarTest, ScalarKernelsMatchDispatchedKernels) {
   const Case cases[] = {{GgmlType::kQ4_0, mi::DotQ4_0, mi::DotQ4_0Scalar},
                         {GgmlType::kQ4_1, mi::DotQ4_1, mi::DotQ4_1Scalar},
                         {GgmlType::kQ8_0, mi::DotQ8_0, mi::DotQ8_0Scalar},
+                        {GgmlType::kQ2_K, mi::DotQ2_K, mi::DotQ2_KScalar},
+                        {GgmlType::kQ3_K, mi::DotQ3_K, mi::DotQ3_KScalar},
                         {GgmlType::kQ4_K, mi::DotQ4_K, mi::DotQ4_KScalar},
                         {GgmlType::kQ5_K, mi::DotQ5_K, mi::DotQ5_KScalar},
                         {GgmlType::kQ6_K, mi::DotQ6_K, mi::DotQ6_KScalar}};
@@ -356,7 +370,8 @@ TEST(MatmulVariantTest, AllSimdVariantsGiveIdenticalBits) {
   for (mi::CpuKernel k : kernels) names += std::string(mi::CpuKernelName(k)) + " ";
   std::printf("SIMD variants available here: %s\n", names.c_str());
   const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                            GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16};
+                            GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                            GgmlType::kF32,  GgmlType::kF16};
   std::mt19937 rng(2024);
   for (GgmlType type : types) {
     const std::vector<int64_t> col_set =
@@ -451,7 +466,8 @@ TEST(MatmulVariantTest, ScalarVariantMatchesReference) {
   ASSERT_EQ(mi::SelectedCpuKernel(), mi::CpuKernel::kScalar);
   std::mt19937 rng(8);
   for (GgmlType type :
-       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
+        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(TypeName(type));
     const int64_t cols = ActBlock(type) == 256 ? 512 : 576, rows = 21, n = 9;
     const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
@@ -565,7 +581,8 @@ TEST(MatmulManyTest, BitIdenticalToSeparateCalls) {
   std::mt19937 rng(31);
   ThreadPool pool(3);
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                        GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kF32}) {
+                        GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16,
+                        GgmlType::kF32}) {
     const int64_t cols = 512;
     OwnedMatrix a = RandomMatrix(type, 96, cols, rng), b = RandomMatrix(type, 32, cols, rng),
                 c = RandomMatrix(type, 32, cols, rng);
