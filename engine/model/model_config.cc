@@ -123,12 +123,25 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
   ASSIGN_OR_RETURN(c.rms_norm_eps,
                    OptionalPositiveFloat(file, p + "attention.layer_norm_rms_epsilon", 1e-5f));
 
-  if (c.hidden_dim % c.num_heads != 0) {
+  // The head size: attention.key_length where the file states it (Mistral Nemo: 128 with
+  // embedding_length 5120 over 32 heads), else embedding_length / head_count. Values must have
+  // the keys' size: the forward pass has one head_dim.
+  if (file.Find(p + "attention.key_length") != nullptr) {
+    ASSIGN_OR_RETURN(c.head_dim, RequirePositiveInt(file, p + "attention.key_length"));
+    ASSIGN_OR_RETURN(int32_t value_length,
+                     OptionalPositiveInt(file, p + "attention.value_length", c.head_dim));
+    if (value_length != c.head_dim) {
+      return absl::UnimplementedError(absl::StrCat(
+          file.path(), ": attention.value_length ", value_length, " differs from attention.key_length ",
+          c.head_dim, " (separate key and value head sizes are not supported)"));
+    }
+  } else if (c.hidden_dim % c.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(file.path(), ": embedding_length ", c.hidden_dim,
                                                    " is not a multiple of head_count ",
-                                                   c.num_heads));
+                                                   c.num_heads, " and there is no attention.key_length"));
+  } else {
+    c.head_dim = c.hidden_dim / c.num_heads;
   }
-  c.head_dim = c.hidden_dim / c.num_heads;
   ASSIGN_OR_RETURN(int32_t rope_dim,
                    OptionalPositiveInt(file, p + "rope.dimension_count", c.head_dim));
   if (rope_dim != c.head_dim) {

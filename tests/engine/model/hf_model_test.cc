@@ -455,6 +455,29 @@ TEST(HfModelTest, GgufRopeScalingErrors) {
   EXPECT_TRUE(absl::StrContains(shape.status().message(), "rope_freqs")) << shape.status();
 }
 
+// A head size that is not hidden / heads (Mistral Nemo's shape, here 64 / 4 heads with 32 per
+// head): the HF folder's head_dim and the GGUF's attention.key_length give the same model, and
+// q_dim = 128 ≠ hidden = 64 runs through the CPU backend.
+TEST(HfModelTest, ExplicitHeadDimFolderAndGgufAgree) {
+  TinyHfSpec spec;
+  spec.explicit_head_dim = 32;
+  TempFolder dir("hf_head_dim");
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto hf = LoadModel(dir.str());
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ((*hf)->config().head_dim, 32);
+  EXPECT_EQ((*hf)->config().q_dim(), 128);
+  auto file = GgufFile::FromBytes(testing::TinyHfAsGguf(spec));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto gguf = ModelLoader::FromGguf(std::move(*file));
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  EXPECT_EQ((*gguf)->config().head_dim, 32);
+  const LogitTrace a = RunModel(**hf, /*exact=*/true);
+  const LogitTrace b = RunModel(**gguf, /*exact=*/true);
+  EXPECT_LE(MaxAbsDiff(a, b), kLogitAtol);
+  EXPECT_GT(MaxAbs(a), 0.1f);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, HfVsGgufTest,
                          ::testing::Combine(::testing::Values("llama", "qwen2"),
                                             ::testing::Bool(), ::testing::Bool()));

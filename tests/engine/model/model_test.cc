@@ -205,6 +205,36 @@ TEST(ModelLoaderTest, LowBitKQuantMatricesLoad) {
   }
 }
 
+// attention.key_length sets the head size (Mistral Nemo: 128, where 5120 / 32 heads would say
+// 160); the projections must then have that many rows per head; a different value_length is
+// refused.
+TEST(ModelLoaderTest, KeyLengthSetsTheHeadSize) {
+  TinySpec s;  // hidden 64, 4 heads: 16 per head from the ratio
+  {
+    GgufWriter w = TinyWriter(s);
+    w.AddU32("llama.attention.key_length", 16);
+    auto m = Load(w);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->config().head_dim, 16);
+  }
+  {
+    GgufWriter w = TinyWriter(s);
+    w.AddU32("llama.attention.key_length", 32);  // 4 × 32 = 128 q rows, but the file has 64
+    auto m = Load(w);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(Msg(m.status()).find("blk.0.attn_q.weight"), std::string::npos) << m.status();
+    EXPECT_NE(Msg(m.status()).find("[64, 128]"), std::string::npos) << m.status();
+  }
+  {
+    GgufWriter w = TinyWriter(s);
+    w.AddU32("llama.attention.key_length", 16);
+    w.AddU32("llama.attention.value_length", 8);
+    auto m = Load(w);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented) << m.status();
+    EXPECT_NE(Msg(m.status()).find("value_length"), std::string::npos) << m.status();
+  }
+}
+
 TEST(ModelLoaderTest, InconsistentConfigsAreRejected) {
   {
     TinySpec s;

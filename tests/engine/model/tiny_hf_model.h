@@ -31,7 +31,8 @@ struct TinyHfSpec {
   // Matrix entries are k·2^-matrix_exponent, |k| ≤ 15 (exact in BF16 and F16). 5 gives
   // σ ≈ 0.28, several times a trained model's 1/√hidden; GPU comparisons use a realistic scale.
   int matrix_exponent = 5;
-  int head_dim() const { return hidden / heads; }
+  int explicit_head_dim = 0;  // > 0: config.json's head_dim and the GGUF's attention.key_length
+  int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
 };
 
 struct TinyHfTensor {
@@ -44,7 +45,7 @@ struct TinyHfTensor {
 inline std::map<std::string, TinyHfTensor> TinyHfTensors(const TinyHfSpec& s) {
   std::map<std::string, TinyHfTensor> t;
   uint32_t seed = 1;
-  const uint64_t h = s.hidden, q = s.hidden, kv = s.kv_heads * s.head_dim();
+  const uint64_t h = s.hidden, q = s.heads * s.head_dim(), kv = s.kv_heads * s.head_dim();
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
     t[name] = {{rows, cols}, RandomValues(rows * cols, seed++, s.matrix_exponent), true};
   };
@@ -85,6 +86,7 @@ inline std::string TinyHfConfigJson(const TinyHfSpec& s) {
          ", \"vocab_size\": " + std::to_string(s.vocab) +
          ", \"max_position_embeddings\": 256, \"rope_theta\": " + std::to_string(s.rope_theta) +
          ", \"rms_norm_eps\": 1e-06, \"hidden_act\": \"silu\", \"rope_scaling\": " + s.rope_scaling +
+         (s.explicit_head_dim > 0 ? ", \"head_dim\": " + std::to_string(s.explicit_head_dim) : std::string()) +
          ", \"tie_word_embeddings\": " + (s.tied ? "true" : "false") + "}";
 }
 
@@ -153,6 +155,7 @@ inline std::string TinyHfAsGguf(const TinyHfSpec& s, bool permute_qk = true) {
   w.AddU32(p + "vocab_size", s.vocab);
   w.AddF32(p + "rope.freq_base", s.rope_theta);
   w.AddF32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  if (s.explicit_head_dim > 0) w.AddU32(p + "attention.key_length", s.explicit_head_dim);
   if (!s.gguf_rope_scaling_type.empty()) {
     w.AddString(p + "rope.scaling.type", s.gguf_rope_scaling_type);
     w.AddF32(p + "rope.scaling.factor", s.gguf_rope_scaling_factor);
