@@ -41,6 +41,20 @@ void DequantQ8_0(const BlockQ8_0* b, int64_t nb, float* out) {  // out [nb * 32]
   }
 }
 
+void DequantQ5_0(const BlockQ5_0* b, int64_t nb, float* out) {  // out [nb * 32]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < kQk; ++j) *out++ = d * static_cast<float>(Q5Code(b[i], j) - 16);
+  }
+}
+
+void DequantQ5_1(const BlockQ5_1* b, int64_t nb, float* out) {  // out [nb * 32]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d), m = F16ToF32(b[i].m);
+    for (int j = 0; j < kQk; ++j) *out++ = d * static_cast<float>(Q5Code(b[i], j)) + m;
+  }
+}
+
 void DequantQ2_K(const BlockQ2_K* b, int64_t nb, float* out) {  // out [nb * 256]
   for (int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
@@ -137,6 +151,12 @@ void DequantizeValues(GgmlType type, const uint8_t* src, int64_t count, float* o
       return;
     case GgmlType::kQ4_1:
       DequantQ4_1(reinterpret_cast<const BlockQ4_1*>(src), count / kQk, out);
+      return;
+    case GgmlType::kQ5_0:
+      DequantQ5_0(reinterpret_cast<const BlockQ5_0*>(src), count / kQk, out);
+      return;
+    case GgmlType::kQ5_1:
+      DequantQ5_1(reinterpret_cast<const BlockQ5_1*>(src), count / kQk, out);
       return;
     case GgmlType::kQ8_0:
       DequantQ8_0(reinterpret_cast<const BlockQ8_0*>(src), count / kQk, out);

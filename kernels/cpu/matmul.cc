@@ -38,6 +38,8 @@ Plan PlanFor(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
       return {rd.dot, rd.max_tile, ActFormat::kQ8_1};
     case GgmlType::kQ2_K:

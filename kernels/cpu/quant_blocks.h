@@ -31,6 +31,19 @@ struct BlockQ4_1 {
   uint16_t m;  // fp16
   uint8_t qs[kQk / 2];
 };
+// Q4_0 / Q4_1 with a fifth bit: element j's bit 4 is bit j of qh (little-endian 32 bits).
+// Q5_0: x = d * (q - 16); Q5_1: x = d * q + m; q ∈ [0, 31].
+struct BlockQ5_0 {
+  uint16_t d;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[kQk / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d;  // fp16
+  uint16_t m;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[kQk / 2];
+};
 // x = d * q.
 struct BlockQ8_0 {
   uint16_t d;  // fp16
@@ -82,6 +95,8 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ4_0) == kGgmlQ4_0.block_bytes);
 static_assert(sizeof(BlockQ4_1) == kGgmlQ4_1.block_bytes);
 static_assert(sizeof(BlockQ8_0) == kGgmlQ8_0.block_bytes);
+static_assert(sizeof(BlockQ5_0) == kGgmlQ5_0.block_bytes);
+static_assert(sizeof(BlockQ5_1) == kGgmlQ5_1.block_bytes);
 static_assert(sizeof(BlockQ2_K) == kGgmlQ2_K.block_bytes);
 static_assert(sizeof(BlockQ3_K) == kGgmlQ3_K.block_bytes);
 static_assert(sizeof(BlockQ4_K) == kGgmlQ4_K.block_bytes);
@@ -97,6 +112,15 @@ inline void Q4KScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
     *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
     *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
   }
+}
+
+// The 5-bit code of element j < 32 of a Q5_0 or Q5_1 block.
+template <class Block>
+inline int Q5Code(const Block& b, int j) {
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  const int low = j < kQk / 2 ? b.qs[j] & 0xF : b.qs[j - kQk / 2] >> 4;
+  return low | static_cast<int>(((qh >> j) & 1u) << 4);
 }
 
 // Q3_K's 16 group scales s_g − 32 ∈ [−32, 31]: the low 4 bits of s_g are nibbles of

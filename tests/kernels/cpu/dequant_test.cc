@@ -66,6 +66,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllFormats, DequantFixtureTest,
     ::testing::Values(Fixture{"q4_0", GgmlType::kQ4_0}, Fixture{"q4_1", GgmlType::kQ4_1},
                       Fixture{"q8_0", GgmlType::kQ8_0}, Fixture{"q4_k", GgmlType::kQ4_K},
+                      Fixture{"q5_0", GgmlType::kQ5_0}, Fixture{"q5_1", GgmlType::kQ5_1},
                       Fixture{"q2_k", GgmlType::kQ2_K}, Fixture{"q3_k", GgmlType::kQ3_K},
                       Fixture{"q5_k", GgmlType::kQ5_K}, Fixture{"q6_k", GgmlType::kQ6_K},
                       Fixture{"f16", GgmlType::kF16},
@@ -78,10 +79,10 @@ TEST(DequantTest, F32IsCopyAndUnsupportedIsNaN) {
   float out[4];
   DequantizeValues(GgmlType::kF32, reinterpret_cast<const uint8_t*>(src), 4, out);
   EXPECT_EQ(std::memcmp(src, out, sizeof(src)), 0);
-  uint8_t block[22] = {};
-  float q5[32];
-  DequantizeValues(GgmlType::kQ5_0, block, 32, q5);
-  for (float v : q5) EXPECT_TRUE(std::isnan(v));
+  uint8_t block[36] = {};  // Q8_1: an activation format, never a weight here
+  float q8_1[32];
+  DequantizeValues(GgmlType::kQ8_1, block, 32, q8_1);
+  for (float v : q8_1) EXPECT_TRUE(std::isnan(v));
 }
 
 TEST(HalfConversionTest, F16ToF32PortableMatchesHardwareForAllHalves) {

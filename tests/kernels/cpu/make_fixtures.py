@@ -58,6 +58,8 @@ def main():
     write("q5_k", T.Q5_K, blocks(176, 4, [0, 2]))  # after the others: their bytes stay as they were
     write("q2_k", T.Q2_K, blocks(84, 4, [80, 82]))
     write("q3_k", T.Q3_K, blocks(110, 4, [108]))
+    write("q5_0", T.Q5_0, blocks(22, 16, [0]))
+    write("q5_1", T.Q5_1, blocks(24, 16, [0, 2]))
     if os.path.exists(MODEL):
         reader = GGUFReader(MODEL)
         tensors = {t.name: t for t in reader.tensors}

@@ -68,6 +68,15 @@ OwnedMatrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937
       case GgmlType::kQ8_0:
         reinterpret_cast<BlockQ8_0*>(p)->d = RandomHalf(rng, 0.002f);
         break;
+      case GgmlType::kQ5_0:
+        reinterpret_cast<BlockQ5_0*>(p)->d = RandomHalf(rng, 0.01f);
+        break;
+      case GgmlType::kQ5_1: {
+        auto* blk = reinterpret_cast<BlockQ5_1*>(p);
+        blk->d = RandomHalf(rng, 0.01f);
+        blk->m = RandomHalf(rng, 0.1f);
+        break;
+      }
       case GgmlType::kQ4_K: {
         auto* blk = reinterpret_cast<BlockQ4_K*>(p);
         blk->d = RandomHalf(rng, 0.002f);
@@ -131,6 +140,8 @@ int64_t ActBlock(GgmlType t) {
   switch (t) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
       return 32;
     case GgmlType::kQ2_K:
@@ -280,7 +291,8 @@ TEST_P(MatmulTest, ZeroActivationsGiveZero) {
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
-                                           GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0,
+                                           GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                                           GgmlType::kQ5_1, GgmlType::kQ8_0,
                                            GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
                                            GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& info) { return TypeName(info.param); });
@@ -294,6 +306,8 @@ TEST(MatmulScalarTest, ScalarKernelsMatchDispatchedKernels) {
   const Case cases[] = {{GgmlType::kQ4_0, mi::DotQ4_0, mi::DotQ4_0Scalar},
                         {GgmlType::kQ4_1, mi::DotQ4_1, mi::DotQ4_1Scalar},
                         {GgmlType::kQ8_0, mi::DotQ8_0, mi::DotQ8_0Scalar},
+                        {GgmlType::kQ5_0, mi::DotQ5_0, mi::DotQ5_0Scalar},
+                        {GgmlType::kQ5_1, mi::DotQ5_1, mi::DotQ5_1Scalar},
                         {GgmlType::kQ2_K, mi::DotQ2_K, mi::DotQ2_KScalar},
                         {GgmlType::kQ3_K, mi::DotQ3_K, mi::DotQ3_KScalar},
                         {GgmlType::kQ4_K, mi::DotQ4_K, mi::DotQ4_KScalar},
@@ -371,7 +385,7 @@ TEST(MatmulVariantTest, AllSimdVariantsGiveIdenticalBits) {
   std::printf("SIMD variants available here: %s\n", names.c_str());
   const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
                             GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                            GgmlType::kF32,  GgmlType::kF16};
+                            GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kF32,  GgmlType::kF16};
   std::mt19937 rng(2024);
   for (GgmlType type : types) {
     const std::vector<int64_t> col_set =
@@ -466,8 +480,8 @@ TEST(MatmulVariantTest, ScalarVariantMatchesReference) {
   ASSERT_EQ(mi::SelectedCpuKernel(), mi::CpuKernel::kScalar);
   std::mt19937 rng(8);
   for (GgmlType type :
-       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
-        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K,
+        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(TypeName(type));
     const int64_t cols = ActBlock(type) == 256 ? 512 : 576, rows = 21, n = 9;
     const OwnedMatrix w = RandomMatrix(type, rows, cols, rng);
@@ -567,8 +581,8 @@ TEST(MatmulTest, RowBytesNotMatchingColsYieldsNaN) {
 }
 
 TEST(MatmulTest, UnsupportedFormatYieldsNaN) {
-  std::vector<uint8_t> bytes(22 * 2, 0);
-  QuantMatrix w{GgmlType::kQ5_0, 2, 32, 22, bytes.data()};
+  std::vector<uint8_t> bytes(36 * 2, 0);
+  QuantMatrix w{GgmlType::kQ8_1, 2, 32, 36, bytes.data()};  // an activation format, never a weight
   std::vector<float> x(32, 1.0f), y(2, 0.0f);
   Matmul(x.data(), 1, w, y.data(), nullptr);
   EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
@@ -581,8 +595,8 @@ TEST(MatmulManyTest, BitIdenticalToSeparateCalls) {
   std::mt19937 rng(31);
   ThreadPool pool(3);
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                        GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16,
-                        GgmlType::kF32}) {
+                        GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ5_0,
+                        GgmlType::kQ5_1, GgmlType::kF16, GgmlType::kF32}) {
     const int64_t cols = 512;
     OwnedMatrix a = RandomMatrix(type, 96, cols, rng), b = RandomMatrix(type, 32, cols, rng),
                 c = RandomMatrix(type, 32, cols, rng);
