@@ -26,6 +26,8 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
 };
 
@@ -51,6 +53,8 @@ inline constexpr GgmlTypeInfo kGgmlQ4_K{"Q4_K", 256, 144, true};
 inline constexpr GgmlTypeInfo kGgmlQ5_K{"Q5_K", 256, 176, true};
 inline constexpr GgmlTypeInfo kGgmlQ6_K{"Q6_K", 256, 210, true};
 inline constexpr GgmlTypeInfo kGgmlQ8_K{"Q8_K", 256, 292, false};
+inline constexpr GgmlTypeInfo kGgmlIQ4_NL{"IQ4_NL", 32, 18, true};
+inline constexpr GgmlTypeInfo kGgmlIQ4_XS{"IQ4_XS", 256, 136, true};
 
 // Returns nullptr for a type number this build does not know.
 constexpr const GgmlTypeInfo* GetGgmlTypeInfo(uint32_t type) {
@@ -69,6 +73,8 @@ constexpr const GgmlTypeInfo* GetGgmlTypeInfo(uint32_t type) {
     case 13: return &kGgmlQ5_K;
     case 14: return &kGgmlQ6_K;
     case 15: return &kGgmlQ8_K;
+    case 20: return &kGgmlIQ4_NL;
+    case 23: return &kGgmlIQ4_XS;
     case 30: return &kGgmlBF16;
     default: return nullptr;
   }

@@ -41,6 +41,28 @@ void DequantQ8_0(const BlockQ8_0* b, int64_t nb, float* out) {  // out [nb * 32]
   }
 }
 
+void DequantIQ4_NL(const BlockIQ4_NL* b, int64_t nb, float* out) {  // out [nb * 32]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int l = 0; l < kQk / 2; ++l) out[l] = d * static_cast<float>(kIq4Values[b[i].qs[l] & 0xF]);
+    for (int l = 0; l < kQk / 2; ++l) out[kQk / 2 + l] = d * static_cast<float>(kIq4Values[b[i].qs[l] >> 4]);
+    out += kQk;
+  }
+}
+
+void DequantIQ4_XS(const BlockIQ4_XS* b, int64_t nb, float* out) {  // out [nb * 256]
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < kQkK / 32; ++j) {
+      const float dl = d * static_cast<float>(Iq4XsScale(b[i], j));
+      const uint8_t* q = b[i].qs + 16 * j;
+      for (int l = 0; l < 16; ++l) out[l] = dl * static_cast<float>(kIq4Values[q[l] & 0xF]);
+      for (int l = 0; l < 16; ++l) out[16 + l] = dl * static_cast<float>(kIq4Values[q[l] >> 4]);
+      out += 32;
+    }
+  }
+}
+
 void DequantQ5_0(const BlockQ5_0* b, int64_t nb, float* out) {  // out [nb * 32]
   for (int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
@@ -151,6 +173,12 @@ void DequantizeValues(GgmlType type, const uint8_t* src, int64_t count, float* o
       return;
     case GgmlType::kQ4_1:
       DequantQ4_1(reinterpret_cast<const BlockQ4_1*>(src), count / kQk, out);
+      return;
+    case GgmlType::kIQ4_NL:
+      DequantIQ4_NL(reinterpret_cast<const BlockIQ4_NL*>(src), count / kQk, out);
+      return;
+    case GgmlType::kIQ4_XS:
+      DequantIQ4_XS(reinterpret_cast<const BlockIQ4_XS*>(src), count / kQkK, out);
       return;
     case GgmlType::kQ5_0:
       DequantQ5_0(reinterpret_cast<const BlockQ5_0*>(src), count / kQk, out);

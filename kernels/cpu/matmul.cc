@@ -41,7 +41,9 @@ Plan PlanFor(GgmlType type) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
+    case GgmlType::kIQ4_NL:
       return {rd.dot, rd.max_tile, ActFormat::kQ8_1};
+    case GgmlType::kIQ4_XS:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kQ4_K:

@@ -130,6 +130,10 @@ RowDot RowDotFor(GgmlType type, CpuKernel k) {
       return q32(DotQ4_1, DotQ4_1Scalar, DotQ4_1Vnni, DotQ4_1Avx512);
     case GgmlType::kQ8_0:
       return q32(DotQ8_0, DotQ8_0Scalar, DotQ8_0Vnni, DotQ8_0Avx512);
+    case GgmlType::kIQ4_NL:  // one AVX2 kernel for every SIMD variant, as Q5_0 / Q5_1
+      return {scalar ? DotIQ4_NLScalar : DotIQ4_NL, kMaxTile};
+    case GgmlType::kIQ4_XS:
+      return {scalar ? DotIQ4_XSScalar : DotIQ4_XS, kMaxTile};
     case GgmlType::kQ5_0:  // one AVX2 kernel for every SIMD variant
       return {scalar ? DotQ5_0Scalar : DotQ5_0, kMaxTile};
     case GgmlType::kQ5_1:

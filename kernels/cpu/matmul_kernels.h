@@ -74,7 +74,8 @@ void QuantizeRowQ8_1(const float* x, int64_t cols, uint8_t* out);  // out [Q8_1R
 void QuantizeRowQ8_K(const float* x, int64_t cols, BlockQ8_Kx* out);
 
 // out[j] = <w_row, x_j> for j < nx, where x_j starts at x + j * x_stride bytes and is
-// a Q8_1Row (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), BlockQ8_Kx[] (Q2_K … Q6_K) or float[] (F32, F16, BF16).
+// a Q8_1Row (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), BlockQ8_Kx[] (Q2_K … Q6_K, IQ4_XS) or float[]
+// (F32, F16, BF16).
 using RowDotFn = void (*)(const uint8_t* w_row, const uint8_t* x, size_t x_stride, int nx,
                           int64_t cols, float* out);
 
@@ -82,6 +83,8 @@ void DotQ4_0(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ4_1(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ8_0(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ5_0(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotIQ4_NL(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotIQ4_XS(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ5_1(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ2_K(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ3_K(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
@@ -97,6 +100,8 @@ void DotQ4_0Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*)
 void DotQ4_1Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ8_0Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ5_0Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotIQ4_NLScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
+void DotIQ4_XSScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ5_1Scalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ2_KScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);
 void DotQ3_KScalar(const uint8_t*, const uint8_t*, size_t, int, int64_t, float*);

@@ -44,6 +44,14 @@ struct BlockQ5_1 {
   uint8_t qh[4];
   uint8_t qs[kQk / 2];
 };
+// IQ4_NL: x = d * kIq4Values[q] with 4-bit q in Q4_0's nibble order (the non-linear grid of
+// llama.cpp's IQ4 formats).
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+struct BlockIQ4_NL {
+  uint16_t d;  // fp16
+  uint8_t qs[kQk / 2];
+};
 // x = d * q.
 struct BlockQ8_0 {
   uint16_t d;  // fp16
@@ -57,6 +65,20 @@ struct BlockQ4_K {
   uint8_t scales[12];
   uint8_t qs[kQkK / 2];
 };
+// IQ4_XS: 8 sub-blocks of 32, x = d * (ls_j − 32) * kIq4Values[q], q in IQ4_NL's nibble order
+// within each sub-block (qs[16j + l]: low nibble element 32j + l, high nibble 32j + 16 + l); the
+// 6-bit ls_j is nibble j % 2 of scales_l[j / 2] and bits 2j, 2j + 1 of scales_h.
+struct BlockIQ4_XS {
+  uint16_t d;  // fp16
+  uint16_t scales_h;
+  uint8_t scales_l[kQkK / 64];
+  uint8_t qs[kQkK / 2];
+};
+inline int Iq4XsScale(const BlockIQ4_XS& b, int j) {  // ls_j − 32
+  const int ls = ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
+  return ls - 32;
+}
+
 // Q2_K and Q3_K share an element order in 16 groups of 16 (one scale each): element
 // e = 128n + 32j + 16h + l (n, h < 2, j < 4, l < 16) has its 2 low bits at bits 2j..2j+1 of
 // qs[32n + 16h + l], and belongs to group e / 16 = 8n + 2j + h.
@@ -95,6 +117,8 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ4_0) == kGgmlQ4_0.block_bytes);
 static_assert(sizeof(BlockQ4_1) == kGgmlQ4_1.block_bytes);
 static_assert(sizeof(BlockQ8_0) == kGgmlQ8_0.block_bytes);
+static_assert(sizeof(BlockIQ4_NL) == kGgmlIQ4_NL.block_bytes);
+static_assert(sizeof(BlockIQ4_XS) == kGgmlIQ4_XS.block_bytes);
 static_assert(sizeof(BlockQ5_0) == kGgmlQ5_0.block_bytes);
 static_assert(sizeof(BlockQ5_1) == kGgmlQ5_1.block_bytes);
 static_assert(sizeof(BlockQ2_K) == kGgmlQ2_K.block_bytes);

@@ -186,12 +186,14 @@ TEST(ModelLoaderTest, UnsupportedMatrixTypeIsNamed) {
   EXPECT_NE(Msg(m.status()).find("Q8_1"), std::string::npos) << m.status();
 }
 
-// Q2_K, Q3_K and Q5_K (the main formats of the Q2_K, Q3_K_* and Q5_K_* files) load; their
-// dequantization is checked against python-gguf's in kernels/cpu's dequant test, their dot
-// kernels in the matmul test.
-TEST(ModelLoaderTest, LowBitKQuantMatricesLoad) {
-  for (auto [type, block_bytes] : {std::pair{GgmlType::kQ2_K, 84u}, std::pair{GgmlType::kQ3_K, 110u},
-                                   std::pair{GgmlType::kQ5_K, 176u}}) {
+// The formats added after Q4_K / Q6_K (Q2_K, Q3_K and Q5_K: the main formats of the Q2_K,
+// Q3_K_* and Q5_K_* files; Q5_0, Q5_1; IQ4_NL, IQ4_XS) load; their dequantization is checked
+// against python-gguf's in kernels/cpu's dequant test, their dot kernels in the matmul test.
+TEST(ModelLoaderTest, LaterWeightFormatsLoad) {
+  for (auto [type, row_bytes] : {std::pair{GgmlType::kQ2_K, 84u}, std::pair{GgmlType::kQ3_K, 110u},
+                                 std::pair{GgmlType::kQ5_K, 176u}, std::pair{GgmlType::kQ5_0, 8 * 22u},
+                                 std::pair{GgmlType::kQ5_1, 8 * 24u}, std::pair{GgmlType::kIQ4_NL, 8 * 18u},
+                                 std::pair{GgmlType::kIQ4_XS, 136u}}) {
     TinySpec s;
     s.hidden = 256;  // K-quant rows are whole 256-value super-blocks
     s.ffn = 256;
@@ -201,7 +203,7 @@ TEST(ModelLoaderTest, LowBitKQuantMatricesLoad) {
     const LayerWeights& l = (*m)->weights().layers[0];
     EXPECT_EQ(l.wq.type, type);
     EXPECT_EQ(l.w_down.type, type);
-    EXPECT_EQ(l.wq.row_bytes, block_bytes);
+    EXPECT_EQ(l.wq.row_bytes, row_bytes);  // one 256-wide row
   }
 }
 

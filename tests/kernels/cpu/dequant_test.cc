@@ -67,6 +67,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Fixture{"q4_0", GgmlType::kQ4_0}, Fixture{"q4_1", GgmlType::kQ4_1},
                       Fixture{"q8_0", GgmlType::kQ8_0}, Fixture{"q4_k", GgmlType::kQ4_K},
                       Fixture{"q5_0", GgmlType::kQ5_0}, Fixture{"q5_1", GgmlType::kQ5_1},
+                      Fixture{"iq4_nl", GgmlType::kIQ4_NL}, Fixture{"iq4_xs", GgmlType::kIQ4_XS},
                       Fixture{"q2_k", GgmlType::kQ2_K}, Fixture{"q3_k", GgmlType::kQ3_K},
                       Fixture{"q5_k", GgmlType::kQ5_K}, Fixture{"q6_k", GgmlType::kQ6_K},
                       Fixture{"f16", GgmlType::kF16},

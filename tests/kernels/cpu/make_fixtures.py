@@ -60,6 +60,8 @@ def main():
     write("q3_k", T.Q3_K, blocks(110, 4, [108]))
     write("q5_0", T.Q5_0, blocks(22, 16, [0]))
     write("q5_1", T.Q5_1, blocks(24, 16, [0, 2]))
+    write("iq4_nl", T.IQ4_NL, blocks(18, 16, [0]))
+    write("iq4_xs", T.IQ4_XS, blocks(136, 4, [0]))
     if os.path.exists(MODEL):
         reader = GGUFReader(MODEL)
         tensors = {t.name: t for t in reader.tensors}

@@ -71,6 +71,12 @@ OwnedMatrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937
       case GgmlType::kQ5_0:
         reinterpret_cast<BlockQ5_0*>(p)->d = RandomHalf(rng, 0.01f);
         break;
+      case GgmlType::kIQ4_NL:
+        reinterpret_cast<BlockIQ4_NL*>(p)->d = RandomHalf(rng, 0.001f);
+        break;
+      case GgmlType::kIQ4_XS:
+        reinterpret_cast<BlockIQ4_XS*>(p)->d = RandomHalf(rng, 0.00005f);
+        break;
       case GgmlType::kQ5_1: {
         auto* blk = reinterpret_cast<BlockQ5_1*>(p);
         blk->d = RandomHalf(rng, 0.01f);
@@ -143,7 +149,10 @@ int64_t ActBlock(GgmlType t) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
+    case GgmlType::kIQ4_NL:
       return 32;
+    case GgmlType::kIQ4_XS:
+      return 256;
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kQ4_K:
@@ -292,7 +301,8 @@ TEST_P(MatmulTest, ZeroActivationsGiveZero) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
                                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                                           GgmlType::kQ5_1, GgmlType::kQ8_0,
+                                           GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kIQ4_NL,
+                                           GgmlType::kIQ4_XS,
                                            GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
                                            GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& info) { return TypeName(info.param); });
@@ -306,6 +316,8 @@ TEST(MatmulScalarTest, ScalarKernelsMatchDispatchedKernels) {
   const Case cases[] = {{GgmlType::kQ4_0, mi::DotQ4_0, mi::DotQ4_0Scalar},
                         {GgmlType::kQ4_1, mi::DotQ4_1, mi::DotQ4_1Scalar},
                         {GgmlType::kQ8_0, mi::DotQ8_0, mi::DotQ8_0Scalar},
+                        {GgmlType::kIQ4_NL, mi::DotIQ4_NL, mi::DotIQ4_NLScalar},
+                        {GgmlType::kIQ4_XS, mi::DotIQ4_XS, mi::DotIQ4_XSScalar},
                         {GgmlType::kQ5_0, mi::DotQ5_0, mi::DotQ5_0Scalar},
                         {GgmlType::kQ5_1, mi::DotQ5_1, mi::DotQ5_1Scalar},
                         {GgmlType::kQ2_K, mi::DotQ2_K, mi::DotQ2_KScalar},
@@ -385,7 +397,8 @@ TEST(MatmulVariantTest, AllSimdVariantsGiveIdenticalBits) {
   std::printf("SIMD variants available here: %s\n", names.c_str());
   const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
                             GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                            GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kF32,  GgmlType::kF16};
+                            GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                            GgmlType::kF32,  GgmlType::kF16};
   std::mt19937 rng(2024);
   for (GgmlType type : types) {
     const std::vector<int64_t> col_set =
@@ -480,7 +493,8 @@ TEST(MatmulVariantTest, ScalarVariantMatchesReference) {
   ASSERT_EQ(mi::SelectedCpuKernel(), mi::CpuKernel::kScalar);
   std::mt19937 rng(8);
   for (GgmlType type :
-       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K,
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kIQ4_NL,
+        GgmlType::kIQ4_XS, GgmlType::kQ2_K,
         GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(TypeName(type));
     const int64_t cols = ActBlock(type) == 256 ? 512 : 576, rows = 21, n = 9;
@@ -596,7 +610,7 @@ TEST(MatmulManyTest, BitIdenticalToSeparateCalls) {
   ThreadPool pool(3);
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
                         GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ5_0,
-                        GgmlType::kQ5_1, GgmlType::kF16, GgmlType::kF32}) {
+                        GgmlType::kQ5_1, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kF16, GgmlType::kF32}) {
     const int64_t cols = 512;
     OwnedMatrix a = RandomMatrix(type, 96, cols, rng), b = RandomMatrix(type, 32, cols, rng),
                 c = RandomMatrix(type, 32, cols, rng);
