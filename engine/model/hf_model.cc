@@ -176,10 +176,15 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view config_json, std::str
     c.architecture = "qwen2";
     c.qkv_bias = true;
     RETURN_IF_ERROR(r.Unsupported("use_sliding_window", "sliding-window attention"));
+  } else if (arch == "Qwen3ForCausalLM") {
+    c.architecture = "qwen3";
+    c.qk_norm = true;
+    RETURN_IF_ERROR(r.Unsupported("attention_bias", "biases on q/k/v/o projections"));
+    RETURN_IF_ERROR(r.Unsupported("use_sliding_window", "sliding-window attention"));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         Av(where), ": unsupported architecture '", arch,
-        "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"));
+        "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"));
   }
   if (r.Has("_name_or_path") && j["_name_or_path"].is_string()) {
     c.name = j["_name_or_path"].get<std::string>();
@@ -291,6 +296,10 @@ absl::StatusOr<std::unique_ptr<Model>> HfModelLoader::FromSafetensors(
     ASSIGN_OR_RETURN(l.wq, b.Matrix(p + "self_attn.q_proj.weight", c.q_dim(), hidden));
     ASSIGN_OR_RETURN(l.wk, b.Matrix(p + "self_attn.k_proj.weight", c.kv_dim(), hidden));
     ASSIGN_OR_RETURN(l.wv, b.Matrix(p + "self_attn.v_proj.weight", c.kv_dim(), hidden));
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "self_attn.q_norm.weight", c.head_dim));
+      ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "self_attn.k_norm.weight", c.head_dim));
+    }
     if (c.qkv_bias) {
       ASSIGN_OR_RETURN(l.bq, b.Vector(p + "self_attn.q_proj.bias", c.q_dim()));
       ASSIGN_OR_RETURN(l.bk, b.Vector(p + "self_attn.k_proj.bias", c.kv_dim()));

@@ -24,7 +24,8 @@
 namespace witcert {
 
 // config.json text → ModelConfig. Supported architectures: LlamaForCausalLM and
-// MistralForCausalLM ("llama"), Qwen2ForCausalLM ("qwen2", QKV bias). Features the forward
+// MistralForCausalLM ("llama"), Qwen2ForCausalLM ("qwen2", QKV bias), Qwen3ForCausalLM ("qwen3",
+// per-head q/k RMSNorm). Features the forward
 // pass does not implement (rope_scaling other than "default", "linear" and "llama3", which
 // become ModelConfig::rope_freq_factors; attention/MLP biases on
 // llama, Qwen2's sliding window, partial rotary, an activation other than silu) are

@@ -173,6 +173,10 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(std::unique_ptr<Ggu
     ASSIGN_OR_RETURN(l.wq, b.Matrix(p + "attn_q.weight", c.q_dim(), hidden));
     ASSIGN_OR_RETURN(l.wk, b.Matrix(p + "attn_k.weight", c.kv_dim(), hidden));
     ASSIGN_OR_RETURN(l.wv, b.Matrix(p + "attn_v.weight", c.kv_dim(), hidden));
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));
+      ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.head_dim));
+    }
     if (c.qkv_bias) {
       ASSIGN_OR_RETURN(l.bq, b.Vector(p + "attn_q.bias", c.q_dim()));
       ASSIGN_OR_RETURN(l.bk, b.Vector(p + "attn_k.bias", c.kv_dim()));

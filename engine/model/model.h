@@ -14,7 +14,7 @@ namespace witcert {
 
 class Model {
  public:
-  // Loads a GGUF model: validates the architecture ("llama", "qwen2"; anything else is
+  // Loads a GGUF model: validates the architecture ("llama", "qwen2", "qwen3"; anything else is
   // InvalidArgument naming it), reads the config from metadata, and binds every tensor the
   // forward pass needs (a missing or mis-shaped tensor is an error naming it). Weights stay
   // quantized in the mapping.

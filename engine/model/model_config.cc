@@ -104,9 +104,12 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
   } else if (c.architecture == "qwen2") {
     c.rope_pairing = RopePairing::kHalfSplit;
     c.qkv_bias = true;
+  } else if (c.architecture == "qwen3") {  // qwen2 without QKV biases, with per-head q/k RMSNorm
+    c.rope_pairing = RopePairing::kHalfSplit;
+    c.qk_norm = true;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(file.path(), ": unsupported architecture '",
-                                                   c.architecture, "' (supported: llama, qwen2)"));
+                                                   c.architecture, "' (supported: llama, qwen2, qwen3)"));
   }
   if (absl::StatusOr<std::string_view> name = file.GetString("general.name"); name.ok()) {
     c.name = std::string(*name);

@@ -20,7 +20,7 @@ enum class RopePairing {
 const char* RopePairingName(RopePairing pairing);
 
 struct ModelConfig {
-  std::string architecture;  // "llama", "qwen2"
+  std::string architecture;  // "llama", "qwen2", "qwen3"
   std::string name;          // human-readable, from metadata
   int32_t num_layers = 0;
   int32_t hidden_dim = 0;       // d_model
@@ -38,6 +38,7 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   RopePairing rope_pairing = RopePairing::kInterleaved;
   bool qkv_bias = false;        // qwen2 carries biases on Q, K and V
+  bool qk_norm = false;         // qwen3: each q and k head RMS-normed (weights [head_dim]) before RoPE
   bool tied_embeddings = false; // output head reuses token_embd
 
   int32_t q_dim() const { return num_heads * head_dim; }

@@ -13,6 +13,7 @@ struct LayerWeights {
   QuantMatrix wk;         // [kv_dim, hidden]
   QuantMatrix wv;         // [kv_dim, hidden]
   QuantMatrix bq, bk, bv; // [1, q_dim] / [1, kv_dim] F32; empty unless config.qkv_bias
+  QuantMatrix q_norm, k_norm;  // [1, head_dim] F32; empty unless config.qk_norm
   QuantMatrix wo;         // [hidden, q_dim]
   QuantMatrix ffn_norm;   // [1, hidden] F32
   QuantMatrix w_gate;     // [ffn, hidden]

@@ -216,6 +216,11 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
     AddBias(q_.data(), total, lw.bq);
     AddBias(k_.data(), total, lw.bk);
     AddBias(v_.data(), total, lw.bv);
+    if (config_.qk_norm) {  // qwen3: every q and k head RMS-normed before RoPE (rows of head_dim)
+      RmsNorm(q_.data(), F32(lw.q_norm), total * config_.num_heads, config_.head_dim, config_.rms_norm_eps, q_.data());
+      RmsNorm(k_.data(), F32(lw.k_norm), total * config_.num_kv_heads, config_.head_dim, config_.rms_norm_eps,
+              k_.data());
+    }
 
     // RoPE and the KV write, per item; items of different sequences run concurrently
     // (KvCache::Write is safe across sequences).

@@ -45,6 +45,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
         "the CUDA backend does not apply RoPE frequency scaling yet (llama3 / linear, "
         "engine/model/rope_scaling.h): its rotation kernels take theta alone");
   }
+  if (c.qk_norm) {  // checked before the device: a host without a GPU can test it
+    return absl::UnimplementedError(
+        "the CUDA backend does not run qwen3's per-head q/k RMSNorm yet (the CPU backend does)");
+  }
   if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device is available");
   if (kv_options.k_scheme != kv_options.v_scheme) {
     return absl::UnimplementedError(absl::StrCat("the CUDA backend stores K and V in one scheme; "

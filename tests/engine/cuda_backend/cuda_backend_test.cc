@@ -279,6 +279,21 @@ TEST(CudaBackendRopeScalingTest, RefusedWithItsReason) {
   EXPECT_NE(st.message().find("RoPE frequency scaling"), std::string::npos) << st;
 }
 
+// Qwen3's per-head q/k RMSNorm runs on the CPU backend only for now: the CUDA backend refuses
+// it as Unimplemented before it looks for a device (so this runs without a GPU too), and
+// --device auto then takes the CPU backend.
+TEST(CudaBackendQwen3Test, RefusedWithItsReason) {
+  testing::TempFolder dir("gpu_qwen3");
+  testing::TinyHfSpec spec;
+  spec.arch = "qwen3";
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto model = LoadModel(dir.str());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const absl::Status st = CudaBackend::Create(**model, KvOptions((*model)->config(), "fp16")).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("q/k RMSNorm"), std::string::npos) << st;
+}
+
 // The default model (SmolLM2-135M-Instruct, Q4_1 GGUF: d = 64, 9 query / 3 KV heads, 30
 // layers), dequantized to bf16 on the GPU, against the CPU backend's exact-arithmetic path
 // (dequantized weights, double accumulation), fp16 KV on both. Tolerance (why): the GPU

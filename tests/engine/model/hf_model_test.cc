@@ -478,8 +478,121 @@ TEST(HfModelTest, ExplicitHeadDimFolderAndGgufAgree) {
   EXPECT_GT(MaxAbs(a), 0.1f);
 }
 
+// Qwen3 on the CPU backend against a forward written here from the architecture's definition,
+// in double (so the per-head q/k RMSNorm's place, before RoPE, is checked against something the
+// engine does not share): one layer, the RunModel sequence, every step's logits. Without the
+// q/k norm the reference moves by far more than the tolerance, so dropping it would fail here.
+std::vector<std::vector<double>> NaiveQwen3Logits(const TinyHfSpec& s, const std::vector<TokenId>& tokens,
+                                                  bool qk_norm) {
+  const auto t = testing::TinyHfTensors(s);
+  auto m = [&](const std::string& name) -> const std::vector<float>& { return t.at(name).values; };
+  const int H = s.hidden, nh = s.heads, nkv = s.kv_heads, d = s.head_dim(), F = s.ffn, V = s.vocab;
+  auto matvec = [](const std::vector<float>& w, int rows, int cols, const std::vector<double>& x) {
+    std::vector<double> y(rows, 0.0);
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) y[r] += static_cast<double>(w[r * cols + c]) * x[c];
+    }
+    return y;
+  };
+  auto rms = [](const double* x, const std::vector<float>& w, int n, double* out) {
+    double ss = 0.0;
+    for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+    const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+    for (int i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+  };
+  std::vector<std::vector<double>> xs, ks, vs, logits;
+  for (size_t pos = 0; pos < tokens.size(); ++pos) {
+    std::vector<double> x(H);
+    for (int i = 0; i < H; ++i) x[i] = m("model.embed_tokens.weight")[tokens[pos] * H + i];
+    for (int layer = 0; layer < s.layers; ++layer) {
+      const std::string p = "model.layers." + std::to_string(layer) + ".";
+      std::vector<double> xn(H);
+      rms(x.data(), m(p + "input_layernorm.weight"), H, xn.data());
+      std::vector<double> q = matvec(m(p + "self_attn.q_proj.weight"), nh * d, H, xn);
+      std::vector<double> k = matvec(m(p + "self_attn.k_proj.weight"), nkv * d, H, xn);
+      const std::vector<double> v = matvec(m(p + "self_attn.v_proj.weight"), nkv * d, H, xn);
+      auto rotate = [&](double* h) {  // half-split pairs (i, i + d/2)
+        if (qk_norm) rms(h, m(h >= q.data() && h < q.data() + q.size() ? p + "self_attn.q_norm.weight"
+                                                                        : p + "self_attn.k_norm.weight"),
+                         d, h);
+        for (int i = 0; i < d / 2; ++i) {
+          const double a = static_cast<double>(pos) * std::pow(static_cast<double>(s.rope_theta), -2.0 * i / d);
+          const double x0 = h[i], x1 = h[i + d / 2];
+          h[i] = x0 * std::cos(a) - x1 * std::sin(a);
+          h[i + d / 2] = x0 * std::sin(a) + x1 * std::cos(a);
+        }
+      };
+      for (int h = 0; h < nh; ++h) rotate(&q[h * d]);
+      for (int h = 0; h < nkv; ++h) rotate(&k[h * d]);
+      if (layer == 0) {  // one layer: the cache is this layer's
+        ks.push_back(k);
+        vs.push_back(v);
+      }
+      std::vector<double> attn(nh * d, 0.0);
+      for (int h = 0; h < nh; ++h) {
+        const int g = h / (nh / nkv);
+        std::vector<double> sc(pos + 1);
+        double mx = -1e300;
+        for (size_t j = 0; j <= pos; ++j) {
+          double dot = 0.0;
+          for (int c = 0; c < d; ++c) dot += q[h * d + c] * ks[j][g * d + c];
+          sc[j] = dot / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, sc[j]);
+        }
+        double z = 0.0;
+        for (double& v2 : sc) z += (v2 = std::exp(v2 - mx));
+        for (size_t j = 0; j <= pos; ++j) {
+          for (int c = 0; c < d; ++c) attn[h * d + c] += sc[j] / z * vs[j][g * d + c];
+        }
+      }
+      const std::vector<double> o = matvec(m(p + "self_attn.o_proj.weight"), H, nh * d, attn);
+      for (int i = 0; i < H; ++i) x[i] += o[i];
+      rms(x.data(), m(p + "post_attention_layernorm.weight"), H, xn.data());
+      const std::vector<double> gate = matvec(m(p + "mlp.gate_proj.weight"), F, H, xn);
+      std::vector<double> act = matvec(m(p + "mlp.up_proj.weight"), F, H, xn);
+      for (int i = 0; i < F; ++i) act[i] *= gate[i] / (1.0 + std::exp(-gate[i]));
+      const std::vector<double> down = matvec(m(p + "mlp.down_proj.weight"), H, F, act);
+      for (int i = 0; i < H; ++i) x[i] += down[i];
+    }
+    std::vector<double> xn(H);
+    rms(x.data(), m("model.norm.weight"), H, xn.data());
+    logits.push_back(matvec(m(s.tied ? "model.embed_tokens.weight" : "lm_head.weight"), V, H, xn));
+  }
+  return logits;
+}
+
+TEST(HfModelTest, Qwen3MatchesANaiveForward) {
+  TinyHfSpec spec;
+  spec.arch = "qwen3";
+  spec.layers = 1;
+  spec.matrix_dtype = "F32";
+  TempFolder dir("hf_qwen3");
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto model = LoadModel(dir.str());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE((*model)->config().qk_norm);
+  const LogitTrace got = RunModel(**model, /*exact=*/true);
+  ASSERT_EQ(got.logits.size(), 3u);
+  const std::vector<TokenId> seq = {3, 17, 5, 40, 22, 9, 31, 11, 2};  // RunModel's prompt, then its steps
+  const auto want = NaiveQwen3Logits(spec, seq, /*qk_norm=*/true);
+  const auto without = NaiveQwen3Logits(spec, seq, /*qk_norm=*/false);
+  double err = 0.0, moved = 0.0, mag = 0.0;
+  for (size_t step = 0; step < 3; ++step) {
+    const size_t pos = 6 + step;
+    for (int i = 0; i < spec.vocab; ++i) {
+      err = std::max(err, std::fabs(got.logits[step][i] - want[pos][i]));
+      moved = std::max(moved, std::fabs(want[pos][i] - without[pos][i]));
+      mag = std::max(mag, std::fabs(want[pos][i]));
+    }
+  }
+  std::printf("qwen3 vs naive: max |err| %.3g, q/k norm moves logits by %.3g (max |logit| %.3g)\n", err, moved, mag);
+  EXPECT_LE(err, 1e-4) << "max |logit| " << mag;
+  EXPECT_GT(moved, 100 * 1e-4) << "the q/k norm must move these logits for the check to mean anything";
+  EXPECT_GT(mag, 0.1);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, HfVsGgufTest,
-                         ::testing::Combine(::testing::Values("llama", "qwen2"),
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3"),
                                             ::testing::Bool(), ::testing::Bool()));
 
 TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {

@@ -148,7 +148,7 @@ TEST(ModelLoaderTest, UnknownArchitecture) {
   s.arch = "gpt2";
   auto m = Load(TinyWriter(s));
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(Msg(m.status()).find("unsupported architecture 'gpt2' (supported: llama, qwen2)"),
+  EXPECT_NE(Msg(m.status()).find("unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3)"),
             std::string::npos)
       << m.status();
   GgufWriter none;

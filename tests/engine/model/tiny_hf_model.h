@@ -15,7 +15,7 @@
 namespace witcert::testing {
 
 struct TinyHfSpec {
-  std::string arch = "llama";  // "llama" or "qwen2"
+  std::string arch = "llama";  // "llama", "qwen2" or "qwen3"
   int hidden = 64, heads = 4, kv_heads = 2, ffn = 96, vocab = 48, layers = 2;
   bool tied = false;
   bool write_lm_head = true;          // when untied
@@ -66,6 +66,10 @@ inline std::map<std::string, TinyHfTensor> TinyHfTensors(const TinyHfSpec& s) {
     matrix(p + "mlp.gate_proj.weight", s.ffn, h);
     matrix(p + "mlp.up_proj.weight", s.ffn, h);
     matrix(p + "mlp.down_proj.weight", h, s.ffn);
+    if (s.arch == "qwen3") {  // per-head q/k RMSNorm weights
+      vec(p + "self_attn.q_norm.weight", s.head_dim(), 1.0f);
+      vec(p + "self_attn.k_norm.weight", s.head_dim(), 1.0f);
+    }
     if (s.arch == "qwen2") {
       vec(p + "self_attn.q_proj.bias", q, 0.0f);
       vec(p + "self_attn.k_proj.bias", kv, 0.0f);
@@ -76,7 +80,8 @@ inline std::map<std::string, TinyHfTensor> TinyHfTensors(const TinyHfSpec& s) {
 }
 
 inline std::string TinyHfConfigJson(const TinyHfSpec& s) {
-  const std::string arch = s.arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const std::string arch =
+      s.arch == "qwen2" ? "Qwen2ForCausalLM" : (s.arch == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
   return "{\"architectures\": [\"" + arch + "\"], \"model_type\": \"" + s.arch +
          "\", \"hidden_size\": " + std::to_string(s.hidden) +
          ", \"num_hidden_layers\": " + std::to_string(s.layers) +
@@ -192,6 +197,10 @@ inline std::string TinyHfAsGguf(const TinyHfSpec& s, bool permute_qk = true) {
     add(h + "mlp.gate_proj.weight", g + "ffn_gate.weight");
     add(h + "mlp.up_proj.weight", g + "ffn_up.weight");
     add(h + "mlp.down_proj.weight", g + "ffn_down.weight");
+    if (s.arch == "qwen3") {
+      add(h + "self_attn.q_norm.weight", g + "attn_q_norm.weight");
+      add(h + "self_attn.k_norm.weight", g + "attn_k_norm.weight");
+    }
     if (s.arch == "qwen2") {
       add(h + "self_attn.q_proj.bias", g + "attn_q.bias");
       add(h + "self_attn.k_proj.bias", g + "attn_k.bias");
