@@ -36,8 +36,21 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Fills a matrix with random codes and small finite fp16 scales (at the start of each block,
-// or at its end for Q6_K; Q4_1's min and Q4_K's dmin follow d).
+// Byte offsets of a block's fp16 scale fields (d, and the min where the format has one).
+std::vector<size_t> HalfFields(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ6_K: return {208};
+    case GgmlType::kQ2_K: return {80, 82};
+    case GgmlType::kQ3_K: return {108};
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: return {0, 2};
+    default: return {0};
+  }
+}
+
+// Fills a matrix with random codes and small finite fp16 scales (HalfFields).
 std::vector<uint8_t> MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
   const GgmlTypeInfo* info = GetGgmlTypeInfo(static_cast<uint32_t>(type));
   std::vector<uint8_t> bytes(GgmlRowBytes(*info, cols) * rows);
@@ -47,13 +60,9 @@ std::vector<uint8_t> MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint
     std::memcpy(&bytes[i], &s, 8);
   }
   const uint16_t d = F32ToF16(0.01f);
+  const std::vector<size_t> fields = HalfFields(type);
   for (size_t b = 0; b + info->block_bytes <= bytes.size(); b += info->block_bytes) {
-    if (type == GgmlType::kQ6_K) {
-      std::memcpy(&bytes[b + info->block_bytes - 2], &d, 2);
-      continue;
-    }
-    std::memcpy(&bytes[b], &d, 2);
-    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K) std::memcpy(&bytes[b + 2], &d, 2);
+    for (size_t off : fields) std::memcpy(&bytes[b + off], &d, 2);
   }
   return bytes;
 }
@@ -182,6 +191,13 @@ void Run(int threads) {
       // K-quants need cols % 256 == 0, so the 135M model can only use them here.
       {"(other) Q4_K [1536->576]", GgmlType::kQ4_K, 1536, 576, -1},
       {"(other) Q6_K [1536->576]", GgmlType::kQ6_K, 1536, 576, -1},
+      {"(other) Q5_K [1536->576]", GgmlType::kQ5_K, 1536, 576, -1},
+      {"(other) Q3_K [1536->576]", GgmlType::kQ3_K, 1536, 576, -1},
+      {"(other) Q2_K [1536->576]", GgmlType::kQ2_K, 1536, 576, -1},
+      {"(other) Q5_0 [1536->576]", GgmlType::kQ5_0, 1536, 576, -1},
+      {"(other) Q5_1 [1536->576]", GgmlType::kQ5_1, 1536, 576, -1},
+      {"(other) IQ4_NL [1536->576]", GgmlType::kIQ4_NL, 1536, 576, -1},
+      {"(other) IQ4_XS [1536->576]", GgmlType::kIQ4_XS, 1536, 576, -1},
   };
   constexpr int kLayers = 30;
   double token_hot = 0, token_cold = 0;
