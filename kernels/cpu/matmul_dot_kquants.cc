@@ -12,6 +12,7 @@
 // the +32 comes back out as 32·Σ_g sc_g·bsums_g. Per super-block integer sums stay below
 // 2^31 (Q4_K: 8·63·15·127·32 ≈ 2^25; Q6_K: 16·128·63·127·16 ≈ 2^28).
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/matmul_simd.h"
@@ -24,9 +25,21 @@ struct Q4KScales {
   uint8_t m[8];
 };
 
+// Q4KScaleMin's 16 values four at a time from the 12 bytes read as words w0..w2: sc_0..3 and
+// m_0..3 are the low 6 bits of w0 and w1; sc_4..7 take w2's low nibbles with w0's top 2 bits
+// above them, m_4..7 w2's high nibbles with w1's (the masks drop what a shift carries across
+// bytes). About a third of the per-byte form's operations, in the decode GEMV's inner loop.
 inline Q4KScales UnpackQ4K(const uint8_t* scales) {  // Q4_K's or Q5_K's 12 scale bytes
+  uint32_t w[3];
+  std::memcpy(w, scales, 12);
+  const uint32_t sc_lo = w[0] & 0x3f3f3f3fu, m_lo = w[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
   Q4KScales s;
-  for (int j = 0; j < 8; ++j) Q4KScaleMin(scales, j, &s.sc[j], &s.m[j]);
+  std::memcpy(s.sc, &sc_lo, 4);
+  std::memcpy(s.sc + 4, &sc_hi, 4);
+  std::memcpy(s.m, &m_lo, 4);
+  std::memcpy(s.m + 4, &m_hi, 4);
   return s;
 }
 
@@ -157,6 +170,39 @@ void DotQ6_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
 #ifdef WITCERT_MATMUL_AVX2
 namespace {
 
+// Σ_g coef[g]·bsums[g] over the 16 groups (|coef| < 2^12: the int16 products and their pair sums
+// stay exact), as the scalar loops compute it: one madd and a lane sum.
+inline int WeightedBsums(__m256i coef16, const BlockQ8_Kx& x) {
+  const __m256i p = _mm256_madd_epi16(coef16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)));
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+  return _mm_cvtsi128_si32(t);
+}
+// Q3KScales' 16 values (s_g − 32) in a register, by words: bytes 0-7 read as one word give the
+// low nibbles (g < 8) and high nibbles (g ≥ 8), bytes 8-11 the top 2 bits (byte g % 4, bits
+// 2·(g / 4)). Built in registers: 16 byte stores read back as one vector would stall on store
+// forwarding (measured: Q3_K's GEMV 68 → 112 µs that way).
+inline __m128i Q3KScalesVec(const uint8_t* scales) {
+  uint64_t lo;
+  uint32_t hi;
+  std::memcpy(&lo, scales, 8);
+  std::memcpy(&hi, scales + 8, 4);
+  const uint64_t nib = 0x0F0F0F0F0F0F0F0Full, two = 0x03030303u;
+  const uint64_t top_lo = (hi & two) | (static_cast<uint64_t>((hi >> 2) & two) << 32);
+  const uint64_t top_hi = ((hi >> 4) & two) | (static_cast<uint64_t>((hi >> 6) & two) << 32);
+  const uint64_t s_lo = (lo & nib) | (top_lo << 4), s_hi = ((lo >> 4) & nib) | (top_hi << 4);
+  return _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(s_hi), static_cast<long long>(s_lo)), _mm_set1_epi8(32));
+}
+
+// Q4_K's / Q5_K's mins as WeightedBsums coefficients: m_j for groups 2j and 2j + 1.
+inline __m256i MinPairs(const Q4KScales& s) {
+  uint64_t m8;
+  std::memcpy(&m8, s.m, 8);
+  const __m128i m = _mm_cvtsi64_si128(static_cast<long long>(m8));
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+}
+
 // An NX-row tile's activation rows and accumulators: the integer sums scaled into acc, and a
 // scalar correction (Q4_K / Q5_K / Q2_K mins, Q3_K / Q6_K offsets) subtracted at the end.
 template <int NX>
@@ -186,6 +232,7 @@ struct Q45KAvx2 {
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     for (int64_t b = 0; b < cols / kQkK; ++b) {
       const Q4KScales s = UnpackQ4K(w[b].scales);
+      const __m256i mins = MinPairs(s);
       __m256i qh = _mm256_setzero_si256();
       if constexpr (FIFTH) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh));
       __m256i sumi[NX];
@@ -215,7 +262,7 @@ struct Q45KAvx2 {
       const float dmin = F16ToF32(w[b].dmin);
       for (int j = 0; j < NX; ++j) {
         t.acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]), t.acc[j]);
-        t.off[j] = std::fma(dmin * t.xb[j][b].d, static_cast<float>(Q4KMinSum(s, t.xb[j][b])), t.off[j]);
+        t.off[j] = std::fma(dmin * t.xb[j][b].d, static_cast<float>(WeightedBsums(mins, t.xb[j][b])), t.off[j]);
       }
     }
     t.Finish(out);
@@ -242,11 +289,20 @@ struct Q23KAvx2 {
     for (int64_t b = 0; b < cols / kQkK; ++b) {
       int8_t s[16];  // group scales: Q2_K's low nibbles, Q3_K's s_g − 32
       __m256i hm = _mm256_setzero_si256();
+      __m128i s_vec = _mm_setzero_si128();
       if constexpr (Q3) {
-        Q3KScales(w[b].scales, s);
+        s_vec = Q3KScalesVec(w[b].scales);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(s), s_vec);  // for the per-pair broadcasts
         hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].hmask));
       } else {
         for (int g = 0; g < 16; ++g) s[g] = static_cast<int8_t>(w[b].scales[g] & 0xF);
+      }
+      __m256i off_coef;  // WeightedBsums coefficients: Q3_K 4·s_g, Q2_K m_g
+      if constexpr (Q3) {
+        off_coef = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s_vec), 2);
+      } else {
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales));
+        off_coef = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
       }
       __m256i sumi[NX];
       for (int j = 0; j < NX; ++j) sumi[j] = _mm256_setzero_si256();
@@ -269,10 +325,8 @@ struct Q23KAvx2 {
       const float d = F16ToF32(w[b].d);
       for (int j = 0; j < NX; ++j) {
         t.acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]), t.acc[j]);
-        int off = 0;  // Q2_K: Σ_g m_g·bsums_g (times dmin); Q3_K: 4·Σ_g s_g·bsums_g (times d)
-        for (int g = 0; g < 16; ++g) {
-          off += (Q3 ? 4 * s[g] : (w[b].scales[g] >> 4)) * t.xb[j][b].bsums[g];
-        }
+        // Q2_K: Σ_g m_g·bsums_g (times dmin); Q3_K: 4·Σ_g s_g·bsums_g (times d)
+        const int off = WeightedBsums(off_coef, t.xb[j][b]);
         float scale = d;
         if constexpr (!Q3) scale = F16ToF32(w[b].dmin);
         t.off[j] = std::fma(scale * t.xb[j][b].d, static_cast<float>(off), t.off[j]);
@@ -325,11 +379,12 @@ struct Q6KAvx2 {
           }
         }
       }
+      const __m256i q6_scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
       const float d = F16ToF32(w[b].d);
       for (int j = 0; j < NX; ++j) {
         const float dd = d * t.xb[j][b].d;
         t.acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi[j]), t.acc[j]);
-        t.off[j] = std::fma(dd, static_cast<float>(32 * Q6KOffsetSum(w[b], t.xb[j][b])), t.off[j]);
+        t.off[j] = std::fma(dd, static_cast<float>(32 * WeightedBsums(q6_scales, t.xb[j][b])), t.off[j]);
       }
     }
     t.Finish(out);
