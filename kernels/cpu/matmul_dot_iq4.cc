@@ -73,10 +73,13 @@ struct Iq4XsAvx2 {
       for (int j = 0; j < NX; ++j) sumi[j] = _mm256_setzero_si256();
       for (int sb = 0; sb < kQkK / 32; ++sb) {
         const __m256i v = Iq4Values(w[b].qs + 16 * sb);
-        const __m256i scale = _mm256_set1_epi32(Iq4XsScale(w[b], sb));
+        // The sub-block scale rides in madd's second operand: |w·x pair sums| ≤ 32258 and |scale| ≤ 32.
+        const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(Iq4XsScale(w[b], sb)));
+        const __m256i wabs = _mm256_sign_epi8(v, v);
         for (int j = 0; j < NX; ++j) {
           const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[j][b].qs + 32 * sb));
-          sumi[j] = _mm256_add_epi32(sumi[j], _mm256_mullo_epi32(DotI8I8(v, xv), scale));
+          const __m256i pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, v));
+          sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(pairs, scale));
         }
       }
       const float d = F16ToF32(w[b].d);
