@@ -66,14 +66,16 @@ void DequantIQ4_XS(const BlockIQ4_XS* b, int64_t nb, float* out) {  // out [nb *
 void DequantQ5_0(const BlockQ5_0* b, int64_t nb, float* out) {  // out [nb * 32]
   for (int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
-    for (int j = 0; j < kQk; ++j) *out++ = d * static_cast<float>(Q5Code(b[i], j) - 16);
+    const uint32_t qh = Q5HighBits(b[i]);
+    for (int j = 0; j < kQk; ++j) *out++ = d * static_cast<float>(Q5Code(b[i], qh, j) - 16);
   }
 }
 
 void DequantQ5_1(const BlockQ5_1* b, int64_t nb, float* out) {  // out [nb * 32]
   for (int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d), m = F16ToF32(b[i].m);
-    for (int j = 0; j < kQk; ++j) *out++ = d * static_cast<float>(Q5Code(b[i], j)) + m;
+    const uint32_t qh = Q5HighBits(b[i]);
+    for (int j = 0; j < kQk; ++j) *out++ = d * static_cast<float>(Q5Code(b[i], qh, j)) + m;
   }
 }
 
@@ -108,12 +110,10 @@ void DequantQ45K(const Block* b, int64_t nb, float* out, Code code) {  // out [n
   for (int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
     const float dmin = F16ToF32(b[i].dmin);
+    const Q4KScalesMins s = UnpackQ4KScales(b[i].scales);
     for (int c = 0; c < 4; ++c) {  // 64-element chunk: sub-blocks 2c (low) and 2c+1 (high)
-      uint8_t sc_lo, m_lo, sc_hi, m_hi;
-      Q4KScaleMin(b[i].scales, 2 * c, &sc_lo, &m_lo);
-      Q4KScaleMin(b[i].scales, 2 * c + 1, &sc_hi, &m_hi);
-      const float d_lo = d * sc_lo, min_lo = dmin * m_lo;
-      const float d_hi = d * sc_hi, min_hi = dmin * m_hi;
+      const float d_lo = d * s.sc[2 * c], min_lo = dmin * s.m[2 * c];
+      const float d_hi = d * s.sc[2 * c + 1], min_hi = dmin * s.m[2 * c + 1];
       for (int l = 0; l < 32; ++l) *out++ = d_lo * static_cast<float>(code(b[i], c, 0, l)) - min_lo;
       for (int l = 0; l < 32; ++l) *out++ = d_hi * static_cast<float>(code(b[i], c, 1, l)) - min_hi;
     }

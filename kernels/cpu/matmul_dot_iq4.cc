@@ -8,6 +8,7 @@
 // below 8·32·32·127·127 ≈ 2^27. One AVX2 kernel serves every SIMD variant.
 #include <cmath>
 
+#include "kernels/cpu/matmul_dot_block32.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/matmul_simd.h"
 
@@ -36,27 +37,15 @@ inline __m256i DotI8I8(__m256i w, __m256i x) {
   return DotU8I8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
-template <int NX>
-struct Iq4NlAvx2 {
-  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
-    const BlockIQ4_NL* w = reinterpret_cast<const BlockIQ4_NL*>(w_row);  // [cols / 32]
-    Q8_1Row xr[NX];
-    __m256 acc[NX];
-    for (int j = 0; j < NX; ++j) {
-      xr[j] = ViewQ8_1Row(x + j * stride, cols);
-      acc[j] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < cols / kQk; ++b) {
-      const __m256i v = Iq4Values(w[b].qs);
-      const float d = F16ToF32(w[b].d);
-      for (int j = 0; j < NX; ++j) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].qs + b * kQk));
-        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * xr[j].d[b]), _mm256_cvtepi32_ps(DotI8I8(v, xv)), acc[j]);
-      }
-    }
-    for (int j = 0; j < NX; ++j) out[j] = HSum(acc[j]);
-  }
+struct Iq4NlFormat {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kHasMin = false;
+  static __m256i Prepare(const BlockIQ4_NL& b) { return Iq4Values(b.qs); }
+  static __m256i Lanes(__m256i v, __m256i x) { return DotI8I8(v, x); }
+  static float MinTerm(const BlockIQ4_NL&) { return 0.0f; }
 };
+template <int NX>
+using Iq4NlAvx2 = Block32Avx2<Iq4NlFormat, NX>;
 
 template <int NX>
 struct Iq4XsAvx2 {

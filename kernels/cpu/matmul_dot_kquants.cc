@@ -20,31 +20,8 @@
 namespace witcert::matmul_internal {
 namespace {
 
-struct Q4KScales {
-  uint8_t sc[8];
-  uint8_t m[8];
-};
-
-// Q4KScaleMin's 16 values four at a time from the 12 bytes read as words w0..w2: sc_0..3 and
-// m_0..3 are the low 6 bits of w0 and w1; sc_4..7 take w2's low nibbles with w0's top 2 bits
-// above them, m_4..7 w2's high nibbles with w1's (the masks drop what a shift carries across
-// bytes). About a third of the per-byte form's operations, in the decode GEMV's inner loop.
-inline Q4KScales UnpackQ4K(const uint8_t* scales) {  // Q4_K's or Q5_K's 12 scale bytes
-  uint32_t w[3];
-  std::memcpy(w, scales, 12);
-  const uint32_t sc_lo = w[0] & 0x3f3f3f3fu, m_lo = w[1] & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-  Q4KScales s;
-  std::memcpy(s.sc, &sc_lo, 4);
-  std::memcpy(s.sc + 4, &sc_hi, 4);
-  std::memcpy(s.m, &m_lo, 4);
-  std::memcpy(s.m + 4, &m_hi, 4);
-  return s;
-}
-
 // Σ_s m_s · (bsums[2s] + bsums[2s+1]).
-inline int Q4KMinSum(const Q4KScales& s, const BlockQ8_Kx& x) {
+inline int Q4KMinSum(const Q4KScalesMins& s, const BlockQ8_Kx& x) {
   int sum = 0;
   for (int j = 0; j < 8; ++j) sum += s.m[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
   return sum;
@@ -66,7 +43,7 @@ void DotQ45KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
     const BlockQ8_Kx* xb = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
     float sum = 0.0f;
     for (int64_t b = 0; b < cols / kQkK; ++b) {
-      const Q4KScales s = UnpackQ4K(w[b].scales);
+      const Q4KScalesMins s = UnpackQ4KScales(w[b].scales);
       int isum = 0;
       for (int c = 0; c < 4; ++c) {
         int lo = 0, hi = 0;
@@ -83,48 +60,53 @@ void DotQ45KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
   }
 }
 
-}  // namespace
-
-void DotQ2_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
-                   float* out) {
-  const BlockQ2_K* w = reinterpret_cast<const BlockQ2_K*>(w_row);  // [cols / 256]
+// Q2_K's and Q3_K's scalar dot: 16 groups of 16 with one scale each (Q2_K: the low nibble of
+// scales[g], its high nibble the min against the group's bsums; Q3_K: Q3KScales, no min).
+template <class Block, bool Q3>
+void DotQ23KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols, float* out) {
+  const Block* w = reinterpret_cast<const Block*>(w_row);  // [cols / 256]
   for (int j = 0; j < nx; ++j) {
     const BlockQ8_Kx* xb = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
     float sum = 0.0f;
     for (int64_t b = 0; b < cols / kQkK; ++b) {
+      int8_t s[16];  // group scales
+      if constexpr (Q3) {
+        Q3KScales(w[b].scales, s);
+      } else {
+        for (int g = 0; g < 16; ++g) s[g] = static_cast<int8_t>(w[b].scales[g] & 0xF);
+      }
       int isum = 0, msum = 0;
       for (int g = 0; g < kQkK / 16; ++g) {
         int gs = 0;
-        for (int l = 0; l < 16; ++l) gs += Q2KCode(w[b], 16 * g + l) * xb[b].qs[16 * g + l];
-        isum += (w[b].scales[g] & 0xF) * gs;
-        msum += (w[b].scales[g] >> 4) * xb[b].bsums[g];
+        for (int l = 0; l < 16; ++l) {
+          int code;
+          if constexpr (Q3) {
+            code = Q3KCode(w[b], 16 * g + l);
+          } else {
+            code = Q2KCode(w[b], 16 * g + l);
+          }
+          gs += code * xb[b].qs[16 * g + l];
+        }
+        isum += s[g] * gs;
+        if constexpr (!Q3) msum += (w[b].scales[g] >> 4) * xb[b].bsums[g];
       }
       sum = std::fma(F16ToF32(w[b].d) * xb[b].d, static_cast<float>(isum), sum);
-      sum = std::fma(-F16ToF32(w[b].dmin) * xb[b].d, static_cast<float>(msum), sum);
+      if constexpr (!Q3) sum = std::fma(-F16ToF32(w[b].dmin) * xb[b].d, static_cast<float>(msum), sum);
     }
     out[j] = sum;
   }
 }
 
+}  // namespace
+
+void DotQ2_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
+                   float* out) {
+  DotQ23KScalar<BlockQ2_K, false>(w_row, x, stride, nx, cols, out);
+}
+
 void DotQ3_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
                    float* out) {
-  const BlockQ3_K* w = reinterpret_cast<const BlockQ3_K*>(w_row);  // [cols / 256]
-  for (int j = 0; j < nx; ++j) {
-    const BlockQ8_Kx* xb = reinterpret_cast<const BlockQ8_Kx*>(x + j * stride);
-    float sum = 0.0f;
-    for (int64_t b = 0; b < cols / kQkK; ++b) {
-      int8_t s[16];
-      Q3KScales(w[b].scales, s);
-      int isum = 0;
-      for (int g = 0; g < kQkK / 16; ++g) {
-        int gs = 0;
-        for (int l = 0; l < 16; ++l) gs += Q3KCode(w[b], 16 * g + l) * xb[b].qs[16 * g + l];
-        isum += s[g] * gs;
-      }
-      sum = std::fma(F16ToF32(w[b].d) * xb[b].d, static_cast<float>(isum), sum);
-    }
-    out[j] = sum;
-  }
+  DotQ23KScalar<BlockQ3_K, true>(w_row, x, stride, nx, cols, out);
 }
 
 void DotQ4_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, int64_t cols,
@@ -170,8 +152,8 @@ void DotQ6_KScalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx
 #ifdef WITCERT_MATMUL_AVX2
 namespace {
 
-// Σ_g coef[g]·bsums[g] over the 16 groups (|coef| < 2^12: the int16 products and their pair sums
-// stay exact), as the scalar loops compute it: one madd and a lane sum.
+// Σ_g coef[g]·bsums[g] over the 16 groups, as the scalar loops compute it: one madd (int16 ×
+// int16 → int32 pair sums, exact for |coef| ≤ 2^7 and |bsums| ≤ 16·127) and a lane sum.
 inline int WeightedBsums(__m256i coef16, const BlockQ8_Kx& x) {
   const __m256i p = _mm256_madd_epi16(coef16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)));
   __m128i t = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
@@ -179,24 +161,17 @@ inline int WeightedBsums(__m256i coef16, const BlockQ8_Kx& x) {
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
   return _mm_cvtsi128_si32(t);
 }
-// Q3KScales' 16 values (s_g − 32) in a register, by words: bytes 0-7 read as one word give the
-// low nibbles (g < 8) and high nibbles (g ≥ 8), bytes 8-11 the top 2 bits (byte g % 4, bits
-// 2·(g / 4)). Built in registers: 16 byte stores read back as one vector would stall on store
-// forwarding (measured: Q3_K's GEMV 68 → 112 µs that way).
+// Q3KScales' 16 values (s_g − 32) in a register, from Q3KScaleWords' two words: 16 byte stores
+// read back as one vector would stall on store forwarding (measured: Q3_K's GEMV 68 → 112 µs
+// that way).
 inline __m128i Q3KScalesVec(const uint8_t* scales) {
-  uint64_t lo;
-  uint32_t hi;
-  std::memcpy(&lo, scales, 8);
-  std::memcpy(&hi, scales + 8, 4);
-  const uint64_t nib = 0x0F0F0F0F0F0F0F0Full, two = 0x03030303u;
-  const uint64_t top_lo = (hi & two) | (static_cast<uint64_t>((hi >> 2) & two) << 32);
-  const uint64_t top_hi = ((hi >> 4) & two) | (static_cast<uint64_t>((hi >> 6) & two) << 32);
-  const uint64_t s_lo = (lo & nib) | (top_lo << 4), s_hi = ((lo >> 4) & nib) | (top_hi << 4);
-  return _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(s_hi), static_cast<long long>(s_lo)), _mm_set1_epi8(32));
+  uint64_t lo, hi;
+  Q3KScaleWords(scales, &lo, &hi);
+  return _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)), _mm_set1_epi8(32));
 }
 
 // Q4_K's / Q5_K's mins as WeightedBsums coefficients: m_j for groups 2j and 2j + 1.
-inline __m256i MinPairs(const Q4KScales& s) {
+inline __m256i MinPairs(const Q4KScalesMins& s) {
   uint64_t m8;
   std::memcpy(&m8, s.m, 8);
   const __m128i m = _mm_cvtsi64_si128(static_cast<long long>(m8));
@@ -231,7 +206,7 @@ struct Q45KAvx2 {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     for (int64_t b = 0; b < cols / kQkK; ++b) {
-      const Q4KScales s = UnpackQ4K(w[b].scales);
+      const Q4KScalesMins s = UnpackQ4KScales(w[b].scales);
       const __m256i mins = MinPairs(s);
       __m256i qh = _mm256_setzero_si256();
       if constexpr (FIFTH) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh));
@@ -328,13 +303,12 @@ struct Q23KAvx2 {
         }
       }
       const float d = F16ToF32(w[b].d);
+      float off_scale = d;  // Q2_K: Σ_g m_g·bsums_g times dmin; Q3_K: 4·Σ_g s_g·bsums_g times d
+      if constexpr (!Q3) off_scale = F16ToF32(w[b].dmin);
       for (int j = 0; j < NX; ++j) {
         t.acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.xb[j][b].d), _mm256_cvtepi32_ps(sumi[j]), t.acc[j]);
-        // Q2_K: Σ_g m_g·bsums_g (times dmin); Q3_K: 4·Σ_g s_g·bsums_g (times d)
         const int off = WeightedBsums(off_coef, t.xb[j][b]);
-        float scale = d;
-        if constexpr (!Q3) scale = F16ToF32(w[b].dmin);
-        t.off[j] = std::fma(scale * t.xb[j][b].d, static_cast<float>(off), t.off[j]);
+        t.off[j] = std::fma(off_scale * t.xb[j][b].d, static_cast<float>(off), t.off[j]);
       }
     }
     t.Finish(out);

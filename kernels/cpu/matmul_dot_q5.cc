@@ -6,8 +6,8 @@
 // maddubs (31·127·2 < 2^15). One AVX2 kernel serves every SIMD variant: these files are rare
 // next to Q4_K / Q5_K, and their speed is not tuned like Q4_0's.
 #include <cmath>
-#include <cstring>
 
+#include "kernels/cpu/matmul_dot_block32.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/matmul_simd.h"
 
@@ -25,7 +25,8 @@ void DotQ5Scalar(const uint8_t* w_row, const uint8_t* x, size_t stride, int nx, 
     float sum = 0.0f;
     for (int64_t b = 0; b < cols / kQk; ++b) {
       int isum = 0;
-      for (int i = 0; i < kQk; ++i) isum += Q5Code(w[b], i) * xr.qs[b * kQk + i];
+      const uint32_t qh = Q5HighBits(w[b]);
+      for (int i = 0; i < kQk; ++i) isum += Q5Code(w[b], qh, i) * xr.qs[b * kQk + i];
       sum = std::fma(F16ToF32(w[b].d) * xr.d[b], static_cast<float>(isum), sum);
       sum = std::fma(Q5MinTerm(w[b]), xr.s[b], sum);
     }
@@ -41,44 +42,26 @@ inline __m256i Q5Codes(const Block& b) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
   const __m128i low4 = _mm_set1_epi8(0x0F);
   const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
-  uint32_t qh;
-  std::memcpy(&qh, b.qh, 4);
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_set1_epi32(static_cast<int>(Q5HighBits(b))),
       _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
   return _mm256_or_si256(nibbles, high);
 }
 
-template <class Block, int NX>
-struct Q5Avx2 {
-  static void Run(const uint8_t* w_row, const uint8_t* x, size_t stride, int64_t cols, float* out) {
-    const Block* w = reinterpret_cast<const Block*>(w_row);  // [cols / 32]
-    Q8_1Row xr[NX];
-    __m256 acc[NX];
-    float min_acc[NX];
-    for (int j = 0; j < NX; ++j) {
-      xr[j] = ViewQ8_1Row(x + j * stride, cols);
-      acc[j] = _mm256_setzero_ps();
-      min_acc[j] = 0.0f;
-    }
-    for (int64_t b = 0; b < cols / kQk; ++b) {
-      const __m256i u = Q5Codes(w[b]);
-      const float d = F16ToF32(w[b].d), m = Q5MinTerm(w[b]);
-      for (int j = 0; j < NX; ++j) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].qs + b * kQk));
-        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * xr[j].d[b]), _mm256_cvtepi32_ps(DotU8I8(u, xv)), acc[j]);
-        min_acc[j] = std::fma(m, xr[j].s[b], min_acc[j]);
-      }
-    }
-    for (int j = 0; j < NX; ++j) out[j] = HSum(acc[j]) + min_acc[j];
-  }
+template <class B>
+struct Q5Format {
+  using Block = B;
+  static constexpr bool kHasMin = true;
+  static __m256i Prepare(const B& b) { return Q5Codes(b); }
+  static __m256i Lanes(__m256i u, __m256i x) { return DotU8I8(u, x); }  // u ∈ [0, 31]
+  static float MinTerm(const B& b) { return Q5MinTerm(b); }
 };
 template <int NX>
-using Q5_0Avx2 = Q5Avx2<BlockQ5_0, NX>;
+using Q5_0Avx2 = Block32Avx2<Q5Format<BlockQ5_0>, NX>;
 template <int NX>
-using Q5_1Avx2 = Q5Avx2<BlockQ5_1, NX>;
+using Q5_1Avx2 = Block32Avx2<Q5Format<BlockQ5_1>, NX>;
 #endif
 
 }  // namespace

@@ -127,35 +127,67 @@ static_assert(sizeof(BlockQ4_K) == kGgmlQ4_K.block_bytes);
 static_assert(sizeof(BlockQ5_K) == kGgmlQ5_K.block_bytes);
 static_assert(sizeof(BlockQ6_K) == kGgmlQ6_K.block_bytes);
 
-// Unpacks the 6-bit scale and min of Q4_K sub-block j (0..7).
-inline void Q4KScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = scales[j] & 63;
-    *m = scales[j + 4] & 63;
-  } else {
-    *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
-    *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-  }
+// The 6-bit scales sc_j and mins m_j of a Q4_K / Q5_K block's 8 sub-blocks. In bytes: for j < 4,
+// the low 6 bits of scales[j] and scales[j + 4]; for j ≥ 4, the low (sc) / high (m) nibble of
+// scales[j + 4] with the top 2 bits of scales[j − 4] (sc) / scales[j] (m) above it. Unpacked
+// four at a time from the 12 bytes as words w0..w2: sc_0..3 and m_0..3 are the low 6 bits of w0
+// and w1; sc_4..7 take w2's low nibbles with w0's top 2 bits, m_4..7 w2's high nibbles with w1's
+// (the masks drop what a shift carries across bytes). The dequantization and the dot kernels
+// unpack each block once.
+struct Q4KScalesMins {
+  uint8_t sc[8];
+  uint8_t m[8];
+};
+inline Q4KScalesMins UnpackQ4KScales(const uint8_t* scales) {  // Q4_K's or Q5_K's 12 scale bytes
+  uint32_t w[3];
+  std::memcpy(w, scales, 12);
+  const uint32_t sc_lo = w[0] & 0x3f3f3f3fu, m_lo = w[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+  Q4KScalesMins s;
+  std::memcpy(s.sc, &sc_lo, 4);
+  std::memcpy(s.sc + 4, &sc_hi, 4);
+  std::memcpy(s.m, &m_lo, 4);
+  std::memcpy(s.m + 4, &m_hi, 4);
+  return s;
 }
 
-// The 5-bit code of element j < 32 of a Q5_0 or Q5_1 block.
+// A Q5_0 / Q5_1 block's fifth bits as one word (bit j: element j), and the 5-bit code of
+// element j < 32 given that word (read it once per block).
 template <class Block>
-inline int Q5Code(const Block& b, int j) {
+inline uint32_t Q5HighBits(const Block& b) {
   uint32_t qh;
   std::memcpy(&qh, b.qh, 4);
+  return qh;
+}
+template <class Block>
+inline int Q5Code(const Block& b, uint32_t qh, int j) {
   const int low = j < kQk / 2 ? b.qs[j] & 0xF : b.qs[j - kQk / 2] >> 4;
   return low | static_cast<int>(((qh >> j) & 1u) << 4);
 }
 
-// Q3_K's 16 group scales s_g − 32 ∈ [−32, 31]: the low 4 bits of s_g are nibbles of
-// scales[0..7] (g < 8: low nibble of byte g; g ≥ 8: high nibble of byte g − 8), the high 2 bits
-// come from scales[8..11] (byte 8 + g % 4, bits 2·(g / 4)).
+// Q3_K's 16 6-bit group scales s_g (before the −32) as bytes: g < 8 in *lo, g ≥ 8 in *hi. The
+// low 4 bits of s_g are nibbles of scales[0..7] (g < 8: low nibble of byte g; g ≥ 8: high nibble
+// of byte g − 8), the high 2 bits come from scales[8..11] (byte 8 + g % 4, bits 2·(g / 4)):
+// eight at a time from the bytes read as words.
+inline void Q3KScaleWords(const uint8_t* scales, uint64_t* lo, uint64_t* hi) {
+  uint64_t nibbles;
+  uint32_t top;
+  std::memcpy(&nibbles, scales, 8);
+  std::memcpy(&top, scales + 8, 4);
+  const uint64_t nib = 0x0F0F0F0F0F0F0F0Full, two = 0x03030303u;
+  const uint64_t top_lo = (top & two) | (static_cast<uint64_t>((top >> 2) & two) << 32);
+  const uint64_t top_hi = ((top >> 4) & two) | (static_cast<uint64_t>((top >> 6) & two) << 32);
+  *lo = (nibbles & nib) | (top_lo << 4);
+  *hi = ((nibbles >> 4) & nib) | (top_hi << 4);
+}
+// Q3_K's group scales s_g − 32 ∈ [−32, 31].
 inline void Q3KScales(const uint8_t* scales, int8_t* s) {  // s [16]
-  for (int g = 0; g < 16; ++g) {
-    const int low = g < 8 ? scales[g] & 0xF : scales[g - 8] >> 4;
-    const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-    s[g] = static_cast<int8_t>((low | (high << 4)) - 32);
-  }
+  uint64_t w[2];
+  Q3KScaleWords(scales, &w[0], &w[1]);
+  uint8_t raw[16];
+  std::memcpy(raw, w, 16);
+  for (int g = 0; g < 16; ++g) s[g] = static_cast<int8_t>(raw[g] - 32);
 }
 
 // Q2_K's and Q3_K's code of element e (see BlockQ2_K).

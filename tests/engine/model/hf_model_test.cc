@@ -511,10 +511,8 @@ std::vector<std::vector<double>> NaiveQwen3Logits(const TinyHfSpec& s, const std
       std::vector<double> q = matvec(m(p + "self_attn.q_proj.weight"), nh * d, H, xn);
       std::vector<double> k = matvec(m(p + "self_attn.k_proj.weight"), nkv * d, H, xn);
       const std::vector<double> v = matvec(m(p + "self_attn.v_proj.weight"), nkv * d, H, xn);
-      auto rotate = [&](double* h) {  // half-split pairs (i, i + d/2)
-        if (qk_norm) rms(h, m(h >= q.data() && h < q.data() + q.size() ? p + "self_attn.q_norm.weight"
-                                                                        : p + "self_attn.k_norm.weight"),
-                         d, h);
+      auto rotate = [&](double* h, const std::string& norm) {  // the head's norm, then half-split pairs
+        if (qk_norm) rms(h, m(norm), d, h);
         for (int i = 0; i < d / 2; ++i) {
           const double a = static_cast<double>(pos) * std::pow(static_cast<double>(s.rope_theta), -2.0 * i / d);
           const double x0 = h[i], x1 = h[i + d / 2];
@@ -522,8 +520,8 @@ std::vector<std::vector<double>> NaiveQwen3Logits(const TinyHfSpec& s, const std
           h[i + d / 2] = x0 * std::sin(a) + x1 * std::cos(a);
         }
       };
-      for (int h = 0; h < nh; ++h) rotate(&q[h * d]);
-      for (int h = 0; h < nkv; ++h) rotate(&k[h * d]);
+      for (int h = 0; h < nh; ++h) rotate(&q[h * d], p + "self_attn.q_norm.weight");
+      for (int h = 0; h < nkv; ++h) rotate(&k[h * d], p + "self_attn.k_norm.weight");
       if (layer == 0) {  // one layer: the cache is this layer's
         ks.push_back(k);
         vs.push_back(v);

@@ -127,7 +127,7 @@ TEST(HalfConversionTest, F32ToF16PortableMatchesHardware) {
   }
 }
 
-TEST(QuantBlocksTest, Q4KScaleMinUnpacksSixBitFields) {
+TEST(QuantBlocksTest, UnpackQ4KScalesUnpacksSixBitFields) {
   // Independent packing: sc/m j<4 in the low 6 bits of bytes j / j+4; j>=4 split into a
   // low nibble in byte j+4 and the top 2 bits of bytes j-4 / j.
   const uint8_t sc[8] = {1, 63, 17, 42, 5, 60, 33, 12};
@@ -138,11 +138,10 @@ TEST(QuantBlocksTest, Q4KScaleMinUnpacksSixBitFields) {
     packed[j + 4] = mn[j] | ((mn[j + 4] >> 4) << 6);
     packed[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
   }
+  const Q4KScalesMins u = UnpackQ4KScales(packed);
   for (int j = 0; j < 8; ++j) {
-    uint8_t s, m;
-    Q4KScaleMin(packed, j, &s, &m);
-    EXPECT_EQ(s, sc[j]) << j;
-    EXPECT_EQ(m, mn[j]) << j;
+    EXPECT_EQ(u.sc[j], sc[j]) << j;
+    EXPECT_EQ(u.m[j], mn[j]) << j;
   }
 }
 
