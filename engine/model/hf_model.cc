@@ -151,6 +151,77 @@ class TensorBinder {
   std::vector<std::vector<uint8_t>>* owned_;
 };
 
+// One HF rope_scaling object → c's rope_freq_factors, rope_attn_factor and (yarn) context_length.
+// c's head_dim, rope_theta and context_length (max_position_embeddings) must be set.
+absl::Status ApplyRopeScaling(const Json& s, const std::string& where, ModelConfig* c) {
+  std::string type;
+  if (s.is_object()) {
+    for (const char* key : {"rope_type", "type"}) {
+      if (s.contains(key) && s[key].is_string()) type = s[key].get<std::string>();
+    }
+  } else if (!s.is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " = ", s.dump(), " is not an object"));
+  }
+  const ConfigReader rs(s, where);
+  auto required = [&](const char* key) -> absl::StatusOr<float> {
+    if (!rs.Has(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " of type '", type, "' needs \"", key, "\""));
+    }
+    return rs.PositiveFloat(key, 0.0f);
+  };
+  std::vector<float> factors;
+  float attn_factor = 1.0f;
+  absl::Status made = absl::OkStatus();
+  if (type == "linear") {
+    ASSIGN_OR_RETURN(float factor, required("factor"));
+    made = LinearRopeFactors(factor, c->head_dim, &factors);
+  } else if (type == "llama3") {
+    Llama3RopeScaling l;
+    ASSIGN_OR_RETURN(l.factor, required("factor"));
+    ASSIGN_OR_RETURN(l.low_freq_factor, required("low_freq_factor"));
+    ASSIGN_OR_RETURN(l.high_freq_factor, required("high_freq_factor"));
+    ASSIGN_OR_RETURN(l.original_context, required("original_max_position_embeddings"));
+    made = Llama3RopeFactors(l, c->rope_theta, c->head_dim, &factors);
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: the given factor; the original window from
+    // rope_scaling, else max_position_embeddings; attention_factor, else DeepSeek's
+    // mscale / mscale_all_dim ratio when both are set, else 1 + 0.1·ln(factor).
+    YarnRopeScaling y;
+    ASSIGN_OR_RETURN(y.factor, required("factor"));
+    ASSIGN_OR_RETURN(y.original_context,
+                     rs.PositiveFloat("original_max_position_embeddings", static_cast<float>(c->context_length)));
+    ASSIGN_OR_RETURN(y.beta_fast, rs.PositiveFloat("beta_fast", 32.0f));
+    ASSIGN_OR_RETURN(y.beta_slow, rs.PositiveFloat("beta_slow", 1.0f));
+    ASSIGN_OR_RETURN(y.truncate, rs.Bool("truncate", true));
+    double attention = YarnAttentionFactor(y.factor);
+    if (rs.Has("attention_factor")) {
+      ASSIGN_OR_RETURN(float a, rs.PositiveFloat("attention_factor", 1.0f));
+      attention = a;
+    } else if (rs.Has("mscale") && rs.Has("mscale_all_dim")) {
+      ASSIGN_OR_RETURN(float m, rs.PositiveFloat("mscale", 1.0f));
+      ASSIGN_OR_RETURN(float m_all, rs.PositiveFloat("mscale_all_dim", 1.0f));
+      attention = YarnAttentionFactor(y.factor, m) / YarnAttentionFactor(y.factor, m_all);
+    }
+    made = YarnRopeFactors(y, c->rope_theta, c->head_dim, &factors);
+    attn_factor = static_cast<float>(attention);
+    if (made.ok()) {  // the window the scaling was made for (vLLM's derived max_model_len)
+      const double scaled = std::floor(y.original_context * y.factor);
+      c->context_length = static_cast<int32_t>(std::clamp<double>(
+          scaled, c->context_length, std::numeric_limits<int32_t>::max()));
+    }
+  } else if (type != "default" && !s.is_null()) {
+    return absl::UnimplementedError(absl::StrCat(
+        where, " of type '", type.empty() ? s.dump() : type,
+        "' is not supported (default, linear, llama3 and yarn are); it changes more than the "
+        "rotation frequencies, so running without it would be a different model"));
+  }
+  if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", made.message()));
+  DropIdentityRopeScaling(attn_factor, &factors);
+  c->rope_freq_factors = std::move(factors);
+  c->rope_attn_factor = attn_factor;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view config_json, std::string_view where) {
@@ -220,40 +291,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view config_json, std::str
           Av(where), ": \"partial_rotary_factor\" = ", f, " (partial rotary) is not supported"));
     }
   }
-  if (r.Has("rope_scaling")) {  // engine/model/rope_scaling.h
-    const Json& s = j["rope_scaling"];
-    std::string type;
-    if (s.is_object()) {
-      for (const char* key : {"rope_type", "type"}) {
-        if (s.contains(key) && s[key].is_string()) type = s[key].get<std::string>();
-      }
-    }
-    const std::string sub = absl::StrCat(Av(where), ": \"rope_scaling\"");
-    const ConfigReader rs(s, sub);
-    auto required = [&](const char* key) -> absl::StatusOr<float> {
-      if (!rs.Has(key)) {
-        return absl::InvalidArgumentError(absl::StrCat(sub, " of type '", type, "' needs \"", key, "\""));
-      }
-      return rs.PositiveFloat(key, 0.0f);
-    };
-    absl::Status made = absl::OkStatus();
-    if (type == "linear") {
-      ASSIGN_OR_RETURN(float factor, required("factor"));
-      made = LinearRopeFactors(factor, c.head_dim, &c.rope_freq_factors);
-    } else if (type == "llama3") {
-      Llama3RopeScaling l;
-      ASSIGN_OR_RETURN(l.factor, required("factor"));
-      ASSIGN_OR_RETURN(l.low_freq_factor, required("low_freq_factor"));
-      ASSIGN_OR_RETURN(l.high_freq_factor, required("high_freq_factor"));
-      ASSIGN_OR_RETURN(l.original_context, required("original_max_position_embeddings"));
-      made = Llama3RopeFactors(l, c.rope_theta, c.head_dim, &c.rope_freq_factors);
-    } else if (type != "default") {
-      return absl::UnimplementedError(absl::StrCat(
-          sub, " of type '", type.empty() ? s.dump() : type,
-          "' is not supported (default, linear and llama3 are); it changes more than the rotation "
-          "frequencies, so running without it would be a different model"));
-    }
-    if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(sub, ": ", made.message()));
+  if (r.Has("rope_scaling")) {
+    RETURN_IF_ERROR(ApplyRopeScaling(j["rope_scaling"], absl::StrCat(Av(where), ": \"rope_scaling\""), &c));
   }
   if (arch == "MistralForCausalLM" && r.Has("sliding_window")) {
     ASSIGN_OR_RETURN(int32_t window, r.PositiveInt("sliding_window"));
@@ -263,6 +302,20 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view config_json, std::str
     return absl::InvalidArgumentError(absl::StrCat(Av(where), ": ", s.message()));
   }
   return c;
+}
+
+absl::Status ApplyRopeScalingJson(std::string_view rope_scaling_json, std::string_view where,
+                                  ModelConfig* config) {
+  const Json s = Json::parse(rope_scaling_json.begin(), rope_scaling_json.end(), nullptr,
+                             /*allow_exceptions=*/false);
+  if (s.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(Av(where), ": not valid JSON"));
+  }
+  ModelConfig scaled = *config;
+  RETURN_IF_ERROR(ApplyRopeScaling(s, std::string(where), &scaled));
+  RETURN_IF_ERROR(ValidateModelConfig(scaled));
+  *config = std::move(scaled);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Model>> HfModelLoader::FromSafetensors(

@@ -26,13 +26,22 @@ namespace witcert {
 // config.json text → ModelConfig. Supported architectures: LlamaForCausalLM and
 // MistralForCausalLM ("llama"), Qwen2ForCausalLM ("qwen2", QKV bias), Qwen3ForCausalLM ("qwen3",
 // per-head q/k RMSNorm). Features the forward
-// pass does not implement (rope_scaling other than "default", "linear" and "llama3", which
-// become ModelConfig::rope_freq_factors; attention/MLP biases on
+// pass does not implement (rope_scaling other than "default", "linear", "llama3" and "yarn",
+// which become ModelConfig::rope_freq_factors and rope_attn_factor; attention/MLP biases on
 // llama, Qwen2's sliding window, partial rotary, an activation other than silu) are
 // Unimplemented naming the key; malformed values are InvalidArgument naming the key.
 // Mistral's sliding_window, when smaller than max_position_embeddings, caps context_length
 // (below the window, sliding-window attention is full attention).
+// yarn also raises context_length to original_max_position_embeddings × factor, the window
+// it was made for (as vLLM derives its max_model_len).
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view config_json, std::string_view where);
+
+// Replaces `config`'s RoPE scaling with a rope_scaling object in config.json's form (an
+// operator's override, `model.rope_scaling`): the same types and keys as ParseHfConfig, over
+// the loaded head_dim, rope_theta and context_length (yarn's default original window). "null"
+// or {"rope_type": "default"} removes any scaling. On error `config` is unchanged.
+absl::Status ApplyRopeScalingJson(std::string_view rope_scaling_json, std::string_view where,
+                                  ModelConfig* config);
 
 class HfModelLoader {
  public:

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/model/hf_model.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/rope_scaling.h"
 
@@ -196,6 +197,10 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(std::unique_ptr<Ggu
 absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
   return ModelLoader::FromGguf(std::move(file));
+}
+
+absl::Status Model::OverrideRopeScaling(std::string_view rope_scaling_json, std::string_view where) {
+  return ApplyRopeScalingJson(rope_scaling_json, where, &config_);
 }
 
 }  // namespace witcert

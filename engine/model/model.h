@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,12 @@ class Model {
   static absl::StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path);
 
   const ModelConfig& config() const { return config_; }
+
+  // Replaces the RoPE scaling the checkpoint declared with `rope_scaling_json`, an operator's
+  // override in config.json's rope_scaling form (ApplyRopeScalingJson, engine/model/hf_model.h:
+  // e.g. yarn for a Qwen2.5 GGUF served past 32k). Call before building a backend from this
+  // model. On error (named after `where`) the model is unchanged.
+  absl::Status OverrideRopeScaling(std::string_view rope_scaling_json, std::string_view where);
   const Weights& weights() const { return weights_; }
   // The GGUF file the model came from (tokenizer and chat template read it); null for
   // models that did not come from GGUF.

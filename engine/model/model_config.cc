@@ -5,6 +5,7 @@
 // adjacent dimensions (2i, 2i+1) rotate together; "qwen2" files keep HF's layout, where
 // dimension i pairs with i + d/2. The band-norm witness groups whole rotation pairs, so a
 // wrong guess here would silently break the certificate, hence the closed list.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -87,6 +88,7 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (!(c.rms_norm_eps > 0.0f) || !(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta)) {
     return absl::InvalidArgumentError("rms_norm_eps and rope_theta must be positive");
   }
+  RETURN_IF_ERROR(ValidateRopeAttnFactor(c.rope_attn_factor));
   return ValidateRopeFactors(c.rope_freq_factors, c.head_dim);
 }
 
@@ -153,25 +155,63 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
         " differs from head_dim ", c.head_dim, " (partial rotary embeddings are unsupported)"));
   }
   // RoPE scaling in metadata: "linear" (rope.scaling.type with rope.scaling.factor, or the older
-  // rope.scale_linear) becomes one factor per pair; Llama 3.1+ files carry their llama3 factors
-  // as the rope_freqs tensor instead, which the weights loader reads (model.cc). Scalings that
-  // change more than the frequencies (yarn) are refused rather than run as a different model.
-  double linear_factor = 1.0;
+  // rope.scale_linear) becomes one factor per pair; "yarn" (Qwen2.5 / Qwen3 long-context
+  // conversions) its ramped factors and attention factor, with ggml's keys and defaults
+  // (original_context_length → context_length, yarn_beta_fast 32, yarn_beta_slow 1,
+  // yarn_ext_factor 1 when absent or negative, yarn_attn_factor multiplying 1 + 0.1·ln(factor),
+  // which applies only while the ext factor is non-zero). Llama 3.1+ files carry their llama3
+  // factors as the rope_freqs tensor instead, which the weights loader composes with these
+  // (model.cc). Other scalings are refused rather than run as a different model.
   if (file.Find(p + "rope.scaling.type") != nullptr) {
     ASSIGN_OR_RETURN(std::string_view type, file.GetString(p + "rope.scaling.type"));
+    absl::Status made = absl::OkStatus();
     if (type == "linear") {
-      ASSIGN_OR_RETURN(linear_factor, file.GetFloat(p + "rope.scaling.factor"));
+      ASSIGN_OR_RETURN(float factor, OptionalPositiveFloat(file, p + "rope.scaling.factor", 0.0f));
+      made = LinearRopeFactors(factor, c.head_dim, &c.rope_freq_factors);
+    } else if (type == "yarn") {
+      // Keys that change more than this arithmetic (DeepSeek's log multiplier, per-model attention
+      // factors) are refused when they would change anything.
+      for (const char* key : {"rope.scaling.yarn_log_multiplier", "rope.scaling.attn_factor"}) {
+        const double neutral = absl::string_view(key) == "rope.scaling.attn_factor" ? 1.0 : 0.0;
+        if (file.Find(p + key) == nullptr) continue;
+        ASSIGN_OR_RETURN(double v, file.GetFloat(p + key));
+        if (v != neutral) {
+          return absl::UnimplementedError(absl::StrCat(file.path(), ": metadata key '", p, key, "' = ", v,
+                                                       " is not supported with yarn (only ", neutral, ")"));
+        }
+      }
+      YarnRopeScaling y;
+      ASSIGN_OR_RETURN(y.factor, OptionalPositiveFloat(file, p + "rope.scaling.factor", 0.0f));
+      ASSIGN_OR_RETURN(int32_t original, OptionalPositiveInt(file, p + "rope.scaling.original_context_length",
+                                                             c.context_length));
+      y.original_context = original;
+      ASSIGN_OR_RETURN(y.beta_fast, OptionalPositiveFloat(file, p + "rope.scaling.yarn_beta_fast", 32.0f));
+      ASSIGN_OR_RETURN(y.beta_slow, OptionalPositiveFloat(file, p + "rope.scaling.yarn_beta_slow", 1.0f));
+      if (file.Find(p + "rope.scaling.yarn_ext_factor") != nullptr) {
+        ASSIGN_OR_RETURN(double ext, file.GetFloat(p + "rope.scaling.yarn_ext_factor"));
+        if (ext >= 0.0) y.extrapolation = ext;  // negative: unset
+      }
+      ASSIGN_OR_RETURN(float attn, OptionalPositiveFloat(file, p + "rope.scaling.yarn_attn_factor", 1.0f));
+      made = YarnRopeFactors(y, c.rope_theta, c.head_dim, &c.rope_freq_factors);
+      c.rope_attn_factor =
+          static_cast<float>(attn * (y.extrapolation != 0.0 ? YarnAttentionFactor(y.factor) : 1.0));
+      if (made.ok()) {
+        c.context_length = static_cast<int32_t>(std::clamp<double>(
+            std::floor(y.original_context * y.factor), c.context_length, std::numeric_limits<int32_t>::max()));
+      }
     } else if (type != "none") {
       return absl::UnimplementedError(absl::StrCat(
           file.path(), ": metadata key '", p, "rope.scaling.type' = '", std::string(type),
-          "' is not supported (none, linear, and llama3 factors in the rope_freqs tensor are)"));
+          "' is not supported (none, linear, yarn, and llama3 factors in the rope_freqs tensor are)"));
     }
+    if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", made.message()));
+    DropIdentityRopeScaling(c.rope_attn_factor, &c.rope_freq_factors);
   } else if (file.Find(p + "rope.scale_linear") != nullptr) {
-    ASSIGN_OR_RETURN(linear_factor, file.GetFloat(p + "rope.scale_linear"));
-  }
-  if (linear_factor != 1.0) {
-    if (absl::Status s = LinearRopeFactors(linear_factor, c.head_dim, &c.rope_freq_factors); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", s.message()));
+    ASSIGN_OR_RETURN(double factor, file.GetFloat(p + "rope.scale_linear"));
+    if (factor != 1.0) {
+      if (absl::Status s = LinearRopeFactors(factor, c.head_dim, &c.rope_freq_factors); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", s.message()));
+      }
     }
   }
 

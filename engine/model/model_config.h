@@ -32,9 +32,11 @@ struct ModelConfig {
   int32_t context_length = 0;   // trained context window
   float rope_theta = 10000.0f;
   // RoPE frequency scaling [head_dim / 2]: pair i's angle pos·θ^(−2i/d) is divided by
-  // rope_freq_factors[i] (engine/model/rope_scaling.h: linear, llama3, GGUF rope_freqs). Empty:
-  // unscaled.
+  // rope_freq_factors[i] (engine/model/rope_scaling.h: linear, llama3, yarn, GGUF rope_freqs).
+  // Empty: unscaled.
   std::vector<float> rope_freq_factors;
+  // Multiplies every RoPE cos and sin, so q·k by its square (yarn's attention factor); 1: none.
+  float rope_attn_factor = 1.0f;
   float rms_norm_eps = 1e-5f;
   RopePairing rope_pairing = RopePairing::kInterleaved;
   bool qkv_bias = false;        // qwen2 carries biases on Q, K and V

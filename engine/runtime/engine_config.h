@@ -30,6 +30,10 @@ struct EngineConfig {
   std::string device = "auto";
   int32_t threads = 0;         // 0 → all cores
   int32_t max_context = 0;     // 0 → the model's context length
+  // RoPE scaling replacing the model's, as config.json's rope_scaling object (JSON text, e.g.
+  // {"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}); "" → the
+  // model's own.
+  std::string rope_scaling;
   // Reference arithmetic (dequantized weights, double accumulation): slow; for verifying
   // the fast path against an exact evaluation.
   bool exact_matmul = false;

@@ -90,6 +90,12 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
   say(absl::StrFormat("loading model %s ...", config.model_path));
   ASSIGN_OR_RETURN(const ModelSpec spec, ParseModelSpec(config.model_path));
   ASSIGN_OR_RETURN(loaded->model, LoadModel(spec, say));
+  if (!config.rope_scaling.empty()) {
+    RETURN_IF_ERROR(loaded->model->OverrideRopeScaling(config.rope_scaling, "model.rope_scaling"));
+    const ModelConfig& scaled = loaded->model->config();
+    say(absl::StrFormat("rope scaling from the configuration: %s (context %d tokens, attention factor %.6g)",
+                        config.rope_scaling, scaled.context_length, scaled.rope_attn_factor));
+  }
   const ModelConfig& mc = loaded->model->config();
   say(absl::StrFormat("model: %s (%s, %d layers, hidden %d, %d/%d heads, vocab %d)", mc.name,
                       mc.architecture, mc.num_layers, mc.hidden_dim, mc.num_heads,

@@ -32,20 +32,22 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
   }
 }
 
-void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs, const float* freq_factors) {
+void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs, const float* freq_factors,
+                float attn_factor) {
+  const double magnitude = attn_factor;
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     double inv_freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
     if (freq_factors != nullptr) inv_freq /= static_cast<double>(freq_factors[i]);
     const double angle = static_cast<double>(pos) * inv_freq;
-    cs[2 * i] = static_cast<float>(std::cos(angle));
-    cs[2 * i + 1] = static_cast<float>(std::sin(angle));
+    cs[2 * i] = static_cast<float>(std::cos(angle) * magnitude);
+    cs[2 * i + 1] = static_cast<float>(std::sin(angle) * magnitude);
   }
 }
 
 void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
-               bool interleaved, const float* freq_factors) {
+               bool interleaved, const float* freq_factors, float attn_factor) {
   std::vector<float> cs(static_cast<size_t>(head_dim));  // [half, 2]: cos, sin per pair
-  RopeCosSin(head_dim, pos, theta, cs.data(), freq_factors);
+  RopeCosSin(head_dim, pos, theta, cs.data(), freq_factors, attn_factor);
   ApplyRopeTable(x, num_heads, head_dim, cs.data(), interleaved);
 }
 

@@ -13,13 +13,15 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
 // Rotates `x` [num_heads, head_dim] in place for position `pos`:
 // pair i (i < head_dim/2) has angle pos · theta^(−2i/head_dim), divided by freq_factors[i] when
 // given ([head_dim/2]: RoPE frequency scaling, engine/model/rope_scaling.h), and dims (2i, 2i+1)
-// when `interleaved`, else (i, i + head_dim/2).
+// when `interleaved`, else (i, i + head_dim/2). attn_factor multiplies every cos and sin (yarn's
+// attention factor; 1 leaves a pure rotation).
 void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, float theta,
-               bool interleaved, const float* freq_factors = nullptr);
+               bool interleaved, const float* freq_factors = nullptr, float attn_factor = 1.0f);
 // The same in two steps, for callers that rotate many vectors at one position: the table
-// cs [head_dim] = (cos, sin) of each pair's angle, then the rotation (same bits as ApplyRope).
+// cs [head_dim] = (cos, sin)·attn_factor of each pair's angle, then the rotation (same bits as
+// ApplyRope).
 void RopeCosSin(int64_t head_dim, int64_t pos, float theta, float* cs,
-                const float* freq_factors = nullptr);
+                const float* freq_factors = nullptr, float attn_factor = 1.0f);
 void ApplyRopeTable(float* x, int64_t num_heads, int64_t head_dim, const float* cs,
                     bool interleaved);
 

@@ -16,6 +16,9 @@ void DeclareEngineFlags(Args& args) {
                              "and the build has the CUDA backend)");
   args.Flag("threads", "0", "CPU threads (0 = all cores)");
   args.Flag("ctx-size", "0", "max context in tokens (0 = the model's)");
+  args.Flag("rope-scaling", "", "replace the model's RoPE scaling: a rope_scaling JSON object as in "
+                                "config.json, e.g. '{\"rope_type\":\"yarn\",\"factor\":4.0,"
+                                "\"original_max_position_embeddings\":32768}'");
   args.Flag("chat-template", "", "override the chat template: chatml | llama3");
   args.Flag("kv-scheme", "", "KV scheme for K and V (fp16, bf16, fp8-e4m3, fp8-e4m3-raw, "
                              "int8-rtn, int8-dither, int4-rtn, kivi2)");
@@ -68,6 +71,7 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
   if (given("threads") && !(s = int_flag("threads", &config->threads)).ok()) return s;
   if (given("ctx-size") && !(s = int_flag("ctx-size", &config->max_context)).ok()) return s;
   if (given("chat-template")) config->chat_template = args.Get("chat-template");
+  if (given("rope-scaling")) config->rope_scaling = args.Get("rope-scaling");
   if (given("device")) {
     const std::string device = args.Get("device");
     if (device != "cuda" && device != "cpu" && device != "auto") {

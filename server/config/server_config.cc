@@ -81,6 +81,17 @@ class ObjectReader {
     if (!v->is_boolean()) return Fail(key, "true or false", *v);
     *out = v->get<bool>();
   }
+  // An object kept as its JSON text for a later reader (null → "").
+  void ObjectText(const std::string& key, std::string* out) {
+    const json* v = Take(key);
+    if (v == nullptr) return;
+    if (v->is_null()) {
+      out->clear();
+      return;
+    }
+    if (!v->is_object()) return Fail(key, "an object or null", *v);
+    *out = v->dump();
+  }
   void Object(const std::string& key, const std::function<void(ObjectReader&)>& body) {
     const json* v = Take(key);
     if (v == nullptr) return;
@@ -210,6 +221,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.String("chat_template", &c.engine.chat_template);
     r.Integer("threads", &c.engine.threads, 0, 1024);
     r.Integer("max_context", &c.engine.max_context, 0, kMaxInt32);
+    r.ObjectText("rope_scaling", &c.engine.rope_scaling);
   });
   top.Object("kv", [&](ObjectReader& r) {
     r.String("k_scheme", &c.engine.kv.k_scheme);

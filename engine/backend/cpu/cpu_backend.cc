@@ -205,7 +205,8 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
     for (size_t i = 0; i < batch[b].tokens.size(); ++i) {
       RopeCosSin(config_.head_dim, batch[b].start_pos + static_cast<int64_t>(i),
                  config_.rope_theta, &rope_cs_[(first_row[b] + i) * config_.head_dim],
-                 config_.rope_freq_factors.empty() ? nullptr : config_.rope_freq_factors.data());
+                 config_.rope_freq_factors.empty() ? nullptr : config_.rope_freq_factors.data(),
+                 config_.rope_attn_factor);
     }
   }
 

@@ -40,9 +40,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
                                                                  Options options) {
   const ModelConfig& c = model.config();
   RETURN_IF_ERROR(CheckKvMatchesModel(c, kv_options));
-  if (!c.rope_freq_factors.empty()) {  // checked first: a host without a GPU can test it
-    return absl::UnimplementedError(
-        "the CUDA backend does not apply RoPE frequency scaling yet (llama3 / linear, "
+  if (!c.rope_freq_factors.empty() || c.rope_attn_factor != 1.0f) {  // checked first: a host
+    return absl::UnimplementedError(                                   // without a GPU can test it
+        "the CUDA backend does not apply RoPE scaling yet (llama3 / linear / yarn, "
         "engine/model/rope_scaling.h): its rotation kernels take theta alone");
   }
   if (c.qk_norm) {  // checked before the device: a host without a GPU can test it

@@ -263,20 +263,25 @@ TEST(CudaBackendHfFolderTest, SafetensorsFolderMatchesCpu) {
   }
 }
 
-// RoPE frequency scaling (llama3 / linear) runs on the CPU backend only for now: the CUDA
+// RoPE scaling (llama3 / linear / yarn) runs on the CPU backend only for now: the CUDA
 // backend refuses it as Unimplemented, before it looks for a device (so this runs without a
 // GPU too), and --device auto then takes the CPU backend.
 TEST(CudaBackendRopeScalingTest, RefusedWithItsReason) {
-  testing::TempFolder dir("gpu_rope_scaled");
-  testing::TinyHfSpec spec;
-  spec.rope_scaling = R"({"type":"linear","factor":2.0})";
-  testing::WriteTinyHfFolder(spec, dir.path());
-  auto model = LoadModel(dir.str());
-  ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_FALSE((*model)->config().rope_freq_factors.empty());
-  const absl::Status st = CudaBackend::Create(**model, KvOptions((*model)->config(), "fp16")).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  EXPECT_NE(st.message().find("RoPE frequency scaling"), std::string::npos) << st;
+  // linear: frequency factors; yarn with factor 1 and an attention factor: only the magnitude.
+  for (const char* scaling : {R"({"type":"linear","factor":2.0})",
+                              R"({"type":"yarn","factor":1.0,"attention_factor":1.5})"}) {
+    SCOPED_TRACE(scaling);
+    testing::TempFolder dir("gpu_rope_scaled");
+    testing::TinyHfSpec spec;
+    spec.rope_scaling = scaling;
+    testing::WriteTinyHfFolder(spec, dir.path());
+    auto model = LoadModel(dir.str());
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE(!(*model)->config().rope_freq_factors.empty() || (*model)->config().rope_attn_factor != 1.0f);
+    const absl::Status st = CudaBackend::Create(**model, KvOptions((*model)->config(), "fp16")).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+    EXPECT_NE(st.message().find("RoPE scaling"), std::string::npos) << st;
+  }
 }
 
 // Qwen3's per-head q/k RMSNorm runs on the CPU backend only for now: the CUDA backend refuses

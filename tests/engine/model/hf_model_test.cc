@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -101,11 +103,53 @@ TEST(HfConfigTest, RopeScalingBecomesFactors) {
   auto linear = ParseHfConfig(Config(R"(,"rope_scaling":{"type":"linear","factor":2.0})"), "cfg");
   ASSERT_TRUE(linear.ok()) << linear.status();
   EXPECT_EQ(linear->rope_freq_factors, std::vector<float>(16, 2.0f));
-  for (const char* none : {R"(,"rope_scaling":null)", R"(,"rope_scaling":{"rope_type":"default"})", ""}) {
+  EXPECT_EQ(linear->rope_attn_factor, 1.0f);
+  for (const char* none : {R"(,"rope_scaling":null)", R"(,"rope_scaling":{"rope_type":"default"})", "",
+                           R"(,"rope_scaling":{"type":"linear","factor":1.0})"}) {
     auto c = ParseHfConfig(Config(none), "cfg");
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_TRUE(c->rope_freq_factors.empty()) << none;
+    EXPECT_EQ(c->rope_attn_factor, 1.0f) << none;
+    EXPECT_EQ(c->context_length, 8192) << none;
   }
+}
+
+// rope_scaling "yarn" (Qwen2.5 / Qwen3 long context): the ramped factors, the attention factor
+// (1 + 0.1·ln(factor) unless attention_factor, or DeepSeek's mscale pair, says otherwise) and
+// the window it was made for, original_max_position_embeddings × factor (the original window
+// defaults to max_position_embeddings).
+TEST(HfConfigTest, YarnBecomesFactorsAttentionFactorAndContext) {
+  auto yarn = ParseHfConfig(
+      Config(R"(,"rope_scaling":{"type":"yarn","factor":4.0,"original_max_position_embeddings":8192})"),
+      "cfg");
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  std::vector<float> want;
+  ASSERT_TRUE(YarnRopeFactors({.factor = 4.0, .original_context = 8192.0}, 500000.0, 32, &want).ok());
+  EXPECT_EQ(yarn->rope_freq_factors, want);
+  EXPECT_FLOAT_EQ(yarn->rope_attn_factor, 1.0f + 0.1f * std::log(4.0f));
+  EXPECT_EQ(yarn->context_length, 32768);
+
+  auto defaults = ParseHfConfig(Config(R"(,"rope_scaling":{"rope_type":"yarn","factor":2.0,)"
+                                       R"("beta_fast":16,"beta_slow":2,"truncate":false})"),
+                                "cfg");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  ASSERT_TRUE(YarnRopeFactors({.factor = 2.0, .original_context = 8192.0, .beta_fast = 16.0,
+                               .beta_slow = 2.0, .truncate = false},
+                              500000.0, 32, &want)
+                  .ok());
+  EXPECT_EQ(defaults->rope_freq_factors, want);
+  EXPECT_EQ(defaults->context_length, 16384);
+
+  auto given = ParseHfConfig(
+      Config(R"(,"rope_scaling":{"type":"yarn","factor":4.0,"attention_factor":1.25})"), "cfg");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->rope_attn_factor, 1.25f);
+  auto deepseek = ParseHfConfig(Config(R"(,"rope_scaling":{"type":"yarn","factor":40.0,)"
+                                       R"("mscale":1.0,"mscale_all_dim":0.5})"),
+                                "cfg");
+  ASSERT_TRUE(deepseek.ok()) << deepseek.status();
+  EXPECT_FLOAT_EQ(deepseek->rope_attn_factor,
+                  static_cast<float>((1 + 0.1 * std::log(40.0)) / (1 + 0.05 * std::log(40.0))));
 }
 
 TEST(HfConfigTest, ClearErrors) {
@@ -119,8 +163,12 @@ TEST(HfConfigTest, ClearErrors) {
        absl::StatusCode::kInvalidArgument, "low_freq_factor"},
       {Config(R"(,"rope_scaling":{"type":"linear","factor":0.5})"),
        absl::StatusCode::kInvalidArgument, "factor"},
-      {Config(R"(,"rope_scaling":{"type":"yarn","factor":4.0})"),
-       absl::StatusCode::kUnimplemented, "yarn"},
+      {Config(R"(,"rope_scaling":{"type":"longrope","short_factor":[1.0],"long_factor":[1.0]})"),
+       absl::StatusCode::kUnimplemented, "longrope"},
+      {Config(R"(,"rope_scaling":{"type":"yarn"})"), absl::StatusCode::kInvalidArgument, "factor"},
+      {Config(R"(,"rope_scaling":{"type":"yarn","factor":4.0,"beta_fast":1.0})"),
+       absl::StatusCode::kInvalidArgument, "beta_fast"},
+      {Config(R"(,"rope_scaling":"yarn")"), absl::StatusCode::kInvalidArgument, "not an object"},
       {Config(R"(,"rope_scaling":{"type":"dynamic","factor":2.0})"),
        absl::StatusCode::kUnimplemented, "dynamic"},
       {Config("", "GPT2LMHeadModel"), absl::StatusCode::kInvalidArgument, "GPT2LMHeadModel"},
@@ -394,14 +442,26 @@ TEST(HfModelTest, RopeScalingReachesTheForwardPass) {
     std::string gguf_type;
     float gguf_factor;
     bool gguf_tensor;  // llama3: the factors as rope_freqs
+    int gguf_original_context = 0;
+    std::map<std::string, float> gguf_f32 = {};
   };
+  // yarn over an original window of 64: head_dim 16 and θ 10^4 put its ramp over pairs 0-3.
+  // "yarn-attn" gives the attention factor explicitly in HF's form (it replaces 1 + 0.1·ln 4)
+  // and as ggml's multiplier of it in the GGUF.
+  const float yarn_mscale = 1.0f + 0.1f * std::log(4.0f);
   const Case cases[] = {
       {"llama3",
        R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
        R"("original_max_position_embeddings":16})",
        "", 1.0f, true},
       {"linear", R"({"type":"linear","factor":4.0})", "linear", 4.0f, false},
+      {"yarn", R"({"type":"yarn","factor":4.0,"original_max_position_embeddings":64})", "yarn",
+       4.0f, false, 64},
+      {"yarn-attn",
+       R"({"type":"yarn","factor":4.0,"original_max_position_embeddings":64,"attention_factor":1.5})",
+       "yarn", 4.0f, false, 64, {{"yarn_attn_factor", 1.5f / yarn_mscale}}},
   };
+  std::map<std::string, LogitTrace> logits;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     TinyHfSpec spec = base;
@@ -414,17 +474,63 @@ TEST(HfModelTest, RopeScalingReachesTheForwardPass) {
     TinyHfSpec gspec = base;
     gspec.gguf_rope_scaling_type = c.gguf_type;
     gspec.gguf_rope_scaling_factor = c.gguf_factor;
+    gspec.gguf_rope_original_context = c.gguf_original_context;
+    gspec.gguf_rope_scaling_f32 = c.gguf_f32;
     if (c.gguf_tensor) gspec.gguf_rope_freqs = (*hf)->config().rope_freq_factors;
     auto file = GgufFile::FromBytes(testing::TinyHfAsGguf(gspec));
     ASSERT_TRUE(file.ok()) << file.status();
     auto gguf = ModelLoader::FromGguf(std::move(*file));
     ASSERT_TRUE(gguf.ok()) << gguf.status();
     EXPECT_EQ((*gguf)->config().rope_freq_factors, (*hf)->config().rope_freq_factors);
+    EXPECT_NEAR((*gguf)->config().rope_attn_factor, (*hf)->config().rope_attn_factor, 4e-7f);
+    EXPECT_EQ((*gguf)->config().context_length, (*hf)->config().context_length);
     const LogitTrace a = RunModel(**hf, /*exact=*/true);
     const LogitTrace b = RunModel(**gguf, /*exact=*/true);
     EXPECT_LE(MaxAbsDiff(a, b), kLogitAtol);
     EXPECT_GT(MaxAbsDiff(a, unscaled), 100 * kLogitAtol);
+    logits[c.name] = a;
   }
+  // The attention factor reaches attention: the same frequencies with 1.5 instead of 1.139.
+  EXPECT_GT(MaxAbsDiff(logits["yarn"], logits["yarn-attn"]), 100 * kLogitAtol);
+}
+
+// An operator's rope_scaling override (model.rope_scaling / --rope-scaling) makes an unscaled
+// GGUF the model its scaled HF folder declares: the same config and the same logits. A bad
+// override is an error naming where it came from and leaves the model as it was; "default"
+// removes a scaling the checkpoint declared.
+TEST(HfModelTest, RopeScalingOverrideReplacesTheModels) {
+  const std::string yarn = R"({"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":64})";
+  TinyHfSpec spec;
+  spec.rope_scaling = yarn;
+  TempFolder dir("rope_override");
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto hf = LoadModel(dir.str());
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  auto file = GgufFile::FromBytes(testing::TinyHfAsGguf(TinyHfSpec{}));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto gguf = ModelLoader::FromGguf(std::move(*file));
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const LogitTrace unscaled = RunModel(**gguf, /*exact=*/true);
+
+  for (const char* bad : {"{\"rope_type\":\"yarn\"}", "{\"rope_type\":\"dynamic\",\"factor\":2.0}", "{oops"}) {
+    absl::Status s = (*gguf)->OverrideRopeScaling(bad, "--rope-scaling");
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_TRUE(absl::StrContains(s.message(), "--rope-scaling")) << s;
+    EXPECT_TRUE((*gguf)->config().rope_freq_factors.empty()) << bad;
+    EXPECT_EQ((*gguf)->config().context_length, 256) << bad;
+  }
+  ASSERT_TRUE((*gguf)->OverrideRopeScaling(yarn, "--rope-scaling").ok());
+  EXPECT_EQ((*gguf)->config().rope_freq_factors, (*hf)->config().rope_freq_factors);
+  EXPECT_EQ((*gguf)->config().rope_attn_factor, (*hf)->config().rope_attn_factor);
+  EXPECT_EQ((*gguf)->config().context_length, (*hf)->config().context_length);
+  const LogitTrace scaled = RunModel(**gguf, /*exact=*/true);
+  EXPECT_LE(MaxAbsDiff(scaled, RunModel(**hf, /*exact=*/true)), kLogitAtol);
+  EXPECT_GT(MaxAbsDiff(scaled, unscaled), 100 * kLogitAtol);
+
+  ASSERT_TRUE((*hf)->OverrideRopeScaling(R"({"rope_type":"default"})", "cfg").ok());
+  EXPECT_TRUE((*hf)->config().rope_freq_factors.empty());
+  EXPECT_EQ((*hf)->config().rope_attn_factor, 1.0f);
+  EXPECT_LE(MaxAbsDiff(RunModel(**hf, /*exact=*/true), unscaled), kLogitAtol);
 }
 
 // GGUF RoPE scaling the forward pass cannot run is refused, naming it; a rope_freqs tensor of
@@ -436,12 +542,23 @@ TEST(HfModelTest, GgufRopeScalingErrors) {
     return ModelLoader::FromGguf(std::move(*file));
   };
   TinyHfSpec spec;
-  spec.gguf_rope_scaling_type = "yarn";
+  spec.gguf_rope_scaling_type = "longrope";
   spec.gguf_rope_scaling_factor = 4.0f;
-  auto yarn = load(spec);
-  ASSERT_FALSE(yarn.ok());
-  EXPECT_EQ(yarn.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(absl::StrContains(yarn.status().message(), "yarn")) << yarn.status();
+  auto longrope = load(spec);
+  ASSERT_FALSE(longrope.ok());
+  EXPECT_EQ(longrope.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(longrope.status().message(), "longrope")) << longrope.status();
+  spec.gguf_rope_scaling_type = "yarn";  // DeepSeek's log multiplier is not this arithmetic
+  spec.gguf_rope_scaling_f32 = {{"yarn_log_multiplier", 0.1f}};
+  auto deepseek = load(spec);
+  ASSERT_FALSE(deepseek.ok());
+  EXPECT_EQ(deepseek.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(deepseek.status().message(), "yarn_log_multiplier")) << deepseek.status();
+  spec.gguf_rope_scaling_f32 = {{"yarn_beta_fast", 0.5f}};  // below beta_slow
+  auto betas = load(spec);
+  ASSERT_FALSE(betas.ok());
+  EXPECT_EQ(betas.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(betas.status().message(), "beta_fast")) << betas.status();
   TinyHfSpec zero;
   zero.gguf_rope_freqs.assign(static_cast<size_t>(zero.head_dim() / 2), 1.0f);
   zero.gguf_rope_freqs[3] = 0.0f;
@@ -646,6 +763,18 @@ TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
     }
   }
   EXPECT_EQ(tokens, 3);
+
+  // The configuration's rope_scaling reaches the model the engine runs; a bad one fails the load.
+  config.rope_scaling = R"({"rope_type":"linear","factor":2.0})";
+  auto scaled = LoadEngine(config);
+  ASSERT_TRUE(scaled.ok()) << scaled.status();
+  EXPECT_EQ((*scaled)->model->config().rope_freq_factors,
+            std::vector<float>(static_cast<size_t>(spec.head_dim() / 2), 2.0f));
+  config.rope_scaling = R"({"rope_type":"linear","factor":0.5})";
+  auto refused = LoadEngine(config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "model.rope_scaling")) << refused.status();
+  config.rope_scaling.clear();
 
   // No template in the folder and no override: the same clear error as for GGUF.
   std::filesystem::remove(dir.path() / "tokenizer_config.json");

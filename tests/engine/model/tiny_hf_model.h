@@ -28,6 +28,8 @@ struct TinyHfSpec {
   std::vector<float> gguf_rope_freqs;        // non-empty: the GGUF's rope_freqs tensor [d/2]
   std::string gguf_rope_scaling_type;        // non-empty: GGUF rope.scaling.type (+ factor)
   float gguf_rope_scaling_factor = 1.0f;
+  int gguf_rope_original_context = 0;        // > 0: rope.scaling.original_context_length
+  std::map<std::string, float> gguf_rope_scaling_f32;  // more rope.scaling.<key> floats (yarn_*)
   // Matrix entries are k·2^-matrix_exponent, |k| ≤ 15 (exact in BF16 and F16). 5 gives
   // σ ≈ 0.28, several times a trained model's 1/√hidden; GPU comparisons use a realistic scale.
   int matrix_exponent = 5;
@@ -165,6 +167,10 @@ inline std::string TinyHfAsGguf(const TinyHfSpec& s, bool permute_qk = true) {
     w.AddString(p + "rope.scaling.type", s.gguf_rope_scaling_type);
     w.AddF32(p + "rope.scaling.factor", s.gguf_rope_scaling_factor);
   }
+  if (s.gguf_rope_original_context > 0) {
+    w.AddU32(p + "rope.scaling.original_context_length", s.gguf_rope_original_context);
+  }
+  for (const auto& [key, value] : s.gguf_rope_scaling_f32) w.AddF32(p + "rope.scaling." + key, value);
   if (!s.gguf_rope_freqs.empty()) {
     w.AddTensor("rope_freqs.weight", GgmlTypeOf("F32"), {s.gguf_rope_freqs.size()},
                 Encode(s.gguf_rope_freqs, "F32"));

@@ -134,6 +134,32 @@ TEST(RopeTest, FrequencyFactorsDivideEachPairsAngle) {
   EXPECT_GT(std::fabs(dot_at(70, 20) - dot_at(70, 60)), 1e-3);
 }
 
+// yarn's attention factor scales each rotated pair by that factor (the table's cos and sin both
+// carry it), so ⟨R(p)q, R(p')k⟩ grows by its square and still depends on p − p' only; 1 is the
+// plain rotation's bits.
+TEST(RopeTest, AttentionFactorScalesTheRotation) {
+  std::mt19937 rng(8);
+  const int64_t hd = 32;
+  const float m = 1.1386294f;
+  std::vector<float> factors(hd / 2, 2.0f);
+  for (int64_t pos : {0, 17, 40000}) {
+    const std::vector<float> x = Randn(hd, rng);
+    std::vector<float> scaled = x, plain = x, unit = x;
+    ApplyRope(scaled.data(), 1, hd, pos, 1e6f, false, factors.data(), m);
+    ApplyRope(plain.data(), 1, hd, pos, 1e6f, false, factors.data());
+    ApplyRope(unit.data(), 1, hd, pos, 1e6f, false, factors.data(), 1.0f);
+    EXPECT_EQ(unit, plain);
+    for (int64_t c = 0; c < hd; ++c) {
+      ASSERT_NEAR(scaled[c], plain[c] * m, 1e-6f * (std::fabs(plain[c]) + 1.0f)) << pos << " " << c;
+    }
+    std::vector<float> cs(hd);
+    RopeCosSin(hd, pos, 1e6f, cs.data(), factors.data(), m);
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      EXPECT_NEAR(std::hypot(double(cs[2 * i]), double(cs[2 * i + 1])), m, 1e-6) << i;
+    }
+  }
+}
+
 TEST(RopeTest, PairingsDifferAndPositionZeroIsIdentity) {
   std::mt19937 rng(3);
   const std::vector<float> x = Randn(64, rng);

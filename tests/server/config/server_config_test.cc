@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace witcert::config {
 namespace {
@@ -82,6 +83,24 @@ TEST(ServerConfig, BadValuesNameTheirPath) {
   ExpectError(R"({"http": {"keep_alive_timeout_s": 0}})", "http.keep_alive_timeout_s", "out of range");
   ExpectError(R"({"scheduler": {"max_batched_tokens": -1}})", "scheduler.max_batched_tokens",
               "out of range");
+}
+
+// model.rope_scaling is kept as JSON text for the model loader (engine/model/hf_model.h);
+// null means the model's own scaling.
+TEST(ServerConfig, RopeScalingKeepsItsObject) {
+  absl::StatusOr<ServerConfig> c = ParseServerConfig(
+      R"({"model": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const auto parsed = nlohmann::json::parse(c->engine.rope_scaling);
+  EXPECT_EQ(parsed["rope_type"], "yarn");
+  EXPECT_EQ(parsed["factor"], 4.0);
+  absl::StatusOr<ServerConfig> cleared = ParseServerConfig(R"({"model": {"rope_scaling": null}})", *c);
+  ASSERT_TRUE(cleared.ok()) << cleared.status();
+  EXPECT_TRUE(cleared->engine.rope_scaling.empty());
+  ExpectError(R"({"model": {"rope_scaling": "yarn"}})", "model.rope_scaling", "an object or null");
+  absl::StatusOr<ServerConfig> d = ParseServerConfig(DefaultConfigText());
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->engine.rope_scaling.empty());
 }
 
 TEST(ServerConfig, MalformedJsonAndNonObject) {
