@@ -1,7 +1,7 @@
 // Chat template families, detected from the Jinja source rather than interpreted.
 //
-// Only two families exist among the models we serve, and both are a fixed concatenation, so
-// a Jinja engine would add a large dependency for no behaviour. The one model-specific detail
+// The families among the models we serve are each a fixed concatenation, so a Jinja engine
+// would add a large dependency for no behaviour. The one model-specific detail
 // that the source carries is a default system prompt (SmolLM2, Qwen2): it is extracted from
 // the template literal that the "no system message" branch emits.
 #include "engine/tokenizer/chat_template.h"
@@ -17,7 +17,7 @@ namespace witcert {
 namespace {
 
 constexpr std::string_view kUnknownTemplate =
-    "unknown chat template; set chat_template to chatml or llama3";
+    "unknown chat template; set chat_template to chatml, llama3, llama2, mistral or mistral-v3";
 
 // Undoes the escapes a Jinja string literal may use.
 std::string UnescapeJinjaLiteral(std::string_view s) {
@@ -71,9 +71,15 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromName(std::string_view name) {
   } else if (name == "llama3") {
     t.kind_ = ChatTemplateKind::kLlama3;
     t.bos_prefix_ = true;
+  } else if (name == "llama2") {
+    t.kind_ = ChatTemplateKind::kLlama2;
+  } else if (name == "mistral") {
+    t.kind_ = ChatTemplateKind::kMistral;
+  } else if (name == "mistral-v3") {
+    t.kind_ = ChatTemplateKind::kMistralV3;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown chat template \"", Av(name), "\"; supported: chatml, llama3"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown chat template \"", Av(name), "\"; supported: chatml, llama3, llama2, mistral, mistral-v3"));
   }
   return t;
 }
@@ -97,6 +103,13 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTemplateText(std::string_view sou
       name = "chatml";
     } else if (absl::StrContains(Av(source), "<|start_header_id|>")) {
       name = "llama3";
+    } else if (absl::StrContains(Av(source), "[INST]") && absl::StrContains(Av(source), "<<SYS>>")) {
+      name = "llama2";
+    } else if (absl::StrContains(Av(source), "[INST]")) {
+      // v1 closes the turn with a space ('... + ' [/INST]'); v3 without ("[/INST]" after the
+      // content, and a space before the assistant's reply).
+      name = absl::StrContains(Av(source), "' [/INST]'") || absl::StrContains(Av(source), "\" [/INST]\"")
+                 ? "mistral" : "mistral-v3";
     } else {
       return absl::InvalidArgumentError(Av(kUnknownTemplate));
     }
@@ -108,11 +121,75 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTemplateText(std::string_view sou
 }
 
 std::string_view ChatTemplate::name() const {
-  return kind_ == ChatTemplateKind::kChatMl ? "chatml" : "llama3";
+  switch (kind_) {
+    case ChatTemplateKind::kChatMl: return "chatml";
+    case ChatTemplateKind::kLlama3: return "llama3";
+    case ChatTemplateKind::kLlama2: return "llama2";
+    case ChatTemplateKind::kMistral: return "mistral";
+    case ChatTemplateKind::kMistralV3: return "mistral-v3";
+  }
+  return "chatml";
 }
+
+namespace {
+
+absl::string_view Trimmed(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t\n\r");
+  if (begin == std::string_view::npos) return {};
+  return Av(s.substr(begin, s.find_last_not_of(" \t\n\r") - begin + 1));
+}
+
+// The [INST] families: system messages folded into a user turn, then user / assistant turns.
+std::string ApplyInstFamily(ChatTemplateKind kind, const std::vector<ChatMessage>& messages) {
+  std::string system;
+  std::vector<const ChatMessage*> turns;  // non-system messages, in order
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      absl::StrAppend(&system, system.empty() ? "" : "\n\n", m.content);
+    } else {
+      turns.push_back(&m);
+    }
+  }
+  size_t system_turn = turns.size();  // the user turn that carries the system text
+  for (size_t i = 0; i < turns.size(); ++i) {
+    if (turns[i]->role == "assistant") continue;
+    if (kind == ChatTemplateKind::kMistralV3 || system_turn == turns.size()) system_turn = i;
+  }
+  std::string out;
+  if (kind != ChatTemplateKind::kLlama2) out = "<s>";
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const ChatMessage& m = *turns[i];
+    if (m.role == "assistant") {
+      if (kind == ChatTemplateKind::kLlama2) absl::StrAppend(&out, " ", Trimmed(m.content), " </s>");
+      else if (kind == ChatTemplateKind::kMistral) absl::StrAppend(&out, m.content, "</s>");
+      else absl::StrAppend(&out, " ", m.content, "</s>");
+      continue;
+    }
+    std::string content = m.content;
+    if (i == system_turn && !system.empty()) {
+      content = kind == ChatTemplateKind::kLlama2  // stripped as a whole, as the template does
+                    ? std::string(Trimmed(absl::StrCat("<<SYS>>\n", system, "\n<</SYS>>\n\n", m.content)))
+                    : absl::StrCat(system, "\n\n", m.content);
+    } else if (kind == ChatTemplateKind::kLlama2) {
+      content = std::string(Trimmed(m.content));
+    }
+    switch (kind) {
+      case ChatTemplateKind::kLlama2: absl::StrAppend(&out, "<s>[INST] ", content, " [/INST]"); break;
+      case ChatTemplateKind::kMistral: absl::StrAppend(&out, "[INST] ", content, " [/INST]"); break;
+      default: absl::StrAppend(&out, "[INST] ", content, "[/INST]"); break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const {
+  if (kind_ == ChatTemplateKind::kLlama2 || kind_ == ChatTemplateKind::kMistral ||
+      kind_ == ChatTemplateKind::kMistralV3) {
+    return ApplyInstFamily(kind_, messages);  // a user turn already ends where the reply begins
+  }
   std::string out;
   if (kind_ == ChatTemplateKind::kChatMl) {
     const auto append = [&out](std::string_view role, std::string_view content) {

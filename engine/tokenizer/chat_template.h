@@ -20,14 +20,18 @@ struct ChatMessage {
 };
 
 enum class ChatTemplateKind {
-  kChatMl,   // <|im_start|>role\n...<|im_end|>\n  (SmolLM2, Qwen2)
-  kLlama3,   // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  kChatMl,     // <|im_start|>role\n...<|im_end|>\n  (SmolLM2, Qwen2)
+  kLlama3,     // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  kLlama2,     // <s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] assistant </s>
+  kMistral,    // <s>[INST] user [/INST]assistant</s>  (Mistral 7B v0.1 / v0.2, Mixtral)
+  kMistralV3,  // <s>[INST] user[/INST] assistant</s>  (Mistral 7B v0.3 and later)
 };
 
 class ChatTemplate {
  public:
   // Picks the family from the GGUF's tokenizer.chat_template; `override_name` ("chatml",
-  // "llama3"), when non-empty, wins. Unknown template without override → InvalidArgument.
+  // "llama3", "llama2", "mistral", "mistral-v3"), when non-empty, wins. Unknown template
+  // without override → InvalidArgument.
   static absl::StatusOr<ChatTemplate> FromGguf(const GgufFile& gguf,
                                                std::string_view override_name = "");
   // The same detection over Jinja source from anywhere (a Hugging Face folder's
@@ -38,7 +42,11 @@ class ChatTemplate {
 
   // Renders `messages`; with `add_generation_prompt` it ends with the assistant header.
   // Model-specific defaults are honoured (SmolLM2 inserts its default system prompt when
-  // the first message is not a system message; Qwen2 likewise with its own).
+  // the first message is not a system message; Qwen2 likewise with its own). The [INST]
+  // families take system messages the way their published templates do: Llama 2 inside
+  // <<SYS>> in the first user turn; Mistral v3 before the last user message (then "\n\n");
+  // Mistral v1, whose template refuses them, before the first user message likewise.
+  // Messages of other roles are rendered as user turns there.
   std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
   ChatTemplateKind kind() const { return kind_; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -13,7 +14,7 @@
 #include "engine/common/status.h"
 #include "engine/tokenizer/absl_bridge.h"
 #include "engine/tokenizer/byte_level.h"
-#include "engine/tokenizer/byte_level_bpe.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace witcert {
@@ -75,11 +76,12 @@ void TokenIds(const Json& j, const char* key, std::vector<int64_t>* out) {
 
 // What TokenBytes(id, /*render_special=*/true) will return: the last added token's content,
 // else the decoded vocabulary text.
-std::string RenderedText(const ByteLevelBpeVocab& vocab, TokenId id) {
+std::string RenderedText(const BpeVocab& vocab, TokenId id) {
   for (auto it = vocab.added.rbegin(); it != vocab.added.rend(); ++it) {
     if (it->id == id) return it->content;
   }
-  if (vocab.kinds[id] != ByteLevelTokenKind::kNormal) return "";
+  if (vocab.kinds[id] != TokenKind::kNormal) return "";
+  if (vocab.symbols == BpeSymbols::kSentencePiece) return vocab.texts[id];  // never a BOS text
   return ByteLevelAlphabet::Get().Decode(vocab.texts[id]);
 }
 
@@ -131,6 +133,87 @@ absl::StatusOr<std::string> PreTokenizerName(const Json& pre, std::string_view w
   return unsupported("no built-in pre-tokenizer has these stages and regexes");
 }
 
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 ▁
+
+// How a SentencePiece-style tokenizer.json (Llama 2, Mistral 7B) writes spaces; nullopt for a
+// byte-level one. Two published forms: the legacy normalizer Sequence[Prepend("▁"),
+// Replace(" " → "▁")] with no pre-tokenizer (a "▁" before every segment), or a Metaspace
+// pre-tokenizer (replacement "▁"; prepend_scheme first / always / never, or the older
+// add_prefix_space; split, default true). Their decoders (Metaspace, or Replace / ByteFallback
+// / Fuse / Strip) all turn "▁" back into spaces and <0xNN> into bytes, which is what decoding
+// does; Strip's removal of the text's first space is not applied (generated text follows a
+// prompt, so its leading space is real). Anything else is Unimplemented naming it.
+struct SentencePieceLayout {
+  SpacePrefix prefix = SpacePrefix::kNone;
+  bool split = false;
+};
+
+absl::StatusOr<std::optional<SentencePieceLayout>> SentencePieceLayoutOf(const Json& j,
+                                                                          std::string_view where) {
+  const auto stages = [](const Json& v, const char* list) {
+    std::vector<const Json*> out;
+    if (v.is_object() && v.value("type", "") == "Sequence" && v.contains(list) && v[list].is_array()) {
+      for (const Json& e : v[list]) out.push_back(&e);
+    } else if (!v.is_null()) {
+      out.push_back(&v);
+    }
+    return out;
+  };
+  const auto unsupported = [&](const char* what, const Json& v) {
+    std::string dump = v.dump();
+    if (dump.size() > 300) dump = dump.substr(0, 300) + "...";
+    return absl::UnimplementedError(absl::StrCat(Av(where), ": ", what, " ", dump, " is not supported"));
+  };
+  std::optional<SentencePieceLayout> layout;
+  const Json normalizer = j.contains("normalizer") ? j["normalizer"] : Json();
+  bool prepend = false, replace = false, other = false;
+  for (const Json* e : stages(normalizer, "normalizers")) {
+    const std::string type = e->is_object() ? e->value("type", "") : "";
+    if (type == "Prepend" && e->value("prepend", "") == kSpaceMark) {
+      prepend = true;
+    } else if (type == "Replace" && (*e).contains("pattern") && (*e)["pattern"].is_object() &&
+               (*e)["pattern"].value("String", "") == " " && e->value("content", "") == kSpaceMark) {
+      replace = true;
+    } else if (type != "NFC") {
+      other = true;
+    }
+  }
+  if (replace) {
+    if (other) return unsupported("normalizer", normalizer);
+    layout = SentencePieceLayout{prepend ? SpacePrefix::kEverySegment : SpacePrefix::kNone, false};
+  } else if (prepend) {
+    return unsupported("normalizer", normalizer);
+  }
+  const Json pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json();
+  if (pre.is_object() && pre.value("type", "") == "Metaspace") {
+    if (layout.has_value() || pre.value("replacement", "") != kSpaceMark) {
+      return unsupported("pre_tokenizer", pre);
+    }
+    SentencePieceLayout m;
+    const std::string scheme =
+        pre.value("prepend_scheme", pre.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme == "always") m.prefix = SpacePrefix::kEverySegment;
+    else if (scheme == "first") m.prefix = SpacePrefix::kFirstSegment;
+    else if (scheme == "never") m.prefix = SpacePrefix::kNone;
+    else return unsupported("pre_tokenizer", pre);
+    m.split = pre.value("split", true);
+    layout = m;
+  } else if (layout.has_value() && !pre.is_null()) {
+    return unsupported("pre_tokenizer", pre);
+  }
+  if (!layout.has_value()) return layout;
+  const Json decoder = j.contains("decoder") ? j["decoder"] : Json();
+  for (const Json* e : stages(decoder, "decoders")) {
+    const std::string type = e->is_object() ? e->value("type", "") : "";
+    const bool space_back = type == "Replace" && (*e).contains("pattern") && (*e)["pattern"].is_object() &&
+                            (*e)["pattern"].value("String", "") == kSpaceMark && e->value("content", "") == " ";
+    if (!space_back && type != "ByteFallback" && type != "Fuse" && type != "Strip" && type != "Metaspace") {
+      return unsupported("decoder", decoder);
+    }
+  }
+  return layout;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> HfPreTokenizerName(std::string_view pre_tokenizer_json) {
@@ -169,7 +252,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
       return absl::UnimplementedError(absl::StrCat(where, ": model.", key, " is not supported"));
     }
   }
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+  ASSIGN_OR_RETURN(const std::optional<SentencePieceLayout> sentencepiece,
+                   SentencePieceLayoutOf(j, where));
+  if (!sentencepiece.has_value() && j.contains("normalizer") && !j["normalizer"].is_null()) {
     const Json& n = j["normalizer"];
     const std::string type = n.is_object() ? n.value("type", "") : "";
     const bool empty_sequence = type == "Sequence" && n.contains("normalizers") &&
@@ -179,16 +264,22 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
           absl::StrCat(where, ": normalizer ", n.dump(), " is not supported (none or NFC)"));
     }
   }
-  if (j.contains("decoder") && !j["decoder"].is_null() &&
+  if (!sentencepiece.has_value() && j.contains("decoder") && !j["decoder"].is_null() &&
       j["decoder"].value("type", "") != "ByteLevel") {
     return absl::UnimplementedError(
         absl::StrCat(where, ": decoder ", j["decoder"].dump(), " is not byte-level"));
   }
 
-  ByteLevelBpeVocab vocab;
-  ASSIGN_OR_RETURN(vocab.pre_tokenizer,
-                   PreTokenizerName(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json(),
-                                    where));
+  BpeVocab vocab;
+  if (sentencepiece.has_value()) {
+    vocab.symbols = BpeSymbols::kSentencePiece;
+    vocab.space_prefix = sentencepiece->prefix;
+    vocab.split_at_spaces = sentencepiece->split;
+  } else {
+    ASSIGN_OR_RETURN(vocab.pre_tokenizer,
+                     PreTokenizerName(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json(),
+                                      where));
+  }
   vocab.ignore_merges = m.value("ignore_merges", false);
   vocab.named_end_of_generation_special_only = true;
 
@@ -222,19 +313,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
   }
   const int32_t n = static_cast<int32_t>(max_id + 1);
   vocab.texts.assign(n, "");
-  vocab.kinds.assign(n, ByteLevelTokenKind::kAbsent);
+  vocab.kinds.assign(n, TokenKind::kAbsent);
   for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
     const int64_t id = it.value().get<int64_t>();
-    if (vocab.kinds[id] != ByteLevelTokenKind::kAbsent) {
+    if (vocab.kinds[id] != TokenKind::kAbsent) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": token id ", id, " appears twice in model.vocab"));
     }
-    vocab.kinds[id] = ByteLevelTokenKind::kNormal;
+    vocab.kinds[id] = TokenKind::kNormal;
     vocab.texts[id] = it.key();
   }
   std::vector<bool> overridden(n, false);  // [vocab] an earlier added token took the id
   for (const AddedToken& a : vocab.added) {
-    if (vocab.kinds[a.id] == ByteLevelTokenKind::kNormal && !overridden[a.id] &&
+    if (vocab.kinds[a.id] == TokenKind::kNormal && !overridden[a.id] &&
         vocab.texts[a.id] != a.content) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": added token '", a.content,
                                                      "' reuses id ", a.id, " of another token"));
@@ -245,7 +336,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
   // token with that content); a handful of lookups at load, so a scan.
   auto find = [&](std::string_view text) -> TokenId {
     for (int32_t id = 0; id < n; ++id) {
-      if (vocab.kinds[id] == ByteLevelTokenKind::kNormal && vocab.texts[id] == text) return id;
+      if (vocab.kinds[id] == TokenKind::kNormal && vocab.texts[id] == text) return id;
     }
     for (auto it = vocab.added.rbegin(); it != vocab.added.rend(); ++it) {
       if (it->content == text) return it->id;
@@ -339,7 +430,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
       }
     }
   }
-  return MakeByteLevelBpeTokenizer(std::move(vocab));
+  return MakeBpeTokenizer(std::move(vocab));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& folder) {

@@ -8,7 +8,7 @@
 // found, because a near-miss regex would tokenize differently without any visible error.
 // Normalizers: none, or NFC (ignored, as the GGUF path does for Qwen2: text arriving
 // through the API is overwhelmingly NFC already). The files are only parsed here into a
-// ByteLevelBpeVocab: the tokenizer itself is the one GGUF uses (byte_level_bpe.h).
+// BpeVocab: the tokenizer itself is the one GGUF uses (bpe_tokenizer.h).
 #pragma once
 
 #include <memory>

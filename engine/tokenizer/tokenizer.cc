@@ -1,5 +1,6 @@
-// Tokenizer::FromGguf: parses a GGUF vocabulary (tokenizer.ggml.model == "gpt2") into a
-// ByteLevelBpeVocab; byte_level_bpe.cc builds the tokenizer itself.
+// Tokenizer::FromGguf: parses a GGUF vocabulary into a BpeVocab (tokenizer.ggml.model
+// "gpt2": byte-level BPE with a merge list; "llama": SentencePiece-style BPE with scores, as
+// llama.cpp's SPM tokenizer reads them); bpe_tokenizer.cc builds the tokenizer itself.
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 #include "engine/tokenizer/absl_bridge.h"
-#include "engine/tokenizer/byte_level_bpe.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace witcert {
@@ -29,14 +30,14 @@ absl::StatusOr<TokenId> OptionalTokenId(const GgufFile& gguf, std::string_view k
 
 // tokenizer.ggml.token_type → kind; a code GGUF does not define behaves as unused (its text
 // is rendered only with render_special and it is never matched).
-ByteLevelTokenKind KindOf(int type) {
+TokenKind KindOf(int type) {
   switch (type) {
-    case 1: return ByteLevelTokenKind::kNormal;
-    case 2: return ByteLevelTokenKind::kUnknown;
-    case 3: return ByteLevelTokenKind::kControl;
-    case 4: return ByteLevelTokenKind::kUserDefined;
-    case 6: return ByteLevelTokenKind::kByte;
-    default: return ByteLevelTokenKind::kUnused;
+    case 1: return TokenKind::kNormal;
+    case 2: return TokenKind::kUnknown;
+    case 3: return TokenKind::kControl;
+    case 4: return TokenKind::kUserDefined;
+    case 6: return TokenKind::kByte;
+    default: return TokenKind::kUnused;
   }
 }
 
@@ -47,11 +48,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& g
     return absl::InvalidArgumentError("tokenizer.ggml.model is missing");
   }
   ASSIGN_OR_RETURN(std::string_view model, gguf.GetString("tokenizer.ggml.model"));
-  if (model != "gpt2") {
+  if (model != "gpt2" && model != "llama") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported tokenizer.ggml.model \"", Av(model), "\" (only \"gpt2\" byte-level BPE)"));
+        "unsupported tokenizer.ggml.model \"", Av(model),
+        "\" (\"gpt2\" byte-level BPE and \"llama\" SentencePiece BPE are supported)"));
   }
-  ByteLevelBpeVocab vocab;
+  const bool sentencepiece = model == "llama";
+  BpeVocab vocab;
   vocab.pre_tokenizer = "default";
   if (gguf.Find("tokenizer.ggml.pre") != nullptr) {
     ASSIGN_OR_RETURN(std::string_view pre, gguf.GetString("tokenizer.ggml.pre"));
@@ -68,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& g
   }
   const int32_t n = static_cast<int32_t>(tokens.size());
   vocab.texts.assign(tokens.begin(), tokens.end());
-  vocab.kinds.assign(n, ByteLevelTokenKind::kNormal);
+  vocab.kinds.assign(n, TokenKind::kNormal);
   if (gguf.Find("tokenizer.ggml.token_type") != nullptr) {
     ASSIGN_OR_RETURN(auto types, gguf.GetNumberArray("tokenizer.ggml.token_type"));
     if (types.size() != tokens.size()) {
@@ -77,11 +80,33 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& g
     }
     for (int32_t i = 0; i < n; ++i) vocab.kinds[i] = KindOf(static_cast<int>(types[i]));
   }
-  if (gguf.Find("tokenizer.ggml.merges") == nullptr) {
-    return absl::InvalidArgumentError("tokenizer.ggml.merges is missing");
+  if (sentencepiece) {
+    // No regex and no merge list: scores rank the merges; "▁" before every text segment
+    // unless tokenizer.ggml.add_space_prefix says otherwise; BOS by default.
+    vocab.symbols = BpeSymbols::kSentencePiece;
+    vocab.ignore_merges = false;
+    bool space_prefix = true;
+    if (gguf.Find("tokenizer.ggml.add_space_prefix") != nullptr) {
+      ASSIGN_OR_RETURN(space_prefix, gguf.GetBool("tokenizer.ggml.add_space_prefix"));
+    }
+    vocab.space_prefix = space_prefix ? SpacePrefix::kEverySegment : SpacePrefix::kNone;
+    vocab.add_bos = true;
+    if (gguf.Find("tokenizer.ggml.scores") == nullptr) {
+      return absl::InvalidArgumentError("tokenizer.ggml.scores is missing (a \"llama\" vocabulary needs them)");
+    }
+    ASSIGN_OR_RETURN(auto scores, gguf.GetNumberArray("tokenizer.ggml.scores"));
+    if (scores.size() != tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.scores has ", scores.size(),
+                                                     " entries for ", n, " tokens"));
+    }
+    vocab.scores.assign(scores.begin(), scores.end());
+  } else {
+    if (gguf.Find("tokenizer.ggml.merges") == nullptr) {
+      return absl::InvalidArgumentError("tokenizer.ggml.merges is missing");
+    }
+    ASSIGN_OR_RETURN(auto merges, gguf.GetStringArray("tokenizer.ggml.merges"));
+    vocab.merges.assign(merges.begin(), merges.end());
   }
-  ASSIGN_OR_RETURN(auto merges, gguf.GetStringArray("tokenizer.ggml.merges"));
-  vocab.merges.assign(merges.begin(), merges.end());
 
   ASSIGN_OR_RETURN(vocab.bos, OptionalTokenId(gguf, "tokenizer.ggml.bos_token_id", n));
   ASSIGN_OR_RETURN(vocab.eos, OptionalTokenId(gguf, "tokenizer.ggml.eos_token_id", n));
@@ -94,7 +119,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& g
   if (gguf.Find("tokenizer.ggml.add_bos_token") != nullptr) {
     ASSIGN_OR_RETURN(vocab.add_bos, gguf.GetBool("tokenizer.ggml.add_bos_token"));
   }
-  return MakeByteLevelBpeTokenizer(std::move(vocab));
+  return MakeBpeTokenizer(std::move(vocab));
 }
 
 }  // namespace witcert

@@ -92,12 +92,59 @@ TEST(ChatTemplateTest, Llama3) {
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>");
 }
 
+// The [INST] families, detected from their published templates' literals and rendered as those
+// templates render (the expected strings are what each Jinja template gives for these
+// messages, worked by hand from its text).
+TEST(ChatTemplateTest, InstFamiliesDetectedAndRendered) {
+  // Mistral 7B Instruct v0.1 / v0.2: ' [/INST]' closes a user turn; replies end with </s>.
+  auto v1 = FromTemplate(
+      "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+      "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+      "{{ message['content'] + eos_token}}{% endif %}{% endfor %}");
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->name(), "mistral");
+  EXPECT_EQ(v1->Apply({{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}}, true),
+            "<s>[INST] Hi [/INST]Hello!</s>[INST] Bye [/INST]");
+  EXPECT_EQ(v1->Apply({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}, {"user", "Bye"}}, true),
+            "<s>[INST] Be brief.\n\nHi [/INST]Yo</s>[INST] Bye [/INST]");
+  // v0.3: "[/INST]" right after the content, a space before the reply, the system text on the
+  // last user message.
+  auto v3 = FromTemplate(
+      "{{- bos_token }}{%- for message in loop_messages %}{%- if message[\"role\"] == \"user\" %}"
+      "{%- if loop.last and system_message is defined %}"
+      "{{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}"
+      "{%- else %}{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}{%- endif %}"
+      "{%- elif message[\"role\"] == \"assistant\" %}{{- \" \" + message[\"content\"] + eos_token}}"
+      "{%- endif %}{%- endfor %}");
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->name(), "mistral-v3");
+  EXPECT_EQ(v3->Apply({{"system", "S"}, {"user", "A"}, {"assistant", "B"}, {"user", "C"}}, true),
+            "<s>[INST] A[/INST] B</s>[INST] S\n\nC[/INST]");
+  // Llama 2 chat: <<SYS>> inside the first turn, contents stripped, every turn opens with <s>.
+  auto l2 = FromTemplate(
+      "{% if messages[0]['role'] == 'system' %}{% set system_message = messages[0]['content'] %}"
+      "{% endif %}{% for message in loop_messages %}{% if loop.index0 == 0 and system_message %}"
+      "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+      "{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+      "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}");
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  EXPECT_EQ(l2->name(), "llama2");
+  EXPECT_EQ(l2->Apply({{"system", "S"}, {"user", " A "}, {"assistant", "B"}, {"user", "C"}}, true),
+            "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\n A [/INST] B </s><s>[INST] C [/INST]");
+  for (const char* name : {"llama2", "mistral", "mistral-v3"}) {
+    auto named = FromTemplate("{{ messages }}", name);
+    ASSERT_TRUE(named.ok()) << name;
+    EXPECT_EQ(named->name(), name);
+  }
+}
+
 TEST(ChatTemplateTest, UnknownTemplateNeedsOverride) {
   for (const char* source : {"{{ messages }}", static_cast<const char*>(nullptr)}) {
     auto t = FromTemplate(source);
     ASSERT_FALSE(t.ok());
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(t.status().message(), "unknown chat template; set chat_template to chatml or llama3");
+    EXPECT_EQ(t.status().message(),
+              "unknown chat template; set chat_template to chatml, llama3, llama2, mistral or mistral-v3");
   }
   auto t = FromTemplate("{{ messages }}", "llama3");
   ASSERT_TRUE(t.ok());

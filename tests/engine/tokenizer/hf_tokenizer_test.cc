@@ -213,7 +213,7 @@ TEST(ChatTemplateTextTest, DetectsFamiliesLikeGguf) {
   auto l = ChatTemplate::FromTemplateText("{{ '<|start_header_id|>' + role }}");
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l->kind(), ChatTemplateKind::kLlama3);
-  EXPECT_FALSE(ChatTemplate::FromTemplateText("[INST] {{ content }} [/INST]").ok());
+  EXPECT_FALSE(ChatTemplate::FromTemplateText("{% for m in messages %}{{ m.content }}{% endfor %}").ok());
   EXPECT_FALSE(ChatTemplate::FromTemplateText("").ok());
   auto o = ChatTemplate::FromTemplateText("", "chatml");
   ASSERT_TRUE(o.ok());

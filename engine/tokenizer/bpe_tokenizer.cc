@@ -1,12 +1,14 @@
-// Byte-level BPE over a ByteLevelBpeVocab.
+// Byte-level BPE over a BpeVocab.
 //
 // Everything the hot path needs is precomputed at build: the id of every token text, the
 // decoded bytes of every token, the pair → merge table and two special-token matchers
 // (user-defined tokens are always matched, as HF "added tokens" and llama.cpp do; control
 // tokens only with parse_special). Merge results are cached per piece in a bounded map
 // because natural text repeats the same words constantly.
-#include "engine/tokenizer/byte_level_bpe.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/common/status.h"
 #include "engine/tokenizer/absl_bridge.h"
@@ -24,13 +27,15 @@
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/special_tokens.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace witcert {
 namespace {
 
-using Kind = ByteLevelTokenKind;
+using Kind = TokenKind;
 
 constexpr size_t kCacheMaxEntries = 1 << 16;
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 ▁, SentencePiece's space
 constexpr size_t kCacheMaxPieceBytes = 64;
 
 // "<0xNN>" → NN, else -1.
@@ -47,7 +52,7 @@ int ParseByteToken(std::string_view text) {
   return value;
 }
 
-class ByteLevelBpeTokenizer final : public Tokenizer {
+class BpeTokenizer final : public Tokenizer {
  public:
   std::vector<TokenId> Encode(std::string_view text, bool parse_special,
                               bool add_bos) const override {
@@ -56,14 +61,14 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     if (add_bos && add_bos_ && bos_ >= 0) ids.push_back(bos_);
     const SpecialTokenMatcher& matcher = parse_special ? all_special_ : user_defined_;
     if (matcher.empty()) {
-      EncodePlain(text, ids);
+      EncodePlain(text, /*starts_input=*/true, ids);
       return ids;
     }
     for (const TextSegment& seg : matcher.Split(text)) {
       if (seg.token >= 0) {
         ids.push_back(seg.token);
       } else {
-        EncodePlain(seg.text, ids);
+        EncodePlain(seg.text, seg.text.data() == text.data(), ids);
       }
     }
     return ids;
@@ -99,16 +104,41 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::string_view pre_tokenizer() const override { return pre_name_; }
 
  private:
-  friend absl::StatusOr<std::unique_ptr<Tokenizer>> witcert::MakeByteLevelBpeTokenizer(
-      ByteLevelBpeVocab);
+  friend absl::StatusOr<std::unique_ptr<Tokenizer>> witcert::MakeBpeTokenizer(
+      BpeVocab);
 
   bool InVocab(TokenId id) const { return id >= 0 && id < vocab_size(); }
   bool Visible(TokenId id, bool render_special) const {
     return InVocab(id) && (render_special || !hidden_[id]);
   }
 
-  void EncodePlain(std::string_view text, std::vector<TokenId>& ids) const {
-    for (std::string_view piece : pre_->Split(text)) EncodePiece(piece, ids);
+  void EncodePlain(std::string_view text, bool starts_input, std::vector<TokenId>& ids) const {
+    if (symbols_ == BpeSymbols::kByteLevel) {
+      for (std::string_view piece : pre_->Split(text)) EncodePiece(piece, ids);
+      return;
+    }
+    if (text.empty()) return;
+    std::string spaced;  // the segment with spaces written as ▁, after its prefix
+    spaced.reserve(text.size() + 8);
+    if (space_prefix_ == SpacePrefix::kEverySegment ||
+        (space_prefix_ == SpacePrefix::kFirstSegment && starts_input)) {
+      spaced += kSpaceMark;
+    }
+    for (char c : text) {
+      if (c == ' ') spaced += kSpaceMark;
+      else spaced.push_back(c);
+    }
+    if (!split_at_spaces_) {
+      EncodePiece(spaced, ids);
+      return;
+    }
+    const std::string_view all = spaced;
+    size_t start = 0;
+    for (size_t at = all.find(kSpaceMark, 1); at != std::string_view::npos; at = all.find(kSpaceMark, at + 1)) {
+      if (at > start) EncodePiece(all.substr(start, at - start), ids);
+      start = at;
+    }
+    EncodePiece(all.substr(start), ids);
   }
 
   void EncodePiece(std::string_view piece, std::vector<TokenId>& ids) const {
@@ -123,7 +153,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     }
     std::vector<TokenId> piece_ids;
     if (ignore_merges_) {  // a piece that is a whole token is that token
-      auto it = ids_.find(ByteLevelAlphabet::Get().Encode(piece));
+      auto it = ids_.find(symbols_ == BpeSymbols::kByteLevel ? ByteLevelAlphabet::Get().Encode(piece)
+                                                             : std::string(piece));
       if (it != ids_.end()) piece_ids.push_back(it->second);
     }
     if (piece_ids.empty()) merger_->Merge(piece, piece_ids);
@@ -146,6 +177,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   SpecialTokenMatcher user_defined_;  // matched always
   SpecialTokenMatcher all_special_;   // control + user-defined: matched with parse_special
   std::string pre_name_;
+  BpeSymbols symbols_ = BpeSymbols::kByteLevel;
+  SpacePrefix space_prefix_ = SpacePrefix::kNone;
+  bool split_at_spaces_ = false;
   TokenId bos_ = -1;
   TokenId eos_ = -1;
   bool add_bos_ = false;
@@ -156,6 +190,44 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
       ABSL_GUARDED_BY(cache_mu_);
 };
 
+// SentencePiece merges from scores: every split of a normal token into two normal tokens is a
+// merge producing it, ranked by its score (higher first; equal scores share a rank, so the
+// leftmost of such pairs merges first).
+std::vector<BpeMergeRule> MergesFromScores(const std::vector<std::string>& texts,
+                                           const std::vector<TokenKind>& kinds,
+                                           const std::vector<float>& scores,
+                                           const absl::flat_hash_map<std::string, TokenId>& ids) {
+  std::vector<float> distinct;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (kinds[i] == TokenKind::kNormal) distinct.push_back(scores[i]);
+  }
+  std::sort(distinct.begin(), distinct.end(), std::greater<float>());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  const auto normal = [&](std::string_view text) -> TokenId {
+    auto it = ids.find(Av(text));
+    return it != ids.end() && kinds[it->second] == TokenKind::kNormal ? it->second : -1;
+  };
+  std::vector<BpeMergeRule> rules;
+  for (size_t id = 0; id < texts.size(); ++id) {
+    const std::string& t = texts[id];
+    if (kinds[id] != TokenKind::kNormal || t.size() < 2) continue;
+    const int32_t rank = static_cast<int32_t>(
+        std::lower_bound(distinct.begin(), distinct.end(), scores[id], std::greater<float>()) -
+        distinct.begin());
+    for (size_t k = DecodeUtf8At(t, 0).length; k > 0 && k < t.size();) {
+      const TokenId left = normal(std::string_view(t).substr(0, k));
+      const TokenId right = normal(std::string_view(t).substr(k));
+      if (left >= 0 && right >= 0) rules.push_back({left, right, static_cast<int32_t>(id), rank});
+      const Utf8Decoded d = DecodeUtf8At(t, k);
+      k += d.status == Utf8Status::kValid ? d.length : 1;
+    }
+  }
+  // Lowest rank first, so a pair reachable from two tokens keeps the better one.
+  std::stable_sort(rules.begin(), rules.end(),
+                   [](const BpeMergeRule& a, const BpeMergeRule& b) { return a.rank < b.rank; });
+  return rules;
+}
+
 // An id of the vocabulary, or -1 (none) when `optional`.
 absl::Status CheckId(TokenId id, int32_t n, std::string_view what, bool optional = true) {
   if ((optional && id == -1) || (id >= 0 && id < n)) return absl::OkStatus();
@@ -165,8 +237,9 @@ absl::Status CheckId(TokenId id, int32_t n, std::string_view what, bool optional
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpeTokenizer(ByteLevelBpeVocab vocab) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(BpeVocab vocab) {
   if (vocab.texts.empty() || vocab.texts.size() != vocab.kinds.size() ||
+      (!vocab.scores.empty() && vocab.scores.size() != vocab.texts.size()) ||
       vocab.texts.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat("byte-level BPE vocabulary has ",
                                                    vocab.texts.size(), " texts and ",
@@ -184,9 +257,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpeTokenizer(ByteLevelBp
                             /*optional=*/false));
   }
 
-  auto tok = std::make_unique<ByteLevelBpeTokenizer>();
+  auto tok = std::make_unique<BpeTokenizer>();
   tok->pre_name_ = std::move(vocab.pre_tokenizer);
-  ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::Create(tok->pre_name_));
+  tok->symbols_ = vocab.symbols;
+  tok->space_prefix_ = vocab.space_prefix;
+  tok->split_at_spaces_ = vocab.split_at_spaces;
+  if (vocab.symbols == BpeSymbols::kByteLevel) {
+    ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::Create(tok->pre_name_));
+  }
   tok->bos_ = vocab.bos;
   tok->eos_ = vocab.eos;
   tok->add_bos_ = vocab.add_bos;
@@ -204,8 +282,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpeTokenizer(ByteLevelBp
     const int byte = kind == Kind::kByte ? ParseByteToken(text) : -1;
     if (kind == Kind::kAbsent) {
       tok->bytes_.emplace_back();
-    } else if (kind == Kind::kNormal) {
+    } else if (kind == Kind::kNormal && vocab.symbols == BpeSymbols::kByteLevel) {
       tok->bytes_.push_back(alphabet.Decode(text));
+    } else if (kind == Kind::kNormal) {
+      tok->bytes_.push_back(absl::StrReplaceAll(Av(text), {{Av(kSpaceMark), " "}}));
     } else if (byte >= 0) {
       tok->bytes_.emplace_back(1, static_cast<char>(byte));
     } else {
@@ -214,11 +294,21 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpeTokenizer(ByteLevelBp
     tok->hidden_[i] = !(kind == Kind::kNormal || kind == Kind::kUserDefined || byte >= 0);
     if (kind == Kind::kUserDefined) tok->user_defined_.Add(text, i);
     if (kind == Kind::kUserDefined || kind == Kind::kControl) tok->all_special_.Add(text, i);
-    if (kind != Kind::kAbsent) tok->ids_.try_emplace(std::move(text), i);
+    if (kind != Kind::kAbsent) tok->ids_.try_emplace(text, i);  // texts stay: MergesFromScores
   }
   // The merger sees the vocabulary only: added tokens are matched whole, never merged into.
-  std::vector<std::string_view> merges(vocab.merges.begin(), vocab.merges.end());
-  tok->merger_ = std::make_unique<BpeMerger>(tok->ids_, merges, vocab.unknown);
+  const BpeAlphabet alphabet_kind =
+      vocab.symbols == BpeSymbols::kByteLevel ? BpeAlphabet::kByteLevel : BpeAlphabet::kUtf8Chars;
+  if (vocab.merges.empty() && !vocab.scores.empty()) {
+    const std::vector<BpeMergeRule> rules =
+        MergesFromScores(vocab.texts, tok->kinds_, vocab.scores, tok->ids_);
+    tok->merger_ = std::make_unique<BpeMerger>(tok->ids_, absl::MakeConstSpan(rules), alphabet_kind,
+                                               vocab.unknown);
+  } else {
+    std::vector<std::string_view> merges(vocab.merges.begin(), vocab.merges.end());
+    tok->merger_ = std::make_unique<BpeMerger>(tok->ids_, absl::MakeConstSpan(merges), alphabet_kind,
+                                               vocab.unknown);
+  }
 
   for (AddedToken& a : vocab.added) {
     tok->kinds_[a.id] = a.special ? Kind::kControl : Kind::kUserDefined;
