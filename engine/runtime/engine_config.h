@@ -25,7 +25,7 @@ struct KvConfig {
 
 struct EngineConfig {
   std::string model_path;
-  std::string chat_template;   // "" → from the model's metadata; "chatml" / "llama3"
+  std::string chat_template;   // "" → from the model's metadata; a ChatTemplate::FromName name
   // "cuda" | "cpu" | "auto" (cuda when the build has the CUDA backend and a GPU is present).
   std::string device = "auto";
   int32_t threads = 0;         // 0 → all cores

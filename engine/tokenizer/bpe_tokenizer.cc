@@ -120,8 +120,9 @@ class BpeTokenizer final : public Tokenizer {
     if (text.empty()) return;
     std::string spaced;  // the segment with spaces written as ▁, after its prefix
     spaced.reserve(text.size() + 8);
-    if (space_prefix_ == SpacePrefix::kEverySegment ||
-        (space_prefix_ == SpacePrefix::kFirstSegment && starts_input)) {
+    if ((space_prefix_ == SpacePrefix::kEverySegment ||
+         (space_prefix_ == SpacePrefix::kFirstSegment && starts_input)) &&
+        !(prefix_unless_leading_space_ && text.front() == ' ')) {
       spaced += kSpaceMark;
     }
     for (char c : text) {
@@ -179,6 +180,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string pre_name_;
   BpeSymbols symbols_ = BpeSymbols::kByteLevel;
   SpacePrefix space_prefix_ = SpacePrefix::kNone;
+  bool prefix_unless_leading_space_ = false;
   bool split_at_spaces_ = false;
   TokenId bos_ = -1;
   TokenId eos_ = -1;
@@ -262,6 +264,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(BpeVocab vocab) {
   tok->symbols_ = vocab.symbols;
   tok->space_prefix_ = vocab.space_prefix;
   tok->split_at_spaces_ = vocab.split_at_spaces;
+  tok->prefix_unless_leading_space_ = vocab.prefix_unless_leading_space;
   if (vocab.symbols == BpeSymbols::kByteLevel) {
     ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::Create(tok->pre_name_));
   }

@@ -73,6 +73,8 @@ struct BpeVocab {
   std::vector<float> scores;
   BpeSymbols symbols = BpeSymbols::kByteLevel;
   SpacePrefix space_prefix = SpacePrefix::kNone;  // kSentencePiece only
+  bool prefix_unless_leading_space = false;       // Metaspace: no "▁" before a segment that
+                                                  // already starts with a space
   bool split_at_spaces = false;  // kSentencePiece: each "▁" starts a piece (Metaspace split)
   std::string pre_tokenizer;        // kByteLevel: a PreTokenizer::Create name
   TokenId bos = -1;                 // -1: none

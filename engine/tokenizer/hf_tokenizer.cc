@@ -145,6 +145,7 @@ constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 ▁
 // prompt, so its leading space is real). Anything else is Unimplemented naming it.
 struct SentencePieceLayout {
   SpacePrefix prefix = SpacePrefix::kNone;
+  bool prefix_unless_leading_space = false;  // Metaspace's rule; Prepend always prepends
   bool split = false;
 };
 
@@ -190,6 +191,7 @@ absl::StatusOr<std::optional<SentencePieceLayout>> SentencePieceLayoutOf(const J
       return unsupported("pre_tokenizer", pre);
     }
     SentencePieceLayout m;
+    m.prefix_unless_leading_space = true;
     const std::string scheme =
         pre.value("prepend_scheme", pre.value("add_prefix_space", true) ? "always" : "never");
     if (scheme == "always") m.prefix = SpacePrefix::kEverySegment;
@@ -274,6 +276,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
   if (sentencepiece.has_value()) {
     vocab.symbols = BpeSymbols::kSentencePiece;
     vocab.space_prefix = sentencepiece->prefix;
+    vocab.prefix_unless_leading_space = sentencepiece->prefix_unless_leading_space;
     vocab.split_at_spaces = sentencepiece->split;
   } else {
     ASSIGN_OR_RETURN(vocab.pre_tokenizer,
@@ -320,7 +323,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": token id ", id, " appears twice in model.vocab"));
     }
-    vocab.kinds[id] = TokenKind::kNormal;
+    // SentencePiece vocabularies hold their byte-fallback pieces "<0xNN>" in model.vocab.
+    const bool byte_piece = sentencepiece.has_value() && it.key().size() == 6 &&
+                            it.key().rfind("<0x", 0) == 0 && it.key()[5] == '>';
+    vocab.kinds[id] = byte_piece ? TokenKind::kByte : TokenKind::kNormal;
     vocab.texts[id] = it.key();
   }
   std::vector<bool> overridden(n, false);  // [vocab] an earlier added token took the id

@@ -1,5 +1,7 @@
-// Byte-level BPE tokenizer built from a Hugging Face tokenizer.json (Llama 3, Qwen2,
-// SmolLM, GPT-2 style), plus the special ids and chat template that sit beside it.
+// BPE tokenizer built from a Hugging Face tokenizer.json: byte-level (Llama 3, Qwen2, SmolLM,
+// GPT-2 style) or SentencePiece-style with byte fallback (Llama 2, Mistral 7B: see
+// SentencePieceLayoutOf in the .cc for the accepted layouts), plus the special ids and chat
+// template that sit beside it.
 //
 // Why no general interpreter of tokenizer.json's pipeline: the models we serve use a handful
 // of fixed pre-tokenizer sequences, each identical to a pre-tokenizer the GGUF path already

@@ -1,10 +1,11 @@
-// Byte-level BPE tokenizer built from a GGUF vocabulary (tokenizer.ggml.model == "gpt2").
+// The tokenizer interface, and its GGUF constructor: byte-level BPE (tokenizer.ggml.model
+// "gpt2") or SentencePiece-style BPE ("llama"), both built by engine/tokenizer/bpe_tokenizer.h.
 //
 // Encoding: special tokens (control / user-defined types) are matched first when asked;
-// the remaining text is split by the pre-tokenizer regex chosen from tokenizer.ggml.pre
-// (PCRE2, UTF-8 + Unicode properties), each piece is mapped to GPT-2 byte-level symbols and
-// merged by BPE rank. Decoding maps symbols back to bytes; see StreamingDetokenizer for
-// UTF-8-safe streaming.
+// byte-level text is split by the pre-tokenizer regex chosen from tokenizer.ggml.pre (PCRE2,
+// UTF-8 + Unicode properties), each piece mapped to GPT-2 byte-level symbols and merged by BPE
+// rank; SentencePiece text has its spaces written as "▁" and is merged by score. Decoding maps
+// tokens back to bytes; see StreamingDetokenizer for UTF-8-safe streaming.
 #pragma once
 
 #include <cstdint>

@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -26,6 +28,7 @@
 #include "engine/model/rope_scaling.h"
 #include "engine/runtime/loaded_engine.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/engine/model/tiny_hf_model.h"
 
 namespace witcert {
@@ -781,6 +784,77 @@ TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
   EXPECT_FALSE(LoadEngine(config).ok());
   config.chat_template = "llama3";
   EXPECT_TRUE(LoadEngine(config).ok());
+}
+
+// A Mistral-7B-style folder: a SentencePiece tokenizer.json (the tokenizer fixture's legacy
+// layout: Prepend/Replace normalizer, byte fallback) and the v0.1 [INST] template. The engine
+// picks the mistral template, the rendered prompt starts with BOS (the "<s>" text matched as
+// its control token), and generation runs.
+TEST(HfModelTest, LoadEngineRunsASentencePieceFolderWithTheMistralTemplate) {
+  std::ifstream in("tests/engine/tokenizer/fixtures/sentencepiece_bpe.json");
+  ASSERT_TRUE(in.good()) << "run from the repository root";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json fx = nlohmann::json::parse(ss.str());
+  const nlohmann::json& legacy = fx["variants"]["legacy"];
+  const nlohmann::json doc = {{"version", "1.0"}, {"added_tokens", fx["added_tokens"]},
+                              {"normalizer", legacy["normalizer"]}, {"pre_tokenizer", nullptr},
+                              {"decoder", legacy["decoder"]}, {"model", fx["model"]}};
+  TempFolder dir("hf_mistral");
+  TinyHfSpec spec;
+  spec.vocab = 640;  // ≥ the fixture's 612 ids
+  testing::WriteTinyHfFolder(spec, dir.path());
+  testing::WriteFile(dir.path() / "tokenizer.json", doc.dump());
+  testing::WriteFile(
+      dir.path() / "tokenizer_config.json",
+      nlohmann::json({{"bos_token", "<s>"},
+                      {"eos_token", "</s>"},
+                      {"add_bos_token", true},
+                      {"chat_template",
+                       "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+                       "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+                       "'assistant' %}{{ message['content'] + eos_token}}{% endif %}{% endfor %}"}})
+          .dump());
+  EngineConfig config;
+  config.model_path = dir.str();
+  config.threads = 1;
+  config.kv.memory_bytes = 4ll << 20;
+  auto loaded = LoadEngine(config);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->chat_template.name(), "mistral");
+  const Tokenizer& tok = *(*loaded)->tokenizer;
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  const std::string text = (*loaded)->chat_template.Apply({{"user", "Hello world"}}, true);
+  EXPECT_EQ(text, "<s>[INST] Hello world [/INST]");
+  const std::vector<TokenId> prompt = tok.Encode(text, /*parse_special=*/true);
+  ASSERT_GE(prompt.size(), 3u);
+  EXPECT_EQ(prompt[0], 1);
+  // [INST] and [/INST] are control tokens in this vocabulary (as in v0.3's); the text between
+  // them is a segment of its own, which the legacy Prepend normalizer prefixes with "▁".
+  const TokenId inst = tok.Find("[INST]"), inst_end = tok.Find("[/INST]");
+  ASSERT_GE(inst, 0);
+  EXPECT_EQ(prompt[1], inst);
+  EXPECT_EQ(prompt.back(), inst_end);
+  EXPECT_EQ(tok.Decode(std::vector<TokenId>(prompt.begin() + 2, prompt.end() - 1)), "  Hello world ");
+  Request request;
+  request.id = "mistral";
+  request.prompt = prompt;
+  request.sampling.temperature = 0.0f;
+  request.stop.max_tokens = 4;
+  request.stop.ignore_eos = true;
+  auto stream = (*loaded)->engine->Submit(request);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  int tokens = 0;
+  while (true) {
+    RequestEvent e = *(*stream)->Next();
+    if (e.kind == RequestEvent::Kind::kToken) ++tokens;
+    if (e.kind == RequestEvent::Kind::kFinish) {
+      EXPECT_TRUE(e.status.ok()) << e.status;
+      break;
+    }
+  }
+  EXPECT_EQ(tokens, 4);
 }
 
 TEST(HfModelTest, SpecDispatch) {
