@@ -76,7 +76,7 @@ GemvRopeSplitOut RopeTargets(const Activations& a) {
   out.num_kv_heads = kKvHeads;
   out.head_dim = kHeadDim;
   out.position = a.position;
-  out.theta = 500000.0f;
+  out.freq = 500000.0f;
   out.q = a.q;
   out.k = a.k;
   out.v = a.v;

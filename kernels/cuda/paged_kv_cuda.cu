@@ -42,7 +42,7 @@ struct RopeWriteParams {
   const float* qkv;
   int64_t qkv_stride;
   int32_t num_heads;
-  float theta;
+  cuda_ops::RopeFreq freq;
   bool interleaved;
   float* q;
   float* k;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kRopeWriteWarps * 32) RopeSplitWriteKvKernel(c
     const int32_t pr = static_cast<int32_t>(e % half);
     const int64_t h = (e / half) % r.num_heads, i = e / (int64_t{half} * r.num_heads);
     cuda_ops::RotatePair(r.qkv + i * r.qkv_stride + h * d, r.q + (i * r.num_heads + h) * d, pr, d,
-                         p.args.positions[i], r.theta, r.interleaved);
+                         p.args.positions[i], r.freq, r.interleaved);
     return;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kRopeWriteWarps * 32) RopeSplitWriteKvKernel(c
     for (int c = lane; c < d; c += 32) copy[c] = x[c];
   } else {
     const int64_t pos = p.args.positions[i];
-    for (int32_t pr = lane; pr < half; pr += 32) cuda_ops::RotatePair(x, copy, pr, d, pos, r.theta, r.interleaved);
+    for (int32_t pr = lane; pr < half; pr += 32) cuda_ops::RotatePair(x, copy, pr, d, pos, r.freq, r.interleaved);
   }
   __syncwarp();
   float* out = (is_value ? r.v : r.k) + (i * hkv + head) * d;
@@ -255,7 +255,7 @@ CudaStatus WriteKvCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
                              dim3(kWarpsPerBlock * 32), 0, stream, /*overlap_previous=*/true, p);
 }
 
-CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t num_heads, float theta,
+CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t num_heads, cuda_ops::RopeFreq freq,
                                 bool interleaved, float* q, float* k, float* v, const KvWritePlan& plan,
                                 cudaStream_t stream) {
   const int64_t n = plan.args.num_tokens;
@@ -268,7 +268,7 @@ CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t nu
   if (qkv_stride < int64_t{num_heads + 2 * hkv} * d) {
     return CudaStatus::Error("RopeSplitWriteKvCuda: qkv_stride shorter than the q, k and v heads");
   }
-  RopeWriteParams r{plan, qkv, qkv_stride, num_heads, theta, interleaved, q, k, v, 0};
+  RopeWriteParams r{plan, qkv, qkv_stride, num_heads, freq, interleaved, q, k, v, 0};
   constexpr int64_t kThreads = kRopeWriteWarps * 32;
   r.q_blocks = (n * num_heads * (d / 2) + kThreads - 1) / kThreads;
   const int64_t blocks = r.q_blocks + (n * hkv * 2 + kRopeWriteWarps - 1) / kRopeWriteWarps;

@@ -39,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/ops/rope_freq.h"
 #include "kernels/cuda/kv_scheme_cuda.h"
 
 namespace witcert {
@@ -151,11 +152,11 @@ CudaStatus PlanKvWriteCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
 
 // The batched step's RoPE split and KV write as one kernel: q [n, Hq, d], k and v [n, Hkv, d]
 // from the QKV projection's rows qkv [n, qkv_stride] (q heads, then k's, then v's; the bias
-// already added), q and k rotated at plan.args.positions — RopeSplitQkvCuda's bits — and each k
+// already added), q and k rotated at plan.args.positions with `freq` — RopeSplitQkvCuda's bits — and each k
 // and v vector then encoded into the pool from the warp's copy of it — WriteKvCuda's bits (the
 // plan's args.k and args.v must be k and v). Saves the write's launch and its reads of k and v
 // back from memory.
-CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t num_heads, float theta,
+CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t num_heads, cuda_ops::RopeFreq freq,
                                 bool interleaved, float* q, float* k, float* v, const KvWritePlan& plan,
                                 cudaStream_t stream);
 

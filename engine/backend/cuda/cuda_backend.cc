@@ -40,11 +40,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
                                                                  Options options) {
   const ModelConfig& c = model.config();
   RETURN_IF_ERROR(CheckKvMatchesModel(c, kv_options));
-  if (!c.rope_freq_factors.empty() || c.rope_attn_factor != 1.0f) {  // checked first: a host
-    return absl::UnimplementedError(                                   // without a GPU can test it
-        "the CUDA backend does not apply RoPE scaling yet (llama3 / linear / yarn, "
-        "engine/model/rope_scaling.h): its rotation kernels take theta alone");
-  }
   if (c.qk_norm) {  // checked before the device: a host without a GPU can test it
     return absl::UnimplementedError(
         "the CUDA backend does not run qwen3's per-head q/k RMSNorm yet (the CPU backend does)");
@@ -141,6 +136,11 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   backing_store_bytes_ = o.backing_store_bytes;
   exact_cache_blocks_ = o.exact_cache_blocks;
   WITCERT_KERNEL_OK(pool_.Init(layout_, o.num_layers));
+  if (!config_.rope_freq_factors.empty()) {  // RoPE scaling: the divisors every rotation reads
+    const std::vector<float>& f = config_.rope_freq_factors;  // [head_dim/2]
+    RETURN_IF_ERROR(rope_factors_.Grow(f.size()));
+    WITCERT_CUDA_OK(cudaMemcpy(rope_factors_.get(), f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
   block_events_ = std::make_unique<BlockEvents>(this);
   kv_->set_block_observer(block_events_.get());
   return UploadWeights(model, &weights_, options.progress);

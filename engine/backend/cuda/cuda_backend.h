@@ -209,6 +209,8 @@ class CudaBackend : public Backend {
   absl::StatusOr<bool> ProjectQkv(const DeviceLayerWeights& lw, const float* x, int64_t n,
                                   const KvWriteArgs& write, float* k_rows, float* v_rows);
   absl::Status ProjectQueries(const DeviceLayerWeights& lw, const float* x, const int64_t* d_pos);
+  // θ, and the model's RoPE scaling as rope_factors_ on the device.
+  cuda_ops::RopeFreq RopeFrequencies() const;
   GemvRopeSplitOut RopeSplitTargets(const DeviceLayerWeights& lw, const int64_t* d_pos,
                                     float* k_rows, float* v_rows) const;
   // act_ [n, ffn] bf16 = SwiGLU of the FFN's gate|up projection of RMSNorm(x): one GEMV with
@@ -254,6 +256,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<ThreadPool> cell_pool_;
 
   // Device scratch, grown to the batch: N rows, S decode rows, M logit rows.
+  DeviceArray<float> rope_factors_;  // [head_dim/2] RoPE scaling divisors (unscaled: unused)
   DeviceArray<float> x_;           // [N, hidden] residual stream
   DeviceArray<uint16_t> xn_;       // [N, hidden] bf16 normed
   DeviceArray<float> qkv_;         // [N, q_dim + 2·kv_dim]

@@ -78,7 +78,7 @@ absl::StatusOr<bool> CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const
   }
   KvWritePlan plan;
   WITCERT_KERNEL_OK(PlanKvWriteCuda(layout_, pool_.layer(write.layer), write, &plan));
-  WITCERT_KERNEL_OK(RopeSplitWriteKvCuda(qkv_.get(), qkv_dim, config_.num_heads, config_.rope_theta,
+  WITCERT_KERNEL_OK(RopeSplitWriteKvCuda(qkv_.get(), qkv_dim, config_.num_heads, RopeFrequencies(),
                                          interleaved, q_.get(), k_rows, v_rows, plan, stream_));
   return false;
 }
@@ -95,6 +95,11 @@ absl::Status CudaBackend::ProjectQueries(const DeviceLayerWeights& lw, const flo
   return absl::OkStatus();
 }
 
+cuda_ops::RopeFreq CudaBackend::RopeFrequencies() const {
+  return cuda_ops::RopeFreq(config_.rope_theta, config_.rope_freq_factors.empty() ? nullptr : rope_factors_.get(),
+                            config_.rope_attn_factor);
+}
+
 GemvRopeSplitOut CudaBackend::RopeSplitTargets(const DeviceLayerWeights& lw, const int64_t* d_pos,
                                                float* k_rows, float* v_rows) const {
   GemvRopeSplitOut out;
@@ -103,7 +108,7 @@ GemvRopeSplitOut CudaBackend::RopeSplitTargets(const DeviceLayerWeights& lw, con
   out.head_dim = config_.head_dim;
   out.bias = config_.qkv_bias ? lw.bqkv.get() : nullptr;
   out.position = d_pos;
-  out.theta = config_.rope_theta;
+  out.freq = RopeFrequencies();
   out.interleaved = config_.rope_pairing == RopePairing::kInterleaved;
   out.q = q_.get();
   out.k = k_rows;

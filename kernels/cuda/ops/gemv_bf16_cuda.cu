@@ -127,7 +127,7 @@ __device__ __forceinline__ RopeEpilogue PrepareEpilogue(const GemvArgs& a, int64
     }
     const int32_t d = t.head_dim, half = d / 2;
     if (wg < int64_t{t.num_heads + t.num_kv_heads} * half) {  // a q or k pair (v is not rotated)
-      e.rotation = cuda_ops::RopeAngle(static_cast<int32_t>(wg % half), d, *t.position, t.theta);
+      e.rotation = cuda_ops::RopeAngle(static_cast<int32_t>(wg % half), d, *t.position, t.freq);
     }
   }
   return e;

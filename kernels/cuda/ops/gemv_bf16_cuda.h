@@ -33,6 +33,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/ops/rope_freq.h"
 
 namespace witcert {
 
@@ -95,7 +96,7 @@ struct GemvRopeSplitOut {
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   const float* bias = nullptr;
   const int64_t* position = nullptr;
-  float theta = 10000.0f;
+  cuda_ops::RopeFreq freq;  // θ, and the model's RoPE scaling (rope_freq.h)
   bool interleaved = false;
   float* q = nullptr;
   float* k = nullptr;

@@ -9,6 +9,8 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/ops/rope_freq.h"
+
 namespace witcert::cuda_ops {
 
 constexpr int kRowThreads = 256;
@@ -66,16 +68,19 @@ __device__ __forceinline__ uint2 PackBf16x4(const float4 y) {
   return b;
 }
 
-// RoPE pair p of a head of `head_dim`: the angle pos·theta^(−2p/d) in double (accurate at large
-// positions), then (xa, xb) → (xa·c − xb·s, xa·s + xb·c) with each rounding spelled out, so no
-// caller's contraction choices can change a bit.
+// RoPE pair p of a head of `head_dim`: the angle pos·θ^(−2p/d) / factors[p] in double (accurate at
+// large positions; rope_freq.h), cos and sin times the attention factor, then (xa, xb) →
+// (xa·c − xb·s, xa·s + xb·c) with each rounding spelled out, so no caller's contraction choices
+// can change a bit.
 struct RopeRotation {
   float c, s;
 };
-__device__ __forceinline__ RopeRotation RopeAngle(int32_t p, int32_t head_dim, int64_t pos, float theta) {
-  const double inv_freq = pow(static_cast<double>(theta), -2.0 * p / head_dim);
+__device__ __forceinline__ RopeRotation RopeAngle(int32_t p, int32_t head_dim, int64_t pos, RopeFreq f) {
+  double inv_freq = pow(static_cast<double>(f.theta), -2.0 * p / head_dim);
+  if (f.factors != nullptr) inv_freq /= static_cast<double>(f.factors[p]);
   const double angle = static_cast<double>(pos) * inv_freq;
-  return RopeRotation{static_cast<float>(cos(angle)), static_cast<float>(sin(angle))};
+  const double magnitude = f.attn_factor;
+  return RopeRotation{static_cast<float>(cos(angle) * magnitude), static_cast<float>(sin(angle) * magnitude)};
 }
 __device__ __forceinline__ void Rotate(RopeRotation r, float xa, float xb, float* oa, float* ob) {
   *oa = __fsub_rn(__fmul_rn(xa, r.c), __fmul_rn(xb, r.s));
@@ -91,9 +96,9 @@ __device__ __forceinline__ int32_t RopeDimB(int32_t p, int32_t head_dim, bool in
 
 // Pair p of one head at position pos: reads `in`, writes `out` (which may be `in`).
 __device__ __forceinline__ void RotatePair(const float* in, float* out, int32_t p, int32_t head_dim,
-                                           int64_t pos, float theta, bool interleaved) {
+                                           int64_t pos, RopeFreq freq, bool interleaved) {
   const int32_t a = RopeDimA(p, head_dim, interleaved), b = RopeDimB(p, head_dim, interleaved);
-  Rotate(RopeAngle(p, head_dim, pos, theta), in[a], in[b], &out[a], &out[b]);
+  Rotate(RopeAngle(p, head_dim, pos, freq), in[a], in[b], &out[a], &out[b]);
 }
 
 // SwiGLU's element: silu(g)·u = g / (1 + e^{−g}) · u.

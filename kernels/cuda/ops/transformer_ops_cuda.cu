@@ -89,7 +89,7 @@ __global__ void RmsNormVec4Kernel(const float* x, const float* weight, int64_t d
 }
 
 __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_heads,
-                           int32_t head_dim, const int64_t* positions, float theta,
+                           int32_t head_dim, const int64_t* positions, cuda_ops::RopeFreq freq,
                            bool interleaved) {
   const int32_t half = head_dim / 2;
   const int64_t total = n * num_heads * half;
@@ -99,14 +99,14 @@ __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_
     const int64_t h = (e / half) % num_heads;
     const int64_t i = e / (int64_t{half} * num_heads);
     float* xh = x + i * row_stride + h * head_dim;  // [head_dim]
-    cuda_ops::RotatePair(xh, xh, p, head_dim, positions[i], theta, interleaved);
+    cuda_ops::RotatePair(xh, xh, p, head_dim, positions[i], freq, interleaved);
   }
 }
 
 // One RoPE pair (or, past the pairs, one v element) per index; see RopeSplitQkvCuda.
 __global__ void RopeSplitQkvKernel(const float* qkv, int64_t n, int64_t qkv_stride,
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
-                                   const int64_t* positions, float theta, bool interleaved,
+                                   const int64_t* positions, cuda_ops::RopeFreq freq, bool interleaved,
                                    float* q, float* k, float* v) {
   cuda_launch::WaitForPreviousKernel();  // launched to overlap the QKV projection's tail
   const int32_t half = head_dim / 2, heads = num_heads + num_kv_heads;
@@ -125,7 +125,7 @@ __global__ void RopeSplitQkvKernel(const float* qkv, int64_t n, int64_t qkv_stri
     const float* xh = qkv + i * qkv_stride + h * head_dim;  // [head_dim]
     float* out = h < num_heads ? q + (i * num_heads + h) * head_dim
                                : k + (i * num_kv_heads + (h - num_heads)) * head_dim;
-    cuda_ops::RotatePair(xh, out, p, head_dim, positions[i], theta, interleaved);
+    cuda_ops::RotatePair(xh, out, p, head_dim, positions[i], freq, interleaved);
   }
 }
 
@@ -246,17 +246,17 @@ CudaStatus RmsNormCuda(const float* x, const float* weight, int64_t n, int64_t d
 }
 
 CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, int32_t head_dim,
-                    const int64_t* positions, float theta, bool interleaved, cudaStream_t stream) {
+                    const int64_t* positions, cuda_ops::RopeFreq freq, bool interleaved, cudaStream_t stream) {
   if (n <= 0) return CudaStatus::Ok();
   if (head_dim % 2 != 0) return CudaStatus::Error("RopeCuda: head_dim must be even");
   RopeKernel<<<Blocks(n * num_heads * (head_dim / 2)), kThreads, 0, stream>>>(
-      x, n, row_stride, num_heads, head_dim, positions, theta, interleaved);
+      x, n, row_stride, num_heads, head_dim, positions, freq, interleaved);
   return LastLaunch("RopeKernel");
 }
 
 CudaStatus RopeSplitQkvCuda(const float* qkv, int64_t n, int64_t qkv_stride, int32_t num_heads,
                             int32_t num_kv_heads, int32_t head_dim, const int64_t* positions,
-                            float theta, bool interleaved, float* q, float* k, float* v,
+                            cuda_ops::RopeFreq freq, bool interleaved, float* q, float* k, float* v,
                             cudaStream_t stream) {
   if (n <= 0) return CudaStatus::Ok();
   if (head_dim % 2 != 0) return CudaStatus::Error("RopeSplitQkvCuda: head_dim must be even");
@@ -267,7 +267,7 @@ CudaStatus RopeSplitQkvCuda(const float* qkv, int64_t n, int64_t qkv_stride, int
                         n * int64_t{num_kv_heads} * head_dim;
   return cuda_launch::Launch(RopeSplitQkvKernel, dim3(Blocks(total)), dim3(kThreads), 0, stream,
                              /*overlap_previous=*/true, qkv, n, qkv_stride, num_heads, num_kv_heads,
-                             head_dim, positions, theta, interleaved, q, k, v);
+                             head_dim, positions, freq, interleaved, q, k, v);
 }
 
 CudaStatus SwiGluCuda(const float* gate, const float* up, int64_t n, int64_t cols,

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/ops/rope_freq.h"
 
 namespace witcert {
 
@@ -31,10 +32,11 @@ CudaStatus RmsNormCuda(const float* x, const float* weight, int64_t n, int64_t d
 
 // Rotates, in place, the first `num_heads` heads of each row of x: row i starts at
 // x + i·row_stride and holds heads [num_heads, head_dim]; its position is positions[i]
-// (device). Pair p < head_dim/2 has angle pos·theta^(−2p/head_dim) and dims (2p, 2p+1) when
-// `interleaved`, else (p, p + head_dim/2).
+// (device). Pair p < head_dim/2 has angle pos·θ^(−2p/head_dim) (divided by freq.factors[p] and
+// with cos and sin times freq.attn_factor when the model scales RoPE: rope_freq.h) and dims
+// (2p, 2p+1) when `interleaved`, else (p, p + head_dim/2).
 CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, int32_t head_dim,
-                    const int64_t* positions, float theta, bool interleaved, cudaStream_t stream);
+                    const int64_t* positions, cuda_ops::RopeFreq freq, bool interleaved, cudaStream_t stream);
 
 // The fused QKV rows split into contiguous q [n, Hq·d], k [n, Hkv·d], v [n, Hkv·d], with RoPE
 // applied to q and k on the way (the same arithmetic as RopeCuda, so the results are bitwise
@@ -44,7 +46,7 @@ CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, 
 // RopeSplitWriteKvCuda above it); their tests hold them to its bits.
 CudaStatus RopeSplitQkvCuda(const float* qkv, int64_t n, int64_t qkv_stride, int32_t num_heads,
                             int32_t num_kv_heads, int32_t head_dim, const int64_t* positions,
-                            float theta, bool interleaved, float* q, float* k, float* v,
+                            cuda_ops::RopeFreq freq, bool interleaved, float* q, float* k, float* v,
                             cudaStream_t stream);
 
 // out[i, j] = silu(gate[i, j]) · up[i, j], j < cols. gate, up: rows of `cols` at stride

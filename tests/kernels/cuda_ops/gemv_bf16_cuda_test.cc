@@ -266,7 +266,7 @@ struct RopeShape {
   GemvRopeSplitOut Targets(const float* bias, const int64_t* position, float theta, float* q, float* k, float* v,
                            bool interleaved = false) const {
     return GemvRopeSplitOut{.num_heads = hq, .num_kv_heads = hkv, .head_dim = d, .bias = bias, .position = position,
-                            .theta = theta, .interleaved = interleaved, .q = q, .k = k, .v = v};
+                            .freq = theta, .interleaved = interleaved, .q = q, .k = k, .v = v};
   }
 };
 constexpr RopeShape kRopeShapes[] = {{32, 8, 128, 4096}, {9, 3, 64, 576}, {2, 1, 8, 16}};

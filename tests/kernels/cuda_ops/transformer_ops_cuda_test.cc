@@ -2,6 +2,7 @@
 // over several shapes. Tolerances: fp32 outputs 1e-5 relative to the row's scale (fp32 vs
 // the CPU's double accumulation: a few ulp per element, 1e-5 leaves two decades of room for
 // dims up to 8192); bf16 outputs 2^-8 relative (one bf16 rounding is ≤ 2^-9).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -96,6 +97,59 @@ TEST(CudaOpsTest, RopeMatchesCpuBothPairingsAndLargePositions) {
       // Same double angles, float cos/sin: one rounding each plus the rotation (≤ 4 ulp of 2).
       for (int64_t e = 0; e < n * stride; ++e) {
         ASSERT_NEAR(got[e], want[e], 2e-6f) << "interleaved " << interleaved << " d " << d << " @" << e;
+      }
+    }
+  }
+}
+
+// RoPE scaling on the GPU: per-pair divisors (1 … 7.3 across the pairs, the span of llama3's
+// and yarn's) and yarn's factor on cos and sin, against the CPU's ApplyRope with the same factors, and the fused split with them
+// against RopeCuda's bits (so the backend's fused paths carry the scaling too).
+TEST(CudaOpsTest, RopeWithFrequencyFactorsMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int32_t d = 128, heads = 3;
+  std::vector<float> factors(d / 2);
+  for (int32_t i = 0; i < d / 2; ++i) factors[i] = 1.0f + 0.1f * static_cast<float>(i);
+  Dev<float> dfactors(factors);
+  for (float attn : {1.0f, 1.1386294f}) {
+    for (bool interleaved : {true, false}) {
+      const int64_t stride = heads * d + 8;
+      const std::vector<int64_t> pos = {0, 1, 17, 4095, 100000, 131071};
+      const int64_t n = pos.size();
+      const std::vector<float> x = RandomFloats(n * stride, 29);
+      std::vector<float> want = x;
+      for (int64_t i = 0; i < n; ++i) {
+        ApplyRope(&want[i * stride], heads, d, pos[i], 500000.0f, interleaved, factors.data(), attn);
+      }
+      Dev<float> dx(x);
+      Dev<int64_t> dp(pos);
+      const cuda_ops::RopeFreq freq(500000.0f, dfactors.get(), attn);
+      EXPECT_KERNEL_OK(RopeCuda(dx.get(), n, stride, heads, d, dp.get(), freq, interleaved, 0));
+      const std::vector<float> got = dx.Get();
+      double moved = 0.0;  // how far the scaling moves the result: the check must mean something
+      std::vector<float> plain = x;
+      for (int64_t i = 0; i < n; ++i) ApplyRope(&plain[i * stride], heads, d, pos[i], 500000.0f, interleaved);
+      for (int64_t e = 0; e < n * stride; ++e) {
+        ASSERT_NEAR(got[e], want[e], 3e-6f) << "attn " << attn << " interleaved " << interleaved << " @" << e;
+        moved = std::max(moved, std::fabs(double(want[e]) - plain[e]));
+      }
+      EXPECT_GT(moved, 0.1);
+
+      // The fused split with the same frequencies: RopeCuda's bits.
+      const int32_t hq = 2, hkv = 1;
+      const int64_t q_dim = hq * d, kv_dim = hkv * d, fstride = q_dim + 2 * kv_dim;
+      const std::vector<float> fx = RandomFloats(n * fstride, 31);
+      Dev<float> rotated(fx);
+      EXPECT_KERNEL_OK(RopeCuda(rotated.get(), n, fstride, hq + hkv, d, dp.get(), freq, interleaved, 0));
+      const std::vector<float> rot = rotated.Get();
+      Dev<float> fused(fx), q(std::vector<float>(n * q_dim, NAN)), k(std::vector<float>(n * kv_dim, NAN)),
+          v(std::vector<float>(n * kv_dim, NAN));
+      EXPECT_KERNEL_OK(RopeSplitQkvCuda(fused.get(), n, fstride, hq, hkv, d, dp.get(), freq, interleaved,
+                                        q.get(), k.get(), v.get(), 0));
+      const std::vector<float> gq = q.Get(), gk = k.Get();
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < q_dim; ++j) ASSERT_EQ(gq[i * q_dim + j], rot[i * fstride + j]) << i << " q " << j;
+        for (int64_t j = 0; j < kv_dim; ++j) ASSERT_EQ(gk[i * kv_dim + j], rot[i * fstride + q_dim + j]) << i << " k " << j;
       }
     }
   }
