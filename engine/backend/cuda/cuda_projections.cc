@@ -64,7 +64,9 @@ absl::StatusOr<bool> CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const
   const int64_t hidden = config_.hidden_dim, qkv_dim = config_.q_dim() + 2 * config_.kv_dim();
   const bool interleaved = config_.rope_pairing == RopePairing::kInterleaved;
   const int64_t* d_pos = write.positions;
-  if (UseGemv(n) && GemvBf16FromF32Supports(hidden, x, lw.wqkv.get(), lw.attn_norm.get())) {
+  // Qwen3's q/k norm sits between the projection and the rotation, which the GEMV's epilogue
+  // fuses (two rows per warp, not a whole head): such models take the GEMM path at batch 1 too.
+  if (UseGemv(n) && !config_.qk_norm && GemvBf16FromF32Supports(hidden, x, lw.wqkv.get(), lw.attn_norm.get())) {
     WITCERT_KERNEL_OK(GemvBf16RopeSplitCuda(x, lw.attn_norm.get(), config_.rms_norm_eps, hidden,
                                             lw.wqkv.get(), RopeSplitTargets(lw, d_pos, k_rows, v_rows),
                                             stream_, kBatchOneGemv.overlap_previous,
@@ -75,6 +77,11 @@ absl::StatusOr<bool> CudaBackend::ProjectQkv(const DeviceLayerWeights& lw, const
                               qkv_.get(), qkv_dim, 0.0f));
   if (config_.qkv_bias) {
     WITCERT_KERNEL_OK(AddBiasRowsCuda(qkv_.get(), n, qkv_dim, qkv_dim, lw.bqkv.get(), stream_));
+  }
+  if (config_.qk_norm) {
+    WITCERT_KERNEL_OK(QkNormCuda(qkv_.get(), n, qkv_dim, config_.num_heads, config_.num_kv_heads,
+                                 config_.head_dim, lw.q_norm.get(), lw.k_norm.get(), config_.rms_norm_eps,
+                                 stream_));
   }
   KvWritePlan plan;
   WITCERT_KERNEL_OK(PlanKvWriteCuda(layout_, pool_.layer(write.layer), write, &plan));

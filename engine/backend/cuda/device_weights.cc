@@ -109,6 +109,12 @@ absl::Status UploadWeights(const Model& model, DeviceWeights* out,
     RETURN_IF_ERROR(UploadF32(lw.attn_norm, d.attn_norm.get()));
     RETURN_IF_ERROR(Alloc(d.ffn_norm, h, &bytes));
     RETURN_IF_ERROR(UploadF32(lw.ffn_norm, d.ffn_norm.get()));
+    if (c.qk_norm) {
+      RETURN_IF_ERROR(Alloc(d.q_norm, c.head_dim, &bytes));
+      RETURN_IF_ERROR(UploadF32(lw.q_norm, d.q_norm.get()));
+      RETURN_IF_ERROR(Alloc(d.k_norm, c.head_dim, &bytes));
+      RETURN_IF_ERROR(UploadF32(lw.k_norm, d.k_norm.get()));
+    }
     const int decile = static_cast<int>(10 * (l + 1) / c.num_layers);
     if (progress && decile > last_decile) {
       last_decile = decile;

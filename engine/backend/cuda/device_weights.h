@@ -27,6 +27,8 @@ struct DeviceLayerWeights {
   DeviceArray<uint16_t> w_down;    // [hidden, ffn] bf16
   DeviceArray<float> attn_norm;    // [hidden]
   DeviceArray<float> ffn_norm;     // [hidden]
+  DeviceArray<float> q_norm;       // [head_dim]; empty unless config.qk_norm (qwen3)
+  DeviceArray<float> k_norm;       // [head_dim]; empty unless config.qk_norm
 };
 
 struct DeviceWeights {

@@ -88,6 +88,25 @@ __global__ void RmsNormVec4Kernel(const float* x, const float* weight, int64_t d
   }
 }
 
+__global__ void QkNormKernel(float* qkv, int64_t n, int64_t row_stride, int32_t num_heads,
+                             int32_t num_kv_heads, int32_t head_dim, const float* q_weight,
+                             const float* k_weight, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int32_t heads = num_heads + num_kv_heads;
+  const int64_t item = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5;  // (row, head)
+  if (item >= n * heads) return;  // whole warp exits together
+  const int64_t row = item / heads;
+  const int32_t head = static_cast<int32_t>(item % heads);
+  float* x = qkv + row * row_stride + int64_t{head} * head_dim;  // [head_dim]
+  const float* w = head < num_heads ? q_weight : k_weight;         // [head_dim]
+  double ss = 0.0;
+  for (int32_t j = lane; j < head_dim; j += 32) ss += static_cast<double>(x[j]) * x[j];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+  const float scale = static_cast<float>(1.0 / sqrt(ss / head_dim + eps));
+  for (int32_t j = lane; j < head_dim; j += 32) x[j] = __fmul_rn(__fmul_rn(x[j], scale), w[j]);
+}
+
 __global__ void RopeKernel(float* x, int64_t n, int64_t row_stride, int32_t num_heads,
                            int32_t head_dim, const int64_t* positions, cuda_ops::RopeFreq freq,
                            bool interleaved) {
@@ -243,6 +262,23 @@ CudaStatus RmsNormCuda(const float* x, const float* weight, int64_t n, int64_t d
     RmsNormKernel<<<grid, kThreads, 0, stream>>>(x, weight, dim, eps, out_f32, out_bf16);
   }
   return LastLaunch("RmsNormKernel");
+}
+
+CudaStatus QkNormCuda(float* qkv, int64_t n, int64_t row_stride, int32_t num_heads, int32_t num_kv_heads,
+                      int32_t head_dim, const float* q_weight, const float* k_weight, float eps,
+                      cudaStream_t stream) {
+  if (n <= 0) return CudaStatus::Ok();
+  if (qkv == nullptr || q_weight == nullptr || k_weight == nullptr || num_heads <= 0 || num_kv_heads < 0 ||
+      head_dim <= 0 || row_stride < int64_t{num_heads + num_kv_heads} * head_dim) {
+    return CudaStatus::Error("QkNormCuda: needs qkv rows holding the q and k heads and both weights");
+  }
+  const int64_t warps = n * (num_heads + num_kv_heads);
+  const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
+  if (blocks > 0x7fffffff) return CudaStatus::Error("QkNormCuda: too many rows in one call");
+  QkNormKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(qkv, n, row_stride, num_heads,
+                                                                      num_kv_heads, head_dim, q_weight,
+                                                                      k_weight, eps);
+  return LastLaunch("QkNormKernel");
 }
 
 CudaStatus RopeCuda(float* x, int64_t n, int64_t row_stride, int32_t num_heads, int32_t head_dim,

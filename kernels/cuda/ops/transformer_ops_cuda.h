@@ -30,6 +30,15 @@ CudaStatus EmbeddingCuda(const uint16_t* table, int64_t vocab, int64_t hidden, c
 CudaStatus RmsNormCuda(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
                        float* out_f32, uint16_t* out_bf16, cudaStream_t stream);
 
+// Qwen3's per-head q/k RMSNorm, in place on the QKV projection's rows: qkv [n, row_stride] holds
+// Hq q heads at column 0, then Hkv k heads (v follows, untouched); each head's d values become
+// x / sqrt(mean(x²) + eps) · weight, with q_weight [d] for q heads and k_weight [d] for k heads.
+// One warp per (row, head); the sum of squares in double, as the CPU's RmsNorm (kernels/cpu/
+// transformer_ops.h) takes it. Runs before RoPE.
+CudaStatus QkNormCuda(float* qkv, int64_t n, int64_t row_stride, int32_t num_heads, int32_t num_kv_heads,
+                      int32_t head_dim, const float* q_weight, const float* k_weight, float eps,
+                      cudaStream_t stream);
+
 // Rotates, in place, the first `num_heads` heads of each row of x: row i starts at
 // x + i·row_stride and holds heads [num_heads, head_dim]; its position is positions[i]
 // (device). Pair p < head_dim/2 has angle pos·θ^(−2p/head_dim) (divided by freq.factors[p] and

@@ -102,6 +102,35 @@ TEST(CudaOpsTest, RopeMatchesCpuBothPairingsAndLargePositions) {
   }
 }
 
+// Qwen3's q/k norm: every q head and every k head of each row RMS-normed with its own weight,
+// against the CPU's RmsNorm over rows of head_dim; v and the row padding are not touched.
+TEST(CudaOpsTest, QkNormMatchesCpuPerHead) {
+  SKIP_WITHOUT_GPU();
+  for (int32_t d : {64, 128}) {
+    const int32_t hq = 6, hkv = 2;
+    const int64_t n = 5, q_dim = hq * d, kv_dim = hkv * d, stride = q_dim + 2 * kv_dim + 4;
+    const std::vector<float> x = RandomFloats(n * stride, 41 + d);
+    const std::vector<float> qw = RandomFloats(d, 43), kw = RandomFloats(d, 47);
+    std::vector<float> want = x;
+    for (int64_t i = 0; i < n; ++i) {
+      RmsNorm(&want[i * stride], qw.data(), hq, d, 1e-6f, &want[i * stride]);
+      RmsNorm(&want[i * stride + q_dim], kw.data(), hkv, d, 1e-6f, &want[i * stride + q_dim]);
+    }
+    Dev<float> dx(x), dqw(qw), dkw(kw);
+    EXPECT_KERNEL_OK(QkNormCuda(dx.get(), n, stride, hq, hkv, d, dqw.get(), dkw.get(), 1e-6f, 0));
+    const std::vector<float> got = dx.Get();
+    for (int64_t e = 0; e < n * stride; ++e) {
+      const int64_t col = e % stride;
+      if (col >= q_dim + kv_dim) {
+        ASSERT_EQ(got[e], x[e]) << "d " << d << " untouched @" << e;
+      } else {
+        ASSERT_NEAR(got[e], want[e], 2e-6f * (1.0f + std::fabs(want[e]))) << "d " << d << " @" << e;
+      }
+    }
+  }
+  EXPECT_FALSE(QkNormCuda(nullptr, 1, 10, 2, 1, 64, nullptr, nullptr, 1e-6f, 0).ok);
+}
+
 // RoPE scaling on the GPU: per-pair divisors (1 … 7.3 across the pairs, the span of llama3's
 // and yarn's) and yarn's factor on cos and sin, against the CPU's ApplyRope with the same factors, and the fused split with them
 // against RopeCuda's bits (so the backend's fused paths carry the scaling too).
