@@ -6,6 +6,8 @@
 // the template literal that the "no system message" branch emits.
 #include "engine/tokenizer/chat_template.h"
 
+#include <algorithm>
+#include <ctime>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -60,6 +62,15 @@ std::string ExtractDefaultSystem(std::string_view source) {
     }
   }
   return "";
+}
+
+// The text of a Jinja string literal starting at `pos`, up to the first newline written either
+// literally or as \n, or the literal's closing quote.
+std::string LiteralLineAt(std::string_view source, size_t pos) {
+  std::string_view rest = source.substr(pos);
+  size_t end = rest.size();
+  for (std::string_view stop : {"\\n", "\n", "\"", "'"}) end = std::min(end, rest.find(stop));
+  return UnescapeJinjaLiteral(rest.substr(0, end));
 }
 
 }  // namespace
@@ -117,6 +128,17 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTemplateText(std::string_view sou
   auto t = FromName(name);
   if (!t.ok()) return t.status();
   if (t->kind_ == ChatTemplateKind::kChatMl) t->default_system_ = ExtractDefaultSystem(source);
+  constexpr std::string_view kCutoff = "Cutting Knowledge Date: ";
+  if (const size_t at = source.find(kCutoff); t->kind_ == ChatTemplateKind::kLlama3 && at != std::string_view::npos) {
+    t->knowledge_cutoff_ = LiteralLineAt(source, at + kCutoff.size());
+    t->date_is_today_ = absl::StrContains(Av(source), "strftime_now");
+    t->fixed_date_ = "26 Jul 2024";  // the templates' own fallback
+    for (std::string_view set : {"set date_string = \"", "set date_string = '"}) {
+      if (const size_t d = source.find(set); d != std::string_view::npos) {
+        t->fixed_date_ = LiteralLineAt(source, d + set.size());
+      }
+    }
+  }
   return t;
 }
 
@@ -134,9 +156,10 @@ std::string_view ChatTemplate::name() const {
 namespace {
 
 absl::string_view Trimmed(std::string_view s) {
-  const size_t begin = s.find_first_not_of(" \t\n\r");
+  constexpr std::string_view kSpace = " \t\n\r\v\f";  // Jinja's trim: Python's strip()
+  const size_t begin = s.find_first_not_of(kSpace);
   if (begin == std::string_view::npos) return {};
-  return Av(s.substr(begin, s.find_last_not_of(" \t\n\r") - begin + 1));
+  return Av(s.substr(begin, s.find_last_not_of(kSpace) - begin + 1));
 }
 
 // The [INST] families: system messages folded into a user turn, then user / assistant turns.
@@ -203,8 +226,25 @@ std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
     return out;
   }
   if (bos_prefix_) out += "<|begin_of_text|>";
-  for (const ChatMessage& m : messages) {
-    absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n", m.content,
+  size_t first = 0;
+  if (!knowledge_cutoff_.empty()) {  // Llama 3.1+: the system block is always there
+    std::string date = fixed_date_;
+    if (date_is_today_) {
+      const std::time_t now = std::time(nullptr);
+      std::tm utc{};
+      gmtime_r(&now, &utc);
+      char buf[32];
+      date = std::strftime(buf, sizeof(buf), "%d %b %Y", &utc) > 0 ? buf : fixed_date_;
+    }
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    absl::StrAppend(&out, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: ",
+                    knowledge_cutoff_, "\nToday Date: ", date, "\n\n",
+                    has_system ? Trimmed(messages[0].content) : absl::string_view(), "<|eot_id|>");
+    first = has_system ? 1 : 0;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n", Trimmed(m.content),
                     "<|eot_id|>");
   }
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";

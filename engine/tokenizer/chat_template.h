@@ -42,7 +42,8 @@ class ChatTemplate {
 
   // Renders `messages`; with `add_generation_prompt` it ends with the assistant header.
   // Model-specific defaults are honoured (SmolLM2 inserts its default system prompt when
-  // the first message is not a system message; Qwen2 likewise with its own). The [INST]
+  // the first message is not a system message; Qwen2 likewise with its own; Llama 3.1+ always
+  // opens with its system block of cutoff and date, and Llama 3 trims every message). The [INST]
   // families take system messages the way their published templates do: Llama 2 inside
   // <<SYS>> in the first user turn; Mistral v3 before the last user message (then "\n\n");
   // Mistral v1, whose template refuses them, before the first user message likewise.
@@ -53,11 +54,19 @@ class ChatTemplate {
   std::string_view name() const;
   // Default system prompt inserted when the conversation has none ("" for none).
   const std::string& default_system_prompt() const { return default_system_; }
+  // Llama 3.1+: the system block every prompt starts with ("Cutting Knowledge Date: …\nToday
+  // Date: …\n\n", then the system message); "" for templates without one (Llama 3.0).
+  const std::string& knowledge_cutoff() const { return knowledge_cutoff_; }
 
  private:
   ChatTemplateKind kind_ = ChatTemplateKind::kChatMl;
   std::string default_system_;
   bool bos_prefix_ = false;  // Llama 3 starts with <|begin_of_text|>
+  // Llama 3.1+'s system preamble: the cutoff date text, and "Today Date" as the template's fixed
+  // date_string (3.1, 3.3) or, when it calls strftime_now (3.2), the date at rendering.
+  std::string knowledge_cutoff_;
+  std::string fixed_date_;
+  bool date_is_today_ = false;
 };
 
 }  // namespace witcert

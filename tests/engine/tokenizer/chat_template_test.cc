@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <string>
 
 #include "engine/model/gguf.h"
@@ -90,6 +91,55 @@ TEST(ChatTemplateTest, Llama3) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(t->Apply({{"user", "U"}}, false),
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>");
+  // `message['content'] | trim`: surrounding whitespace goes, inner whitespace stays.
+  EXPECT_EQ(t->Apply({{"user", "\n  two  words \n"}}, false),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\ntwo  words<|eot_id|>");
+  EXPECT_EQ(t->knowledge_cutoff(), "");
+}
+
+// Llama 3.1 / 3.3 (the relevant lines of their template): a system block always opens the
+// prompt, with the cutoff and the template's fixed date_string, then the (trimmed) system
+// message; Llama 3.2's template asks strftime_now for today's date instead.
+TEST(ChatTemplateTest, Llama31SystemBlock) {
+  const char* llama31 =
+      "{{- bos_token }}\n{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul 2024\" %}\n"
+      "{%- endif %}\n{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = "
+      "messages[0]['content']|trim %}\n{%- endif %}\n{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+      "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n"
+      "{{- system_message }}\n{{- \"<|eot_id|>\" }}\n{%- for message in messages %}{{- '<|start_header_id|>' + "
+      "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %}";
+  auto t = FromTemplate(llama31);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->name(), "llama3");
+  EXPECT_EQ(t->knowledge_cutoff(), "December 2023");
+  EXPECT_EQ(t->Apply({{"user", "Hi"}}, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(t->Apply({{"system", " Be brief. "}, {"user", "Hi"}}, false),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+
+  std::string llama32 = llama31;
+  llama32.insert(0, "{%- if strftime_now is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}{%- endif %}");
+  auto today = FromTemplate(llama32.c_str());
+  ASSERT_TRUE(today.ok());
+  const auto utc_date = [] {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char date[32];
+    return std::string(date, std::strftime(date, sizeof(date), "%d %b %Y", &utc));
+  };
+  const std::string before = utc_date();
+  const std::string rendered = today->Apply({{"user", "Hi"}}, true);
+  const std::string after = utc_date();  // the two differ only across midnight UTC
+  EXPECT_TRUE(rendered.find("Today Date: " + before + "\n\n") != std::string::npos ||
+              rendered.find("Today Date: " + after + "\n\n") != std::string::npos)
+      << rendered;
+  EXPECT_EQ(rendered.find("26 Jul 2024"), std::string::npos);
 }
 
 // The [INST] families, detected from their published templates' literals and rendered as those
