@@ -28,6 +28,8 @@ constexpr int64_t kMaxTokenId = 1 << 24;
 // Split regexes as published in the tokenizer.json of each family, compared verbatim.
 constexpr std::string_view kLlama3Split =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kTekkenSplit =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Split =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -91,7 +93,7 @@ absl::StatusOr<std::string> PreTokenizerName(const Json& pre, std::string_view w
     if (dump.size() > 300) dump = dump.substr(0, 300) + "...";
     return absl::UnimplementedError(absl::StrCat(
         Av(where), ": pre_tokenizer ", dump, ": ", Av(why),
-        " (supported: GPT-2 ByteLevel, SmolLM Digits+ByteLevel, Llama 3 and Qwen2 Split+ByteLevel)"));
+        " (supported: GPT-2 ByteLevel, SmolLM Digits+ByteLevel, Llama 3, Qwen2 and tekken Split+ByteLevel)"));
   };
   if (!pre.is_object()) return unsupported("not a byte-level pre-tokenizer");
   std::vector<const Json*> stages;
@@ -129,6 +131,7 @@ absl::StatusOr<std::string> PreTokenizerName(const Json& pre, std::string_view w
   if (splits.size() == 1 && !use_regex && !digits) {
     if (splits[0] == kLlama3Split) return std::string("llama-bpe");
     if (splits[0] == kQwen2Split) return std::string("qwen2");
+    if (splits[0] == kTekkenSplit) return std::string("tekken");
   }
   return unsupported("no built-in pre-tokenizer has these stages and regexes");
 }

@@ -24,6 +24,12 @@ constexpr std::string_view kLlama3Pattern =
 constexpr std::string_view kQwen2Pattern =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Mistral's tekken (Mistral Nemo, Mistral Small 3): case runs split apart ("camelCase" →
+// "camel", "Case"), one digit per piece, "/" kept with trailing newlines. PCRE2 takes the
+// Unicode categories as published, so the pattern is used verbatim.
+constexpr std::string_view kTekkenPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 struct PreTokenizerSpec {
   std::string_view name;
   std::vector<std::string_view> stages;
@@ -37,6 +43,7 @@ const std::vector<PreTokenizerSpec>& Specs() {
       {"default", {kGpt2Pattern}},
       {"llama-bpe", {kLlama3Pattern}},
       {"qwen2", {kQwen2Pattern}},
+      {"tekken", {kTekkenPattern}},
   };
   return *specs;
 }

@@ -60,7 +60,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& g
     ASSIGN_OR_RETURN(std::string_view pre, gguf.GetString("tokenizer.ggml.pre"));
     vocab.pre_tokenizer = std::string(pre);
   }
-  vocab.ignore_merges = vocab.pre_tokenizer == "llama-bpe";
+  // As llama.cpp reads these vocabularies: a piece that is a whole token is that token; tekken
+  // files prepend BOS unless they say otherwise.
+  vocab.ignore_merges = vocab.pre_tokenizer == "llama-bpe" || vocab.pre_tokenizer == "tekken";
+  if (vocab.pre_tokenizer == "tekken") vocab.add_bos = true;
 
   if (gguf.Find("tokenizer.ggml.tokens") == nullptr) {
     return absl::InvalidArgumentError("tokenizer.ggml.tokens is missing");

@@ -150,6 +150,13 @@ TEST(HfTokenizerTest, PreTokenizerMapping) {
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(*q, "qwen2");
 
+  Json tekken = llama3;  // Mistral Nemo's tokenizer.json
+  tekken["pretokenizers"][0]["pattern"]["Regex"] =
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  auto t = HfPreTokenizerName(tekken.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, "tekken");
+
   const Json smollm = {
       {"type", "Sequence"},
       {"pretokenizers", Json::array({{{"type", "Digits"}, {"individual_digits", true}},

@@ -28,7 +28,7 @@ TEST(PreTokenizerTest, UnknownNameListsSupported) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("bogus-pre"), std::string::npos);
-  for (const char* name : {"smollm", "gpt2", "default", "llama-bpe", "qwen2"}) {
+  for (const char* name : {"smollm", "gpt2", "default", "llama-bpe", "qwen2", "tekken"}) {
     EXPECT_NE(p.status().message().find(name), std::string::npos) << name;
   }
 }
@@ -93,6 +93,24 @@ TEST(PreTokenizerTest, Qwen2) {
   EXPECT_EQ(Split("qwen2", "x = 10;"), (Pieces{"x", " =", " ", "1", "0", ";"}));
 }
 
+// tekken: these expectations are HF tokenizers' own splits (Split(Regex(pattern), "isolated")
+// from PyPI's tokenizers 0.23, whose regex engine is Oniguruma), not derived by hand.
+TEST(PreTokenizerTest, TekkenMatchesHfTokenizers) {
+  EXPECT_EQ(Split("tekken", "Hello World"), (Pieces{"Hello", " World"}));
+  EXPECT_EQ(Split("tekken", "HTTPServer isOK"), (Pieces{"HTTPServer", " is", "OK"}));
+  EXPECT_EQ(Split("tekken", "WE'LL 2024!"), (Pieces{"WE", "'LL", " ", "2", "0", "2", "4", "!"}));
+  EXPECT_EQ(Split("tekken", "don't"), (Pieces{"don", "'t"}));
+  EXPECT_EQ(Split("tekken", "a\r\n\r\nb"), (Pieces{"a", "\r\n\r\n", "b"}));
+  EXPECT_EQ(Split("tekken", "x = 10; // c\n/path/to"),
+            (Pieces{"x", " =", " ", "1", "0", ";", " //", " c", "\n", "/path", "/to"}));
+  EXPECT_EQ(Split("tekken", "  two   spaces"), (Pieces{" ", " two", "  ", " spaces"}));
+  EXPECT_EQ(Split("tekken", "Straße ÉCOLE naïve"), (Pieces{"Straße", " ÉCOLE", " naïve"}));
+  EXPECT_EQ(Split("tekken", "日本語テキスト"), (Pieces{"日本語テキスト"}));
+  EXPECT_EQ(Split("tekken", "emoji 🙂🙂 end"), (Pieces{"emoji", " 🙂🙂", " end"}));
+  EXPECT_EQ(Split("tekken", "camelCaseWord"), (Pieces{"camel", "Case", "Word"}));
+  EXPECT_EQ(Split("tekken", "tab\tsep"), (Pieces{"tab", "\tsep"}));
+}
+
 TEST(PreTokenizerTest, InvalidUtf8KeepsEveryByte) {
   EXPECT_EQ(Split("gpt2", "ab\xFF" "cd"), (Pieces{"ab", "\xFF", "cd"}));
   EXPECT_EQ(Split("smollm", "\xE4\xB8"), (Pieces{"\xE4", "\xB8"}));  // truncated 中
@@ -104,7 +122,7 @@ TEST(PreTokenizerTest, PiecesAlwaysConcatenateToInput) {
   const std::vector<std::string> atoms = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "7", "42",
                                           "'s", "'LL", "!", "...", "é", "中", "😀", "\xFF",
                                           "\xF0\x9F", "\x80", "²"};
-  for (const char* pre : {"smollm", "gpt2", "llama-bpe", "qwen2"}) {
+  for (const char* pre : {"smollm", "gpt2", "llama-bpe", "qwen2", "tekken"}) {
     auto p = PreTokenizer::Create(pre);
     ASSERT_TRUE(p.ok());
     for (int trial = 0; trial < 300; ++trial) {
