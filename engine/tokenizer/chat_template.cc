@@ -19,7 +19,8 @@ namespace witcert {
 namespace {
 
 constexpr std::string_view kUnknownTemplate =
-    "unknown chat template; set chat_template to chatml, llama3, llama2, mistral or mistral-v3";
+    "unknown chat template; set chat_template to chatml, llama3, llama2, mistral, mistral-v3 or "
+    "mistral-tekken";
 
 // Undoes the escapes a Jinja string literal may use.
 std::string UnescapeJinjaLiteral(std::string_view s) {
@@ -88,9 +89,12 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromName(std::string_view name) {
     t.kind_ = ChatTemplateKind::kMistral;
   } else if (name == "mistral-v3") {
     t.kind_ = ChatTemplateKind::kMistralV3;
+  } else if (name == "mistral-tekken") {
+    t.kind_ = ChatTemplateKind::kMistralTekken;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown chat template \"", Av(name), "\"; supported: chatml, llama3, llama2, mistral, mistral-v3"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown chat template \"", Av(name),
+                                                   "\"; supported: chatml, llama3, llama2, mistral, "
+                                                   "mistral-v3, mistral-tekken"));
   }
   return t;
 }
@@ -117,16 +121,22 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTemplateText(std::string_view sou
     } else if (absl::StrContains(Av(source), "[INST]") && absl::StrContains(Av(source), "<<SYS>>")) {
       name = "llama2";
     } else if (absl::StrContains(Av(source), "[INST]")) {
-      // v1 closes the turn with a space ('... + ' [/INST]'); v3 without ("[/INST]" after the
-      // content, and a space before the assistant's reply).
-      name = absl::StrContains(Av(source), "' [/INST]'") || absl::StrContains(Av(source), "\" [/INST]\"")
-                 ? "mistral" : "mistral-v3";
+      // tekken opens the turn without a space ("[INST]" + content); v1 closes it with one
+      // ('... + ' [/INST]'); v3 has neither ("[INST] " + content + "[/INST]").
+      const auto has = [&](std::string_view s) { return absl::StrContains(Av(source), Av(s)); };
+      if (has("\"[INST]\" +") || has("'[INST]' +")) {
+        name = "mistral-tekken";
+      } else {
+        name = has("' [/INST]'") || has("\" [/INST]\"") ? "mistral" : "mistral-v3";
+      }
     } else {
       return absl::InvalidArgumentError(Av(kUnknownTemplate));
     }
   }
   auto t = FromName(name);
   if (!t.ok()) return t.status();
+  t->reply_space_ = absl::StrContains(Av(source), "\" \" + message[\"content\"]") ||
+                    absl::StrContains(Av(source), "' ' + message['content']");
   if (t->kind_ == ChatTemplateKind::kChatMl) t->default_system_ = ExtractDefaultSystem(source);
   constexpr std::string_view kCutoff = "Cutting Knowledge Date: ";
   if (const size_t at = source.find(kCutoff); t->kind_ == ChatTemplateKind::kLlama3 && at != std::string_view::npos) {
@@ -149,6 +159,7 @@ std::string_view ChatTemplate::name() const {
     case ChatTemplateKind::kLlama2: return "llama2";
     case ChatTemplateKind::kMistral: return "mistral";
     case ChatTemplateKind::kMistralV3: return "mistral-v3";
+    case ChatTemplateKind::kMistralTekken: return "mistral-tekken";
   }
   return "chatml";
 }
@@ -163,7 +174,7 @@ absl::string_view Trimmed(std::string_view s) {
 }
 
 // The [INST] families: system messages folded into a user turn, then user / assistant turns.
-std::string ApplyInstFamily(ChatTemplateKind kind, const std::vector<ChatMessage>& messages) {
+std::string ApplyInstFamily(ChatTemplateKind kind, bool reply_space, const std::vector<ChatMessage>& messages) {
   std::string system;
   std::vector<const ChatMessage*> turns;  // non-system messages, in order
   for (const ChatMessage& m : messages) {
@@ -176,7 +187,10 @@ std::string ApplyInstFamily(ChatTemplateKind kind, const std::vector<ChatMessage
   size_t system_turn = turns.size();  // the user turn that carries the system text
   for (size_t i = 0; i < turns.size(); ++i) {
     if (turns[i]->role == "assistant") continue;
-    if (kind == ChatTemplateKind::kMistralV3 || system_turn == turns.size()) system_turn = i;
+    if (kind == ChatTemplateKind::kMistralV3 || kind == ChatTemplateKind::kMistralTekken ||
+        system_turn == turns.size()) {
+      system_turn = i;
+    }
   }
   std::string out;
   if (kind != ChatTemplateKind::kLlama2) out = "<s>";
@@ -185,6 +199,8 @@ std::string ApplyInstFamily(ChatTemplateKind kind, const std::vector<ChatMessage
     if (m.role == "assistant") {
       if (kind == ChatTemplateKind::kLlama2) absl::StrAppend(&out, " ", Trimmed(m.content), " </s>");
       else if (kind == ChatTemplateKind::kMistral) absl::StrAppend(&out, m.content, "</s>");
+      else if (kind == ChatTemplateKind::kMistralTekken && reply_space) absl::StrAppend(&out, " ", Trimmed(m.content), "</s>");
+      else if (kind == ChatTemplateKind::kMistralTekken) absl::StrAppend(&out, m.content, "</s>");
       else absl::StrAppend(&out, " ", m.content, "</s>");
       continue;
     }
@@ -199,6 +215,7 @@ std::string ApplyInstFamily(ChatTemplateKind kind, const std::vector<ChatMessage
     switch (kind) {
       case ChatTemplateKind::kLlama2: absl::StrAppend(&out, "<s>[INST] ", content, " [/INST]"); break;
       case ChatTemplateKind::kMistral: absl::StrAppend(&out, "[INST] ", content, " [/INST]"); break;
+      case ChatTemplateKind::kMistralTekken: absl::StrAppend(&out, "[INST]", content, "[/INST]"); break;
       default: absl::StrAppend(&out, "[INST] ", content, "[/INST]"); break;
     }
   }
@@ -210,8 +227,8 @@ std::string ApplyInstFamily(ChatTemplateKind kind, const std::vector<ChatMessage
 std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const {
   if (kind_ == ChatTemplateKind::kLlama2 || kind_ == ChatTemplateKind::kMistral ||
-      kind_ == ChatTemplateKind::kMistralV3) {
-    return ApplyInstFamily(kind_, messages);  // a user turn already ends where the reply begins
+      kind_ == ChatTemplateKind::kMistralV3 || kind_ == ChatTemplateKind::kMistralTekken) {
+    return ApplyInstFamily(kind_, reply_space_, messages);  // a user turn already ends where the reply begins
   }
   std::string out;
   if (kind_ == ChatTemplateKind::kChatMl) {

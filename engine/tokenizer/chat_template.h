@@ -24,13 +24,14 @@ enum class ChatTemplateKind {
   kLlama3,     // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
   kLlama2,     // <s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] assistant </s>
   kMistral,    // <s>[INST] user [/INST]assistant</s>  (Mistral 7B v0.1 / v0.2, Mixtral)
-  kMistralV3,  // <s>[INST] user[/INST] assistant</s>  (Mistral 7B v0.3 and later)
+  kMistralV3,  // <s>[INST] user[/INST] assistant</s>  (Mistral 7B v0.3)
+  kMistralTekken,  // <s>[INST]user[/INST]assistant</s>  (Mistral Nemo, Ministral: tekken)
 };
 
 class ChatTemplate {
  public:
   // Picks the family from the GGUF's tokenizer.chat_template; `override_name` ("chatml",
-  // "llama3", "llama2", "mistral", "mistral-v3"), when non-empty, wins. Unknown template
+  // "llama3", "llama2", "mistral", "mistral-v3", "mistral-tekken"), when non-empty, wins. Unknown template
   // without override → InvalidArgument.
   static absl::StatusOr<ChatTemplate> FromGguf(const GgufFile& gguf,
                                                std::string_view override_name = "");
@@ -45,7 +46,8 @@ class ChatTemplate {
   // the first message is not a system message; Qwen2 likewise with its own; Llama 3.1+ always
   // opens with its system block of cutoff and date, and Llama 3 trims every message). The [INST]
   // families take system messages the way their published templates do: Llama 2 inside
-  // <<SYS>> in the first user turn; Mistral v3 before the last user message (then "\n\n");
+  // <<SYS>> in the first user turn; Mistral v3 and tekken before the last user message (then
+  // "\n\n");
   // Mistral v1, whose template refuses them, before the first user message likewise.
   // Messages of other roles are rendered as user turns there.
   std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
@@ -65,6 +67,7 @@ class ChatTemplate {
   // Llama 3.1+'s system preamble: the cutoff date text, and "Today Date" as the template's fixed
   // date_string (3.1, 3.3) or, when it calls strftime_now (3.2), the date at rendering.
   std::string knowledge_cutoff_;
+  bool reply_space_ = false;  // tekken templates that put " " before the assistant's reply
   std::string fixed_date_;
   bool date_is_today_ = false;
 };

@@ -181,7 +181,29 @@ TEST(ChatTemplateTest, InstFamiliesDetectedAndRendered) {
   EXPECT_EQ(l2->name(), "llama2");
   EXPECT_EQ(l2->Apply({{"system", "S"}, {"user", " A "}, {"assistant", "B"}, {"user", "C"}}, true),
             "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\n A [/INST] B </s><s>[INST] C [/INST]");
-  for (const char* name : {"llama2", "mistral", "mistral-v3"}) {
+  // tekken (Mistral Nemo): no spaces inside [INST]…[/INST]; the reply follows directly, or after
+  // a space with its content trimmed where the template says so (Ministral).
+  const std::string nemo_source =
+      "{{- bos_token }}{%- for message in loop_messages %}{%- if message[\"role\"] == \"user\" %}"
+      "{%- if loop.last and system_message is defined %}"
+      "{{- \"[INST]\" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}"
+      "{%- else %}{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}{%- endif %}"
+      "{%- elif message[\"role\"] == \"assistant\" %}{{- message[\"content\"] + eos_token}}{%- endif %}{%- endfor %}";
+  auto nemo = FromTemplate(nemo_source.c_str());
+  ASSERT_TRUE(nemo.ok()) << nemo.status();
+  EXPECT_EQ(nemo->name(), "mistral-tekken");
+  EXPECT_EQ(nemo->Apply({{"system", "S"}, {"user", "A"}, {"assistant", " B "}, {"user", "C"}}, true),
+            "<s>[INST]A[/INST] B </s>[INST]S\n\nC[/INST]");
+  std::string ministral_source = nemo_source;
+  const std::string plain_reply = "{{- message[\"content\"] + eos_token}}";
+  ministral_source.replace(ministral_source.find(plain_reply), plain_reply.size(),
+                           "{{- \" \" + message[\"content\"]|trim + eos_token}}");
+  auto ministral = FromTemplate(ministral_source.c_str());
+  ASSERT_TRUE(ministral.ok()) << ministral.status();
+  EXPECT_EQ(ministral->name(), "mistral-tekken");
+  EXPECT_EQ(ministral->Apply({{"user", "A"}, {"assistant", " B "}, {"user", "C"}}, true),
+            "<s>[INST]A[/INST] B</s>[INST]C[/INST]");
+  for (const char* name : {"llama2", "mistral", "mistral-v3", "mistral-tekken"}) {
     auto named = FromTemplate("{{ messages }}", name);
     ASSERT_TRUE(named.ok()) << name;
     EXPECT_EQ(named->name(), name);
@@ -194,7 +216,8 @@ TEST(ChatTemplateTest, UnknownTemplateNeedsOverride) {
     ASSERT_FALSE(t.ok());
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(t.status().message(),
-              "unknown chat template; set chat_template to chatml, llama3, llama2, mistral or mistral-v3");
+              "unknown chat template; set chat_template to chatml, llama3, llama2, mistral, mistral-v3 or "
+              "mistral-tekken");
   }
   auto t = FromTemplate("{{ messages }}", "llama3");
   ASSERT_TRUE(t.ok());
