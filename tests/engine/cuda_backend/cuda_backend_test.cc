@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -230,36 +231,50 @@ TEST_P(CudaBackendTest, LogitsAndGreedyDecodeMatchCpu) {
   EXPECT_GE(r.compared, 48);  // of 96
 }
 
+// The tiny-checkpoint writer's spec with GPU-sized heads (d = 64) and the matrices at a trained
+// model's scale (σ ≈ 0.07 ≈ 1/√hidden): at the writer's default σ ≈ 0.28 each layer amplifies the
+// GPU's bf16 rounding of GEMM inputs (the CPU keeps them fp32) until logits differ by 0.2-0.8
+// (measured on the H200), which says nothing about what these tests check.
+testing::TinyHfSpec GpuSizedSpec(const char* arch) {
+  testing::TinyHfSpec spec;
+  spec.arch = arch;
+  spec.hidden = 256;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 384;
+  spec.vocab = 300;
+  spec.matrix_exponent = 7;
+  return spec;
+}
+
+// Writes `spec` as a folder, loads it through the server's loader, checks `loaded` on its config
+// and compares greedy decoding GPU against CPU (fp16 KV; BF16 weights on both sides, so the
+// synthetic models' tolerances) over two prompts, 12 steps each.
+void ExpectFolderMatchesCpu(const testing::TinyHfSpec& spec, const char* folder, int32_t prompt_seed,
+                            const std::function<void(const ModelConfig&)>& loaded) {
+  testing::TempFolder dir(folder);
+  testing::WriteTinyHfFolder(spec, dir.path());
+  auto model = LoadModel(dir.str());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ((*model)->config().head_dim, 64);
+  loaded((*model)->config());
+  Pair p = MakePair(std::move(*model), "fp16");
+  ASSERT_NE(p.gpu, nullptr);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int32_t len : {6, 21}) prompts.push_back(Prompt(len, len + prompt_seed, spec.vocab));
+  const GreedyComparison r = CompareGreedy(p, prompts, 12, 2e-2, 0.1);
+  EXPECT_GE(r.compared, 12);  // of 24
+}
+
 // A Hugging Face safetensors folder (config.json + two BF16 shards with an index, llama and
-// qwen2 layouts, written by the model tests' tiny-checkpoint writer with GPU-sized heads:
-// d = 64) loads through the same loader the server uses and runs on the GPU as on the CPU:
-// the weights are BF16 on both sides, so the tolerances are the synthetic models'. The matrices
-// are drawn at a trained model's scale (σ ≈ 0.07 ≈ 1/√hidden): at the writer's default σ ≈ 0.28
-// each layer amplifies the GPU's bf16 rounding of GEMM inputs (the CPU keeps them fp32) until
-// logits differ by 0.2-0.8 (measured on the H200), which says nothing about the loader.
+// qwen2 layouts) loads through the same loader the server uses and runs on the GPU as on the CPU.
 TEST(CudaBackendHfFolderTest, SafetensorsFolderMatchesCpu) {
   SKIP_WITHOUT_GPU();
   for (const char* arch : {"llama", "qwen2"}) {
     SCOPED_TRACE(arch);
-    testing::TempFolder dir(arch[0] == 'l' ? "gpu_hf_llama" : "gpu_hf_qwen2");
-    testing::TinyHfSpec spec;
-    spec.arch = arch;
-    spec.hidden = 256;
-    spec.heads = 4;
-    spec.kv_heads = 2;
-    spec.ffn = 384;
-    spec.vocab = 300;
+    testing::TinyHfSpec spec = GpuSizedSpec(arch);
     spec.shards = 2;
-    spec.matrix_exponent = 7;
-    testing::WriteTinyHfFolder(spec, dir.path());
-    auto model = LoadModel(dir.str());
-    ASSERT_TRUE(model.ok()) << model.status();
-    ASSERT_EQ((*model)->config().head_dim, 64);
-    Pair p = MakePair(std::move(*model), "fp16");
-    std::vector<std::vector<TokenId>> prompts;
-    for (int32_t len : {6, 21}) prompts.push_back(Prompt(len, len + 1, spec.vocab));
-    const GreedyComparison r = CompareGreedy(p, prompts, 12, 2e-2, 0.1);
-    EXPECT_GE(r.compared, 12);  // of 24
+    ExpectFolderMatchesCpu(spec, arch[0] == 'l' ? "gpu_hf_llama" : "gpu_hf_qwen2", 1, [](const ModelConfig&) {});
   }
 }
 
@@ -276,25 +291,11 @@ TEST(CudaBackendRopeScalingTest, ScaledFoldersMatchCpu) {
         R"({"type":"yarn","factor":4.0,"original_max_position_embeddings":64})",
         R"({"type":"yarn","factor":4.0,"original_max_position_embeddings":64,"attention_factor":1.5})"}) {
     SCOPED_TRACE(scaling);
-    testing::TempFolder dir("gpu_rope_scaled");
-    testing::TinyHfSpec spec;
-    spec.hidden = 256;
-    spec.heads = 4;
-    spec.kv_heads = 2;
-    spec.ffn = 384;
-    spec.vocab = 300;
-    spec.matrix_exponent = 7;
+    testing::TinyHfSpec spec = GpuSizedSpec("llama");
     spec.rope_scaling = scaling;
-    testing::WriteTinyHfFolder(spec, dir.path());
-    auto model = LoadModel(dir.str());
-    ASSERT_TRUE(model.ok()) << model.status();
-    ASSERT_EQ((*model)->config().rope_freq_factors.size(), 32u);
-    Pair p = MakePair(std::move(*model), "fp16");
-    ASSERT_NE(p.gpu, nullptr);
-    std::vector<std::vector<TokenId>> prompts;
-    for (int32_t len : {6, 21}) prompts.push_back(Prompt(len, len + 3, spec.vocab));
-    const GreedyComparison r = CompareGreedy(p, prompts, 12, 2e-2, 0.1);
-    EXPECT_GE(r.compared, 12);  // of 24
+    ExpectFolderMatchesCpu(spec, "gpu_rope_scaled", 3, [](const ModelConfig& c) {
+      EXPECT_EQ(c.rope_freq_factors.size(), 32u);
+    });
   }
 }
 
@@ -304,25 +305,9 @@ TEST(CudaBackendRopeScalingTest, ScaledFoldersMatchCpu) {
 // the norm moves these logits by far more than the tolerance (HfModelTest.Qwen3MatchesANaiveForward).
 TEST(CudaBackendQwen3Test, Qwen3FolderMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  testing::TempFolder dir("gpu_qwen3");
-  testing::TinyHfSpec spec;
-  spec.arch = "qwen3";
-  spec.hidden = 256;
-  spec.heads = 4;
-  spec.kv_heads = 2;
-  spec.ffn = 384;
-  spec.vocab = 300;
-  spec.matrix_exponent = 7;
-  testing::WriteTinyHfFolder(spec, dir.path());
-  auto model = LoadModel(dir.str());
-  ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_TRUE((*model)->config().qk_norm);
-  Pair p = MakePair(std::move(*model), "fp16");
-  ASSERT_NE(p.gpu, nullptr);
-  std::vector<std::vector<TokenId>> prompts;
-  for (int32_t len : {6, 21}) prompts.push_back(Prompt(len, len + 5, spec.vocab));
-  const GreedyComparison r = CompareGreedy(p, prompts, 12, 2e-2, 0.1);
-  EXPECT_GE(r.compared, 12);  // of 24
+  ExpectFolderMatchesCpu(GpuSizedSpec("qwen3"), "gpu_qwen3", 5, [](const ModelConfig& c) {
+    EXPECT_TRUE(c.qk_norm);
+  });
 }
 
 // The default model (SmolLM2-135M-Instruct, Q4_1 GGUF: d = 64, 9 query / 3 KV heads, 30

@@ -713,6 +713,38 @@ INSTANTIATE_TEST_SUITE_P(All, HfVsGgufTest,
                          ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3"),
                                             ::testing::Bool(), ::testing::Bool()));
 
+// One CPU thread and a 4 MiB KV pool: enough for these tiny models.
+EngineConfig TinyEngineConfig(const std::string& model_path) {
+  EngineConfig config;
+  config.model_path = model_path;
+  config.threads = 1;
+  config.kv.memory_bytes = 4ll << 20;
+  return config;
+}
+
+// Runs `prompt` greedily for `max_tokens` (EOS ignored) on the loaded engine; the tokens it
+// produced, or -1 when the request could not be submitted.
+int GreedyTokens(LoadedEngine& loaded, const std::vector<TokenId>& prompt, int32_t max_tokens) {
+  Request request;
+  request.id = "hf";
+  request.prompt = prompt;
+  request.sampling.temperature = 0.0f;
+  request.stop.max_tokens = max_tokens;
+  request.stop.ignore_eos = true;
+  auto stream = loaded.engine->Submit(request);
+  EXPECT_TRUE(stream.ok()) << stream.status();
+  if (!stream.ok()) return -1;
+  int tokens = 0;
+  while (true) {
+    RequestEvent e = *(*stream)->Next();
+    if (e.kind == RequestEvent::Kind::kToken) ++tokens;
+    if (e.kind == RequestEvent::Kind::kFinish) {
+      EXPECT_TRUE(e.status.ok()) << e.status;
+      return tokens;
+    }
+  }
+}
+
 TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
   TempFolder dir("hf_engine");
   TinyHfSpec spec;
@@ -736,10 +768,7 @@ TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
                      R"({"eos_token":"<|im_end|>","chat_template":"{% for m in messages %})"
                      R"({{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>'}})"
                      R"({% endfor %}"})");
-  EngineConfig config;
-  config.model_path = dir.str();
-  config.threads = 1;
-  config.kv.memory_bytes = 4ll << 20;
+  EngineConfig config = TinyEngineConfig(dir.str());
   auto loaded = LoadEngine(config);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ((*loaded)->chat_template.name(), "chatml");
@@ -748,24 +777,7 @@ TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
       (*loaded)->chat_template.Apply({{"user", "hi"}}, true), true);
   ASSERT_GE(prompt.size(), 4u);
   EXPECT_EQ(prompt[0], 26);
-  Request request;
-  request.id = "hf";
-  request.prompt = prompt;
-  request.sampling.temperature = 0.0f;
-  request.stop.max_tokens = 3;
-  request.stop.ignore_eos = true;
-  auto stream = (*loaded)->engine->Submit(request);
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  int tokens = 0;
-  while (true) {
-    RequestEvent e = *(*stream)->Next();
-    if (e.kind == RequestEvent::Kind::kToken) ++tokens;
-    if (e.kind == RequestEvent::Kind::kFinish) {
-      EXPECT_TRUE(e.status.ok()) << e.status;
-      break;
-    }
-  }
-  EXPECT_EQ(tokens, 3);
+  EXPECT_EQ(GreedyTokens(**loaded, prompt, 3), 3);
 
   // The configuration's rope_scaling reaches the model the engine runs; a bad one fails the load.
   config.rope_scaling = R"({"rope_type":"linear","factor":2.0})";
@@ -815,10 +827,7 @@ TEST(HfModelTest, LoadEngineRunsASentencePieceFolderWithTheMistralTemplate) {
                        "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
                        "'assistant' %}{{ message['content'] + eos_token}}{% endif %}{% endfor %}"}})
           .dump());
-  EngineConfig config;
-  config.model_path = dir.str();
-  config.threads = 1;
-  config.kv.memory_bytes = 4ll << 20;
+  EngineConfig config = TinyEngineConfig(dir.str());
   auto loaded = LoadEngine(config);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ((*loaded)->chat_template.name(), "mistral");
@@ -837,24 +846,7 @@ TEST(HfModelTest, LoadEngineRunsASentencePieceFolderWithTheMistralTemplate) {
   EXPECT_EQ(prompt[1], inst);
   EXPECT_EQ(prompt.back(), inst_end);
   EXPECT_EQ(tok.Decode(std::vector<TokenId>(prompt.begin() + 2, prompt.end() - 1)), "  Hello world ");
-  Request request;
-  request.id = "mistral";
-  request.prompt = prompt;
-  request.sampling.temperature = 0.0f;
-  request.stop.max_tokens = 4;
-  request.stop.ignore_eos = true;
-  auto stream = (*loaded)->engine->Submit(request);
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  int tokens = 0;
-  while (true) {
-    RequestEvent e = *(*stream)->Next();
-    if (e.kind == RequestEvent::Kind::kToken) ++tokens;
-    if (e.kind == RequestEvent::Kind::kFinish) {
-      EXPECT_TRUE(e.status.ok()) << e.status;
-      break;
-    }
-  }
-  EXPECT_EQ(tokens, 4);
+  EXPECT_EQ(GreedyTokens(**loaded, prompt, 4), 4);
 }
 
 TEST(HfModelTest, SpecDispatch) {
