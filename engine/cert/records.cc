@@ -37,6 +37,33 @@ RiskSummary RiskAccumulator::Summary() const {
   return r;
 }
 
+RiskSummary MergeRiskSummaries(absl::Span<const RiskSummary> parts) {
+  RiskSummary m;
+  double sum_before = 0, sum_after = 0, certified_first = 0;
+  for (const RiskSummary& p : parts) {
+    m.cells += p.cells;
+    m.max_tv_before = std::max(m.max_tv_before, p.max_tv_before);
+    m.max_tv_after = std::max(m.max_tv_after, p.max_tv_after);
+    sum_before += p.mean_tv_before * static_cast<double>(p.cells);
+    sum_after += p.mean_tv_after * static_cast<double>(p.cells);
+    certified_first += p.coverage * static_cast<double>(p.cells);
+    m.pageins += p.pageins;
+    m.uncertified_cells += p.uncertified_cells;
+    m.delta_spent += p.delta_spent;
+    for (const auto& head : p.uncertified_heads) {
+      if (std::find(m.uncertified_heads.begin(), m.uncertified_heads.end(), head) == m.uncertified_heads.end()) {
+        m.uncertified_heads.push_back(head);
+      }
+    }
+  }
+  if (m.cells > 0) {
+    m.mean_tv_before = sum_before / static_cast<double>(m.cells);
+    m.mean_tv_after = sum_after / static_cast<double>(m.cells);
+    m.coverage = certified_first / static_cast<double>(m.cells);
+  }
+  return m;
+}
+
 RiskCounters::RiskCounters(int32_t num_layers, int32_t num_heads)
     : num_layers_(num_layers), num_heads_(num_heads), counts_(num_layers * num_heads) {}
 

@@ -42,6 +42,11 @@ struct RiskSummary {
   std::vector<std::pair<int32_t, int32_t>> uncertified_heads;  // (layer, head), unique
 };
 
+// The summary of several requests' cells as one (a response's n choices): counts and page-ins
+// add, maxima take the largest, means and coverage are weighted by cells, δ spent adds (a
+// union bound over the choices), and the uncertified heads are the union in first-seen order.
+RiskSummary MergeRiskSummaries(absl::Span<const RiskSummary> parts);
+
 // Folds cells into a RiskSummary (not thread-safe: one per request).
 class RiskAccumulator {
  public:

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
+#include "engine/cert/records.h"
 #include "server/http/openai_response.h"
 #include "server/http/risk_report.h"
 
@@ -80,85 +81,145 @@ json Report(server::ServingContext* ctx, const Run& run) {
   return RiskReport(run.finish.risk, run.policy, c.kv.k_scheme, c.kv.v_scheme);
 }
 
-void HandleWhole(server::ServingContext* ctx, std::shared_ptr<Run> run, httplib::Response& res) {
+// The n choices of one response: each its own engine request on the same prompt.
+using Runs = std::vector<std::shared_ptr<Run>>;
+
+// The response's report: the one choice's, or the choices' risk merged (MergeRiskSummaries).
+json ResponseReport(server::ServingContext* ctx, const Runs& runs) {
+  if (runs.size() == 1) return Report(ctx, *runs[0]);
+  std::vector<RiskSummary> risks;
+  for (const auto& run : runs) risks.push_back(run->finish.risk);
+  const EngineConfig& c = ctx->config->current().engine;
+  return RiskReport(MergeRiskSummaries(risks), runs[0]->policy, c.kv.k_scheme, c.kv.v_scheme);
+}
+
+// The prompt once, the choices' completions added.
+Usage ResponseUsage(const Runs& runs) {
+  Usage u;
+  u.prompt_tokens = runs[0]->finish.usage.prompt_tokens;
+  for (const auto& run : runs) u.completion_tokens += run->finish.usage.completion_tokens;
+  return u;
+}
+
+void HandleWhole(server::ServingContext* ctx, const Runs& runs, httplib::Response& res) {
   const Tokenizer& tok = *ctx->engine->tokenizer;
-  while (true) {
-    RequestEvent e = *run->stream->Next();
-    if (e.kind == RequestEvent::Kind::kToken) {
-      run->OnToken(e, ctx->metrics);
-    } else if (e.kind == RequestEvent::Kind::kFinish) {
-      run->finish = std::move(e);
-      break;
+  for (const auto& run : runs) {
+    while (true) {
+      RequestEvent e = *run->stream->Next();
+      if (e.kind == RequestEvent::Kind::kToken) {
+        run->OnToken(e, ctx->metrics);
+      } else if (e.kind == RequestEvent::Kind::kFinish) {
+        run->finish = std::move(e);
+        break;
+      }
     }
   }
-  if (!run->finish.status.ok()) {
-    Record(ctx, *run, "error");
-    return SendError(ErrorFromStatus(run->finish.status), res);
+  const Run* failed = nullptr;
+  for (const auto& run : runs) {
+    Record(ctx, *run, run->finish.status.ok() ? "ok" : "error");
+    if (failed == nullptr && !run->finish.status.ok()) failed = run.get();
   }
-  Record(ctx, *run, "ok");
-  const json body = FullResponse(run->endpoint, run->meta, run->text,
-                                 OpenAiFinishReason(run->finish.finish_reason),
-                                 run->finish.usage, LogprobsFor(*run, run->tokens, tok, 0),
-                                 Report(ctx, *run));
+  if (failed != nullptr) return SendError(ErrorFromStatus(failed->finish.status), res);
+  std::vector<ChoiceResult> choices;
+  for (const auto& run : runs) {
+    choices.push_back({run->text, OpenAiFinishReason(run->finish.finish_reason),
+                       LogprobsFor(*run, run->tokens, tok, 0),
+                       runs.size() > 1 ? Report(ctx, *run) : json(nullptr)});
+  }
+  const json body =
+      FullResponse(runs[0]->endpoint, runs[0]->meta, choices, ResponseUsage(runs), ResponseReport(ctx, runs));
   res.status = 200;
   res.set_content(DumpJson(body), "application/json");
 }
 
-void HandleStream(server::ServingContext* ctx, std::shared_ptr<Run> run, httplib::Response& res) {
+// Streams every choice's chunks as its tokens arrive (choices interleave, each chunk naming its
+// index); each choice ends with its finish chunk, carrying its report, and the response with
+// the usage chunk (stream_options.include_usage) and [DONE].
+void HandleStream(server::ServingContext* ctx, const Runs& runs, httplib::Response& res) {
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Request-Id", run->meta.id);
-  auto sent_role = std::make_shared<bool>(false);
+  res.set_header("X-Request-Id", runs[0]->meta.id);
+  struct StreamState {
+    Runs runs;
+    bool sent_roles = false;
+    size_t next = 0;  // the run polled first, rotating so no choice starves the others
+    size_t open = 0;  // runs not finished
+  };
+  auto state = std::make_shared<StreamState>();
+  state->runs = runs;
+  state->open = runs.size();
   res.set_chunked_content_provider(
       "text/event-stream",
-      [ctx, run, sent_role](size_t /*offset*/, httplib::DataSink& sink) -> bool {
+      [ctx, state](size_t /*offset*/, httplib::DataSink& sink) -> bool {
         const Tokenizer& tok = *ctx->engine->tokenizer;
+        const Runs& all = state->runs;
+        auto cancel_all = [&] {
+          for (const auto& run : all) run->stream->Cancel();  // the client is gone: free their KV blocks
+        };
         auto write = [&](const std::string& data) {
           if (sink.write(data.data(), data.size())) return true;
-          run->stream->Cancel();  // the client is gone: free its KV blocks
+          cancel_all();
           return false;
         };
-        if (!*sent_role && run->endpoint == Endpoint::kChat) {
-          *sent_role = true;
-          if (!write(SseEvent(StreamChunk(run->endpoint, run->meta, "", true, nullptr, nullptr))))
-            return false;
+        const Endpoint endpoint = all[0]->endpoint;
+        const ResponseMeta& meta = all[0]->meta;
+        if (!state->sent_roles && endpoint == Endpoint::kChat) {
+          state->sent_roles = true;
+          std::string out;
+          for (size_t i = 0; i < all.size(); ++i) {
+            out += SseEvent(StreamChunk(endpoint, meta, static_cast<int32_t>(i), "", true, nullptr, nullptr));
+          }
+          if (!write(out)) return false;
         }
-        std::optional<RequestEvent> e = run->stream->Next(kPollMs);
+        // An event from any open run, without waiting; else wait on the first open one.
+        std::optional<RequestEvent> e;
+        size_t which = 0;
+        for (size_t k = 0; k < all.size() && !e; ++k) {
+          which = (state->next + k) % all.size();
+          if (!all[which]->finished) e = all[which]->stream->Next(0);
+        }
+        if (!e) {
+          which = 0;
+          while (all[which]->finished) ++which;  // open > 0 while the provider runs
+          e = all[which]->stream->Next(kPollMs);
+        }
         if (!e) {
           if (sink.is_writable && !sink.is_writable()) {
-            run->stream->Cancel();
+            cancel_all();
             return false;
           }
           return true;  // nothing yet; httplib calls again
         }
+        state->next = (which + 1) % all.size();
+        Run& run = *all[which];
+        const int32_t index = static_cast<int32_t>(which);
         if (e->kind == RequestEvent::Kind::kToken) {
-          run->OnToken(*e, ctx->metrics);
+          run.OnToken(*e, ctx->metrics);
           if (e->text.empty()) return true;  // held (partial UTF-8 / possible stop string)
-          json lp = LogprobsFor(*run, run->pending_lp, tok, run->text_bytes);
-          run->text_bytes += static_cast<int64_t>(e->text.size());
-          run->pending_lp.clear();
-          return write(SseEvent(StreamChunk(run->endpoint, run->meta, e->text, false, lp, nullptr)));
+          json lp = LogprobsFor(run, run.pending_lp, tok, run.text_bytes);
+          run.text_bytes += static_cast<int64_t>(e->text.size());
+          run.pending_lp.clear();
+          return write(SseEvent(StreamChunk(endpoint, meta, index, e->text, false, lp, nullptr)));
         }
         if (e->kind == RequestEvent::Kind::kCells) return true;  // not requested over HTTP
-        run->finish = std::move(*e);
-        run->finished = true;
+        run.finish = std::move(*e);
+        run.finished = true;
+        --state->open;
         std::string out;
-        if (!run->finish.status.ok()) {
-          Record(ctx, *run, "error");
-          out += SseEvent(ErrorFromStatus(run->finish.status).ToJson());
+        if (!run.finish.status.ok()) {
+          Record(ctx, run, "error");
+          cancel_all();  // the response ends here; the others are accounted as they finish
+          out += SseEvent(ErrorFromStatus(run.finish.status).ToJson());
         } else {
-          Record(ctx, *run, "ok");
-          json lp = run->pending_lp.empty()
-                        ? json(nullptr)
-                        : LogprobsFor(*run, run->pending_lp, tok, run->text_bytes);
-          const json report = Report(ctx, *run);
-          json last = StreamChunk(run->endpoint, run->meta, "", false, lp,
-                                  OpenAiFinishReason(run->finish.finish_reason));
-          last["witcert"] = report;
+          Record(ctx, run, "ok");
+          json lp = run.pending_lp.empty() ? json(nullptr) : LogprobsFor(run, run.pending_lp, tok, run.text_bytes);
+          json last = StreamChunk(endpoint, meta, index, "", false, lp, OpenAiFinishReason(run.finish.finish_reason));
+          last["witcert"] = Report(ctx, run);
           out += SseEvent(last);
-          if (run->parsed.include_usage) {
-            json usage = UsageChunk(run->endpoint, run->meta, run->finish.usage);
-            usage["witcert"] = report;
+          if (state->open > 0) return write(out);
+          if (run.parsed.include_usage) {
+            json usage = UsageChunk(endpoint, meta, ResponseUsage(all));
+            usage["witcert"] = ResponseReport(ctx, all);
             out += SseEvent(usage);
           }
         }
@@ -167,10 +228,12 @@ void HandleStream(server::ServingContext* ctx, std::shared_ptr<Run> run, httplib
         sink.done();
         return true;
       },
-      [ctx, run](bool success) {
-        if (!run->finished) {
-          // Released before the finish event: the connection broke or the server is
-          // stopping. Cancel, and account for the request once its finish arrives.
+      [ctx, state](bool /*success*/) {
+        for (const auto& run : state->runs) {
+          if (run->finished) continue;
+          // Released before this choice's finish event: the connection broke, the server is
+          // stopping, or another choice failed. Cancel, and account for the request once its
+          // finish arrives.
           run->stream->Cancel();
           while (true) {
             std::optional<RequestEvent> e = run->stream->Next(5000);
@@ -264,20 +327,32 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
     run->policy = Tighten(run->policy, want);
   }
 
-  absl::StatusOr<std::shared_ptr<RequestStream>> stream = le.engine->Submit(std::move(request));
-  if (!stream.ok()) {
-    const std::string param =
-        stream.status().code() == absl::StatusCode::kOutOfRange ? "messages" : "";
-    return SendError(ErrorFromStatus(stream.status(),
-                                     endpoint == Endpoint::kChat ? param
-                                     : param.empty()             ? ""
-                                                                 : "prompt"),
-                     res);
+  // n choices: n requests on the same prompt (prefix caching shares its KV blocks where the
+  // backend has it); choice i has id "<id>-i" in the engine and, when seeded, seed + i, so the
+  // choices differ and each is reproducible.
+  Runs runs;
+  for (int32_t i = 0; i < p.n; ++i) {
+    auto choice = i == 0 ? run : std::make_shared<Run>(*run);
+    Request r = request;
+    if (p.n > 1) r.id = absl::StrFormat("%s-%d", run->meta.id, i);
+    if (p.n > 1 && r.sampling.seed.has_value()) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(i);
+    absl::StatusOr<std::shared_ptr<RequestStream>> stream = le.engine->Submit(std::move(r));
+    if (!stream.ok()) {
+      for (const auto& submitted : runs) submitted->stream->Cancel();  // their finish is not awaited
+      const std::string param =
+          stream.status().code() == absl::StatusCode::kOutOfRange ? "messages" : "";
+      return SendError(ErrorFromStatus(stream.status(),
+                                       endpoint == Endpoint::kChat ? param
+                                       : param.empty()             ? ""
+                                                                   : "prompt"),
+                       res);
+    }
+    choice->stream = *stream;
+    runs.push_back(std::move(choice));
   }
-  run->stream = *stream;
   res.set_header("X-Request-Id", run->meta.id);
-  if (p.stream) return HandleStream(ctx_, run, res);
-  HandleWhole(ctx_, run, res);
+  if (p.stream) return HandleStream(ctx_, runs, res);
+  HandleWhole(ctx_, runs, res);
 }
 
 }  // namespace witcert::http

@@ -337,7 +337,10 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
 
   int64_t n = 1;
   f.Int("n", &n, INT64_MIN, INT64_MAX);
-  if (!f.failed() && n != 1) return f.Fail("only n = 1 is supported", "n");
+  if (!f.failed() && (n < 1 || n > kMaxChoices)) {
+    return f.Fail(absl::StrFormat("'n' must be between 1 and %d", kMaxChoices), "n");
+  }
+  out->n = static_cast<int32_t>(n);
 
   f.Bool("stream", &out->stream);
   if (const json* so = f.Find("stream_options"); so != nullptr) {

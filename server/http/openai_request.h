@@ -40,6 +40,7 @@ struct GenerationRequest {
   std::string prompt_text;                 // completions, text prompt
   std::vector<int32_t> prompt_tokens;      // completions, token prompt
   bool prompt_is_tokens = false;
+  int32_t n = 1;                           // choices: n engine requests on one prompt
   bool stream = false;
   bool include_usage = false;
   SamplingParams sampling;
@@ -48,6 +49,9 @@ struct GenerationRequest {
   int32_t top_logprobs = 0;
   GateRequest gate;
 };
+
+// Most choices one request may ask for (`n`).
+inline constexpr int32_t kMaxChoices = 16;
 
 struct ParseLimits {
   int32_t max_tokens_limit = 4096;

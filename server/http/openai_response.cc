@@ -74,26 +74,30 @@ json CompletionLogprobs(const std::vector<SampledToken>& tokens, const Tokenizer
           {"text_offset", offsets}};
 }
 
-json FullResponse(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
-                  const char* finish_reason, const Usage& usage, const json& logprobs,
-                  const json& witcert) {
+json FullResponse(Endpoint endpoint, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                  const Usage& usage, const json& witcert) {
   json r = Header(endpoint, meta, /*chunk=*/false);
-  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", NullOr(finish_reason)}};
-  if (endpoint == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+  r["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", NullOr(c.finish_reason)}};
+    if (endpoint == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    if (!c.witcert.is_null()) choice["witcert"] = c.witcert;
+    r["choices"].push_back(std::move(choice));
   }
-  r["choices"] = json::array({choice});
   r["usage"] = UsageJson(usage);
   r["witcert"] = witcert;
   return r;
 }
 
-json StreamChunk(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, bool role,
-                 const json& logprobs, const char* finish_reason) {
+json StreamChunk(Endpoint endpoint, const ResponseMeta& meta, int32_t index, const std::string& text,
+                 bool role, const json& logprobs, const char* finish_reason) {
   json r = Header(endpoint, meta, /*chunk=*/true);
-  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", NullOr(finish_reason)}};
+  json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", NullOr(finish_reason)}};
   if (endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";

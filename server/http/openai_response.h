@@ -36,15 +36,23 @@ nlohmann::json ChatLogprobs(const std::vector<SampledToken>& tokens, const Token
 nlohmann::json CompletionLogprobs(const std::vector<SampledToken>& tokens,
                                   const Tokenizer& tokenizer, int64_t text_offset);
 
-// Whole (non-streaming) response.
-nlohmann::json FullResponse(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
-                            const char* finish_reason, const Usage& usage,
-                            const nlohmann::json& logprobs, const nlohmann::json& witcert);
+// One choice of a whole response.
+struct ChoiceResult {
+  std::string text;
+  const char* finish_reason = nullptr;
+  nlohmann::json logprobs;  // null when not requested
+  nlohmann::json witcert;   // the choice's own report, written into the choice unless null
+};
 
-// One streamed chunk. `text` is the delta; `role` adds {"role":"assistant"} (chat's first
-// chunk); null logprobs / finish_reason are sent as null.
-nlohmann::json StreamChunk(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
-                           bool role, const nlohmann::json& logprobs,
+// Whole (non-streaming) response: choices[i] has index i; `witcert` is the response's report.
+nlohmann::json FullResponse(Endpoint endpoint, const ResponseMeta& meta,
+                            const std::vector<ChoiceResult>& choices, const Usage& usage,
+                            const nlohmann::json& witcert);
+
+// One streamed chunk of choice `index`. `text` is the delta; `role` adds {"role":"assistant"}
+// (chat's first chunk of each choice); null logprobs / finish_reason are sent as null.
+nlohmann::json StreamChunk(Endpoint endpoint, const ResponseMeta& meta, int32_t index,
+                           const std::string& text, bool role, const nlohmann::json& logprobs,
                            const char* finish_reason);
 // stream_options.include_usage: the final chunk with empty choices.
 nlohmann::json UsageChunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage);

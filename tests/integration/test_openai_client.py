@@ -55,6 +55,53 @@ def test_chat_stream_with_usage(client, model):
     assert len({c.id for c in chunks}) == 1
 
 
+def test_n_choices(client, model):
+    """n choices: n requests on one prompt, indexed, each with its own report; seeded ones are
+    reproducible and differ from each other; greedy ones equal the single greedy answer."""
+    r = client.chat.completions.create(model=model, messages=MSG, max_tokens=6, n=3,
+                                       temperature=1.0, seed=7)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    reports = [c.model_extra["witcert"] for c in r.choices]
+    assert r.model_extra["witcert"]["cells"] == sum(rep["cells"] for rep in reports) > 0
+    assert r.model_extra["witcert"]["tv_bound"]["max_before"] == max(
+        rep["tv_bound"]["max_before"] for rep in reports)
+    assert 3 <= r.usage.completion_tokens <= 18
+    again = client.chat.completions.create(model=model, messages=MSG, max_tokens=6, n=3,
+                                           temperature=1.0, seed=7)
+    assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]
+    assert len({c.message.content for c in r.choices}) > 1  # seed + i: the choices differ
+
+    one = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
+                                    temperature=0)
+    two = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
+                                    temperature=0, n=2)
+    assert [c.text for c in two.choices] == [one.choices[0].text] * 2
+    assert two.usage.prompt_tokens == one.usage.prompt_tokens
+    assert two.usage.completion_tokens == 2 * one.usage.completion_tokens
+
+
+def test_n_choices_stream(client, model):
+    whole = client.chat.completions.create(model=model, messages=MSG, max_tokens=6, n=2,
+                                           temperature=0)
+    stream = client.chat.completions.create(model=model, messages=MSG, max_tokens=6, n=2,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    texts, finishes, roles = {0: "", 1: ""}, {0: [], 1: []}, {0: 0, 1: 0}
+    chunks = list(stream)
+    for c in chunks:
+        for ch in c.choices:
+            texts[ch.index] += ch.delta.content or ""
+            roles[ch.index] += ch.delta.role == "assistant"
+            if ch.finish_reason:
+                finishes[ch.index].append(ch.finish_reason)
+                assert "witcert" in c.model_extra
+    assert roles == {0: 1, 1: 1}
+    assert [len(finishes[0]), len(finishes[1])] == [1, 1]
+    assert [texts[0], texts[1]] == [c.message.content for c in whole.choices]
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)
@@ -179,9 +226,10 @@ def test_errors_then_still_serving(client, model):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=MSG, max_tokens=2, temperature=5)
     assert e.value.body["param"] == "temperature"
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model, messages=MSG, max_tokens=2, n=2)
-    assert e.value.body["param"] == "n"
+    for n in (0, 17):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=model, messages=MSG, max_tokens=2, n=n)
+        assert e.value.body["param"] == "n"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=model, messages=MSG, max_tokens=-1)
     with pytest.raises(openai.BadRequestError):

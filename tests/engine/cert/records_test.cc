@@ -4,6 +4,7 @@
 #include "engine/cert/records.h"
 
 #include <cmath>
+#include <random>
 #include <limits>
 #include <vector>
 
@@ -87,6 +88,46 @@ TEST(RiskCountersTest, AddAllEqualsAddAndTotalSumsEverything) {
   uint64_t n = 0;
   for (uint64_t c : t.tv_buckets) n += c;
   EXPECT_EQ(n, 12u);
+}
+
+// Merging the summaries of a request's choices gives what one accumulator over all their
+// cells gives: sums, maxima, cell-weighted means and coverage, δ spent, the union of heads.
+TEST(RiskSummaryTest, MergeEqualsOneAccumulatorOverAllCells) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> tv(0.0f, 0.2f);
+  std::vector<RiskAccumulator> parts(3);
+  RiskAccumulator all;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (int i = 0; i < 40 + 7 * static_cast<int>(p); ++i) {
+      CellRecord c;
+      c.layer = static_cast<int32_t>(rng() % 4);
+      c.head = static_cast<int32_t>(rng() % 3);
+      c.tv_before = tv(rng);
+      c.tv_after = c.tv_before * 0.5f;
+      c.pageins = static_cast<int32_t>(rng() % 3);
+      c.certified = c.tv_after <= 0.05f;
+      c.tier = rng() % 2 ? 'B' : 'A';
+      parts[p].Add(c, 1e-4, 0.05f);
+      all.Add(c, 1e-4, 0.05f);
+    }
+  }
+  std::vector<RiskSummary> summaries;
+  for (const RiskAccumulator& a : parts) summaries.push_back(a.Summary());
+  const RiskSummary m = MergeRiskSummaries(summaries), want = all.Summary();
+  EXPECT_EQ(m.cells, want.cells);
+  EXPECT_EQ(m.max_tv_before, want.max_tv_before);
+  EXPECT_EQ(m.max_tv_after, want.max_tv_after);
+  EXPECT_NEAR(m.mean_tv_before, want.mean_tv_before, 1e-12);
+  EXPECT_NEAR(m.mean_tv_after, want.mean_tv_after, 1e-12);
+  EXPECT_NEAR(m.coverage, want.coverage, 1e-12);
+  EXPECT_EQ(m.pageins, want.pageins);
+  EXPECT_EQ(m.uncertified_cells, want.uncertified_cells);
+  EXPECT_NEAR(m.delta_spent, want.delta_spent, 1e-15);
+  EXPECT_EQ(m.uncertified_heads, want.uncertified_heads);
+  EXPECT_GT(want.uncertified_cells, 0);  // the case exercises the union
+  const RiskSummary none = MergeRiskSummaries({});
+  EXPECT_EQ(none.cells, 0);
+  EXPECT_EQ(none.coverage, 0.0);
 }
 
 }  // namespace

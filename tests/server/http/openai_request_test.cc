@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace witcert::http {
@@ -150,9 +151,12 @@ TEST(OpenAiRequest, StopLimits) {
   ExpectRejected(Chat(R"("stop": {"a": 1})"), "stop");
 }
 
-TEST(OpenAiRequest, OnlyNOne) {
-  ParseOk(Chat(R"("n": 1)"));
-  ExpectRejected(Chat(R"("n": 2)"), "n");
+TEST(OpenAiRequest, NChoicesFromOneToTheLimit) {
+  EXPECT_EQ(ParseOk(Chat("")).n, 1);
+  EXPECT_EQ(ParseOk(Chat(R"("n": 1)")).n, 1);
+  EXPECT_EQ(ParseOk(Chat(R"("n": 3)")).n, 3);
+  EXPECT_EQ(ParseOk(Chat(absl::StrFormat(R"("n": %d)", kMaxChoices))).n, kMaxChoices);
+  ExpectRejected(Chat(absl::StrFormat(R"("n": %d)", kMaxChoices + 1)), "n");
   ExpectRejected(Chat(R"("n": 0)"), "n");
   ExpectRejected(Chat(R"("n": "1")"), "n");
 }

@@ -28,17 +28,36 @@ ResponseMeta Meta() { return {"chatcmpl-1", 1700000000, "m"}; }
 
 TEST(OpenAiResponse, ChatWholeResponse) {
   Usage u{5, 3};
-  json r = FullResponse(Endpoint::kChat, Meta(), "hey", "stop", u, nullptr, json{{"cells", 1}});
+  json r = FullResponse(Endpoint::kChat, Meta(), {{"hey", "stop", nullptr, nullptr}}, u, json{{"cells", 1}});
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(r["choices"][0]["message"]["content"], "hey");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(r["usage"]["total_tokens"], 8);
   EXPECT_EQ(r["witcert"]["cells"], 1);
+  EXPECT_EQ(r["choices"][0]["index"], 0);
+  EXPECT_FALSE(r["choices"][0].contains("witcert"));  // n = 1: the response's report only
+}
+
+// n > 1: choices in order with their indices, each with its own report when given.
+TEST(OpenAiResponse, SeveralChoices) {
+  json r = FullResponse(Endpoint::kCompletion, Meta(),
+                        {{"a", "stop", nullptr, json{{"cells", 2}}}, {"bc", "length", nullptr, json{{"cells", 3}}}},
+                        Usage{4, 7}, json{{"cells", 5}});
+  ASSERT_EQ(r["choices"].size(), 2u);
+  EXPECT_EQ(r["choices"][1]["index"], 1);
+  EXPECT_EQ(r["choices"][1]["text"], "bc");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(r["choices"][0]["witcert"]["cells"], 2);
+  EXPECT_EQ(r["witcert"]["cells"], 5);
+  EXPECT_EQ(r["usage"]["total_tokens"], 11);
+  json c = StreamChunk(Endpoint::kChat, Meta(), 3, "x", false, nullptr, nullptr);
+  EXPECT_EQ(c["choices"][0]["index"], 3);
+  EXPECT_EQ(c["choices"][0]["delta"]["content"], "x");
 }
 
 TEST(OpenAiResponse, CompletionChunkAndUsageChunk) {
-  json c = StreamChunk(Endpoint::kCompletion, Meta(), "x", false, nullptr, nullptr);
+  json c = StreamChunk(Endpoint::kCompletion, Meta(), 0, "x", false, nullptr, nullptr);
   EXPECT_EQ(c["object"], "text_completion");
   EXPECT_EQ(c["choices"][0]["text"], "x");
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
@@ -46,7 +65,7 @@ TEST(OpenAiResponse, CompletionChunkAndUsageChunk) {
   EXPECT_TRUE(u["choices"].is_array());
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["completion_tokens"], 1);
-  json first = StreamChunk(Endpoint::kChat, Meta(), "", true, nullptr, nullptr);
+  json first = StreamChunk(Endpoint::kChat, Meta(), 0, "", true, nullptr, nullptr);
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
 }
 
