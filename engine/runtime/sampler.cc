@@ -52,7 +52,12 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
     for (int32_t i = 0; i < k; ++i) top.push_back({ids[i], raw_logprob(ids[i])});
   }
 
-  absl::flat_hash_map<int32_t, float> raw_penalized;  // original logits of penalized tokens
+  absl::flat_hash_map<int32_t, float> raw_penalized;  // original logits of shaped tokens
+  for (const auto& [t, bias] : params_.logit_bias) {  // OpenAI logit_bias
+    if (t < 0 || t >= vocab) continue;
+    raw_penalized.emplace(t, logits[t]);
+    logits[t] += bias;
+  }
   // Penalties (OpenAI): logit -= presence · [count > 0] + frequency · count.
   if ((params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) &&
       !generated.empty()) {
@@ -60,7 +65,7 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
     for (int32_t t : generated) ++counts[t];
     for (auto [t, c] : counts) {
       if (t < 0 || t >= vocab) continue;
-      raw_penalized.emplace(t, logits[t]);
+      raw_penalized.emplace(t, logits[t]);  // keeps the first (raw) value of a biased token
       logits[t] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(c);
     }
   }

@@ -1,4 +1,5 @@
-// Picks the next token from logits: penalties → temperature → top-k → top-p → min-p → draw.
+// Picks the next token from logits: logit bias → penalties → temperature → top-k → top-p →
+// min-p → draw.
 //
 // Each sequence owns a Sampler whose RNG is seeded once, so a fixed seed reproduces the same
 // tokens for the same logits regardless of how requests are batched.
@@ -34,7 +35,10 @@ class Sampler {
 
   // Device sampling (Backend::SamplesOnDevice): true when the device can pick this sequence's
   // tokens (no logprobs asked for: they need the host's full distribution).
-  bool CanSampleOnDevice() const { return !params_.logprobs && params_.top_logprobs == 0; }
+  // Logit bias too is applied on the host only.
+  bool CanSampleOnDevice() const {
+    return !params_.logprobs && params_.top_logprobs == 0 && params_.logit_bias.empty();
+  }
   // The next token's uniform draw U[0, 1) from this sequence's RNG, consumed as Sample would
   // (one draw per token, none when greedy), so a seed fixes the draws on either path.
   double NextUniform();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace witcert {
@@ -15,6 +16,9 @@ struct SamplingParams {
   float min_p = 0.0f;        // drop tokens with p < min_p · p_max; 0 → off
   float presence_penalty = 0.0f;   // OpenAI semantics, subtracted from logits of seen tokens
   float frequency_penalty = 0.0f;  // times the count of each generated token
+  // (token, bias) added to that token's logit before the penalties (OpenAI logit_bias; ±100
+  // bans or forces a token). Ids outside the vocabulary are ignored.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   std::optional<uint64_t> seed;    // unset → seeded from a random device
   int32_t top_logprobs = 0;        // return this many alternatives per token (0..20)
   bool logprobs = false;           // fill SampledToken::logprob (else it is 0)

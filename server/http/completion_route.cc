@@ -317,6 +317,14 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
                                           /*add_bos=*/true);
   }
   request.sampling = p.sampling;
+  for (const auto& [token, bias] : p.sampling.logit_bias) {
+    if (token >= le.tokenizer->vocab_size()) {
+      return SendError(InvalidRequest(absl::StrFormat("logit_bias token %d is outside the vocabulary (%d)", token,
+                                                      le.tokenizer->vocab_size()),
+                                      "logit_bias"),
+                       res);
+    }
+  }
   // No per-cell events: the TV-bound histogram is mirrored from the engine's counters and the
   // risk summary comes with the finish event.
   request.stop = p.stop;

@@ -277,9 +277,6 @@ bool RejectUnsupported(const json& body, Endpoint endpoint, Fields& f) {
       return f.Fail(absl::StrFormat("'%s' is not supported by this server", key), key);
     }
   }
-  if (const json* v = f.Find("logit_bias"); v != nullptr && !(v->is_object() && v->empty())) {
-    return f.Fail("'logit_bias' is not supported by this server", "logit_bias");
-  }
   if (const json* v = f.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     return f.Fail("'echo' is not supported by this server", "echo");
   }
@@ -376,6 +373,29 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
   if (has_seed) s.seed = static_cast<uint64_t>(seed);
   f.Bool("ignore_eos", &out->stop.ignore_eos);
   if (f.failed()) return false;
+  // logit_bias: {"<token id>": bias in [-100, 100]} (the ids are checked against the vocabulary
+  // where the model is known).
+  if (const json* v = f.Find("logit_bias"); v != nullptr && !v->is_null()) {
+    if (!v->is_object()) return f.WrongType("logit_bias", "an object of token id → bias", *v);
+    if (v->size() > kMaxLogitBias) {
+      return f.Fail(absl::StrFormat("'logit_bias' may hold at most %d tokens", kMaxLogitBias), "logit_bias");
+    }
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      const std::string& key = it.key();
+      int64_t id = 0;
+      const bool digits = !key.empty() && key.size() <= 9 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) id = std::stoll(key);
+      if (!digits) {
+        return f.Fail(absl::StrFormat("'logit_bias' key \"%s\" is not a token id", key), "logit_bias");
+      }
+      if (!it.value().is_number() || !(it.value().get<double>() >= -100.0 && it.value().get<double>() <= 100.0)) {
+        return f.Fail(absl::StrFormat("'logit_bias' value for token %d must be a number in [-100, 100]", id),
+                      "logit_bias");
+      }
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(it.value().get<double>()));
+    }
+  }
 
   if (endpoint == Endpoint::kChat) {
     f.Bool("logprobs", &out->logprobs);

@@ -50,8 +50,9 @@ struct GenerationRequest {
   GateRequest gate;
 };
 
-// Most choices one request may ask for (`n`).
+// Most choices one request may ask for (`n`), and most tokens its logit_bias may name.
 inline constexpr int32_t kMaxChoices = 16;
+inline constexpr size_t kMaxLogitBias = 1024;
 
 struct ParseLimits {
   int32_t max_tokens_limit = 4096;

@@ -1,4 +1,6 @@
 """The official `openai` Python client against a real `witcert serve`."""
+import json
+
 import openai
 import pytest
 
@@ -16,6 +18,12 @@ def model(client):
 
 
 MSG = [{"role": "user", "content": "Name a color."}]
+
+
+def requests_tokenize(server, text):
+    status, body = server.post("/tokenize", {"prompt": text})
+    assert status == 200
+    return json.loads(body)["tokens"]
 
 
 def test_chat(client, model):
@@ -100,6 +108,26 @@ def test_n_choices_stream(client, model):
     assert [texts[0], texts[1]] == [c.message.content for c in whole.choices]
     assert chunks[-1].choices == []
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_logit_bias(client, model, server):
+    """logit_bias +100 forces a token, -100 bans one; an id outside the vocabulary is a 400."""
+    plain = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
+                                      temperature=0, logprobs=0)
+    first = plain.choices[0].logprobs.tokens[0]
+    ids = requests_tokenize(server, first)
+    assert len(ids) == 1
+    banned = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
+                                       temperature=0, logprobs=0, logit_bias={str(ids[0]): -100})
+    assert banned.choices[0].logprobs.tokens[0] != first
+    forced_id = requests_tokenize(server, " blue")
+    assert len(forced_id) == 1
+    forced = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3,
+                                       temperature=0, logit_bias={str(forced_id[0]): 100})
+    assert forced.choices[0].text == " blue" * 3
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model, prompt="x", max_tokens=2, logit_bias={"99999999": 1})
+    assert e.value.body["param"] == "logit_bias"
 
 
 def test_completions_text_and_tokens(client, model, server):

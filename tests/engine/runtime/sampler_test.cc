@@ -121,5 +121,37 @@ TEST(SamplerTest, LogprobsAreOfTheRawDistribution) {
   EXPECT_NEAR(t.logprob, 2.5 - std::log(z), 1e-5);
 }
 
+// logit_bias (OpenAI): added to the logits before the penalties. Logits {1, 3, 2, -1, 2.5}:
+// +1 on token 2 makes it 3.0, tying token 1 (argmax keeps the first, 1); +1.5 makes it 3.5 and
+// it wins; −100 on token 1 leaves 2.5 (token 4) on top; ids outside the vocabulary are
+// ignored. Bias and penalties stack (token 4: 2.5 + 1 − 2·0.6 = 2.3 < 2 + 0.5 = 2.5 for token
+// 2). The chosen token's logprob stays the raw distribution's, and device sampling is off.
+TEST(SamplerTest, LogitBiasShiftsLogitsBeforePenalties) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logit_bias = {{2, 1.0f}};
+  EXPECT_EQ(SampleOnce(p), 1);
+  p.logit_bias = {{2, 1.5f}};
+  EXPECT_EQ(SampleOnce(p), 2);
+  p.logit_bias = {{1, -100.0f}, {99, 50.0f}, {-3, 50.0f}};
+  EXPECT_EQ(SampleOnce(p), 4);
+  p.logit_bias = {{1, -100.0f}, {4, 1.0f}, {2, 0.5f}};
+  p.frequency_penalty = 0.6f;
+  EXPECT_EQ(SampleOnce(p, {4, 4}), 2);
+  EXPECT_FALSE(Sampler(p).CanSampleOnDevice());
+
+  SamplingParams lp;
+  lp.temperature = 0.0f;
+  lp.logprobs = true;
+  lp.logit_bias = {{3, 10.0f}};  // −1 + 10 = 9: token 3 forced
+  Sampler s(lp);
+  std::vector<float> l = Logits();
+  SampledToken t = s.Sample(absl::MakeSpan(l), {});
+  double z = 0;
+  for (float x : Logits()) z += std::exp(x);
+  EXPECT_EQ(t.token, 3);
+  EXPECT_NEAR(t.logprob, -1.0 - std::log(z), 1e-5);
+}
+
 }  // namespace
 }  // namespace witcert

@@ -1,5 +1,7 @@
 #include "server/http/openai_request.h"
 
+#include <algorithm>
+
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -161,9 +163,22 @@ TEST(OpenAiRequest, NChoicesFromOneToTheLimit) {
   ExpectRejected(Chat(R"("n": "1")"), "n");
 }
 
+// logit_bias: token id keys, biases in [-100, 100]; anything else names the field.
+TEST(OpenAiRequest, LogitBiasParsed) {
+  const GenerationRequest r = ParseOk(Chat(R"("logit_bias": {"5": 10, "0": -100, "12": 0.5})"));
+  std::vector<std::pair<int32_t, float>> got = r.sampling.logit_bias;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::pair<int32_t, float>>{{0, -100.0f}, {5, 10.0f}, {12, 0.5f}}));
+  EXPECT_TRUE(ParseOk(Chat(R"("logit_bias": null)")).sampling.logit_bias.empty());
+  ExpectRejected(Chat(R"("logit_bias": {"5": 101})"), "logit_bias");
+  ExpectRejected(Chat(R"("logit_bias": {"-1": 1})"), "logit_bias");
+  ExpectRejected(Chat(R"("logit_bias": {"abc": 1})"), "logit_bias");
+  ExpectRejected(Chat(R"("logit_bias": {"5": "1"})"), "logit_bias");
+  ExpectRejected(Chat(R"("logit_bias": [5])"), "logit_bias");
+}
+
 TEST(OpenAiRequest, UnsupportedFeaturesAreRejectedNotIgnored) {
   ExpectRejected(Chat(R"("tools": [{"type": "function"}])"), "tools");
-  ExpectRejected(Chat(R"("logit_bias": {"5": 10})"), "logit_bias");
   ExpectRejected(Chat(R"("response_format": {"type": "json_object"})"), "response_format");
   ExpectRejected(R"({"prompt": "x", "echo": true})", "echo", Endpoint::kCompletion);
   ExpectRejected(R"({"prompt": "x", "best_of": 3})", "best_of", Endpoint::kCompletion);
