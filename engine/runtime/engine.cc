@@ -27,6 +27,8 @@ absl::Status ValidateSampling(const SamplingParams& p) {
     return absl::InvalidArgumentError("frequency_penalty must be in [-2, 2]");
   if (p.top_logprobs < 0 || p.top_logprobs > 20)
     return absl::InvalidArgumentError("top_logprobs must be in [0, 20]");
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 2.0f))
+    return absl::InvalidArgumentError("repetition_penalty must be in (0, 2]");
   return absl::OkStatus();
 }
 
@@ -46,6 +48,9 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer,
     threads = static_cast<int32_t>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
   }
   sample_pool_ = std::make_unique<ThreadPool>(threads);
+  for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
+    if (tokenizer_.IsEndOfGeneration(id)) end_of_generation_ids_.push_back(id);
+  }
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -63,6 +68,15 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(Request request) {
   if (request.stop.max_tokens < 1)
     return absl::InvalidArgumentError("max_tokens must be at least 1");
   if (absl::Status s = ValidateSampling(request.sampling); !s.ok()) return s;
+  if (request.stop.min_tokens < 0 || request.stop.min_tokens > request.stop.max_tokens) {
+    return absl::InvalidArgumentError("min_tokens must be in [0, max_tokens]");
+  }
+  for (int32_t id : request.stop.stop_token_ids) {
+    if (id < 0 || id >= tokenizer_.vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stop_token_ids: %d is outside the vocabulary (%d)", id, tokenizer_.vocab_size()));
+    }
+  }
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
   if (prompt_len >= options_.max_context) {
     return absl::OutOfRangeError(absl::StrFormat(
@@ -180,7 +194,9 @@ bool Engine::Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& 
     seq->stream->Push(std::move(cell_event));
   }
 
-  const bool eog = !seq->request.stop.ignore_eos && tokenizer_.IsEndOfGeneration(sampled.token);
+  const std::vector<int32_t>& stop_ids = seq->request.stop.stop_token_ids;
+  const bool eog = (!seq->request.stop.ignore_eos && tokenizer_.IsEndOfGeneration(sampled.token)) ||
+                   std::find(stop_ids.begin(), stop_ids.end(), sampled.token) != stop_ids.end();
   bool stopped = false;
   std::string text;
   if (!eog) text = seq->stop_matcher.Push(seq->detokenizer.Push(sampled.token), &stopped);
@@ -204,6 +220,13 @@ bool Engine::Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& 
     return true;
   }
   return false;
+}
+
+std::vector<int32_t> Engine::BannedTokens(const Sequence& seq) const {
+  if (seq.num_generated() >= seq.request.stop.min_tokens) return {};
+  std::vector<int32_t> banned = end_of_generation_ids_;
+  banned.insert(banned.end(), seq.request.stop.stop_token_ids.begin(), seq.request.stop.stop_token_ids.end());
+  return banned;
 }
 
 void Engine::Step() {
@@ -244,7 +267,8 @@ void Engine::Step() {
     item.decode_step = seq->decode_steps;
     item.delta_loc = seq->delta_loc;
     item.policy = seq->policy.mode == GateMode::kOff ? nullptr : &seq->policy;
-    if (device_sampling && item.compute_logits && seq->sampler.CanSampleOnDevice()) {
+    if (device_sampling && item.compute_logits && seq->sampler.CanSampleOnDevice() &&
+        seq->num_generated() >= seq->request.stop.min_tokens) {
       const SamplingParams& sp = seq->sampler.params();
       SampleRequest& r = samples[items.size()];
       r.temperature = sp.temperature;
@@ -288,8 +312,9 @@ void Engine::Step() {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t r = host_rows[i];
       Sequence* seq = plan.chunks[emitting[r]].seq;
+      const std::vector<int32_t> banned = BannedTokens(*seq);
       sampled[r] = seq->sampler.Sample(absl::Span<float>(&result.logits[r * vocab], vocab),
-                                       seq->generated());
+                                       seq->generated(), seq->tokens, banned);
     }
   };
   const int64_t num_host = static_cast<int64_t>(host_rows.size());

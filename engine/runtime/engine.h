@@ -79,8 +79,13 @@ class Engine {
   bool Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& cells);
   void Finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
 
+  // The tokens a sequence may not sample yet (min_tokens): end-of-generation and its
+  // stop_token_ids, while it has generated fewer than min_tokens; else empty.
+  std::vector<int32_t> BannedTokens(const Sequence& seq) const;
+
   std::unique_ptr<Backend> backend_;
   const Tokenizer& tokenizer_;
+  std::vector<int32_t> end_of_generation_ids_;  // every id Tokenizer::IsEndOfGeneration accepts
   std::unique_ptr<ThreadPool> sample_pool_;
   EngineOptions options_;
   Scheduler scheduler_;

@@ -28,7 +28,8 @@ double Sampler::NextUniform() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
 }
 
-SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> generated) {
+SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> generated,
+                             absl::Span<const int32_t> sequence, absl::Span<const int32_t> banned) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   SampledToken result;
 
@@ -58,6 +59,25 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
     raw_penalized.emplace(t, logits[t]);
     logits[t] += bias;
   }
+  // Repetition penalty (HF / vLLM) over every token the sequence holds.
+  if (params_.repetition_penalty != 1.0f) {
+    if (seen_.size() != static_cast<size_t>(vocab)) {
+      seen_.assign(vocab, 0);
+      seen_list_.clear();
+      absorbed_ = 0;
+    }
+    for (; absorbed_ < sequence.size(); ++absorbed_) {
+      const int32_t t = sequence[absorbed_];
+      if (t >= 0 && t < vocab && !seen_[t]) {
+        seen_[t] = 1;
+        seen_list_.push_back(t);
+      }
+    }
+    for (int32_t t : seen_list_) {
+      raw_penalized.emplace(t, logits[t]);
+      logits[t] = logits[t] > 0.0f ? logits[t] / params_.repetition_penalty : logits[t] * params_.repetition_penalty;
+    }
+  }
   // Penalties (OpenAI): logit -= presence · [count > 0] + frequency · count.
   if ((params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) &&
       !generated.empty()) {
@@ -68,6 +88,12 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
       raw_penalized.emplace(t, logits[t]);  // keeps the first (raw) value of a biased token
       logits[t] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(c);
     }
+  }
+
+  for (int32_t t : banned) {
+    if (t < 0 || t >= vocab) continue;
+    raw_penalized.emplace(t, logits[t]);
+    logits[t] = -std::numeric_limits<float>::infinity();
   }
 
   int32_t chosen = 0;

@@ -19,6 +19,9 @@ struct SamplingParams {
   // (token, bias) added to that token's logit before the penalties (OpenAI logit_bias; ±100
   // bans or forces a token). Ids outside the vocabulary are ignored.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // HF / vLLM repetition penalty over every token of the sequence (prompt and generated): a
+  // positive logit is divided by it, a negative one multiplied; 1 → off.
+  float repetition_penalty = 1.0f;
   std::optional<uint64_t> seed;    // unset → seeded from a random device
   int32_t top_logprobs = 0;        // return this many alternatives per token (0..20)
   bool logprobs = false;           // fill SampledToken::logprob (else it is 0)
@@ -28,6 +31,10 @@ struct StopCondition {
   int32_t max_tokens = 256;            // generated tokens
   std::vector<std::string> stop;       // stop strings; the match is not emitted
   bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids; // more tokens that end generation as EOS does (vLLM)
+  // End-of-generation tokens and stop_token_ids cannot be sampled before this many tokens
+  // (vLLM's min_tokens); 0 → no floor.
+  int32_t min_tokens = 0;
 };
 
 }  // namespace witcert

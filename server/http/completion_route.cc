@@ -325,6 +325,14 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
                        res);
     }
   }
+  for (int32_t token : p.stop.stop_token_ids) {
+    if (token >= le.tokenizer->vocab_size()) {
+      return SendError(InvalidRequest(absl::StrFormat("stop_token_ids: %d is outside the vocabulary (%d)", token,
+                                                      le.tokenizer->vocab_size()),
+                                      "stop_token_ids"),
+                       res);
+    }
+  }
   // No per-cell events: the TV-bound histogram is mirrored from the engine's counters and the
   // risk summary comes with the finish event.
   request.stop = p.stop;

@@ -372,6 +372,23 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
   f.Int("seed", &seed, INT64_MIN, INT64_MAX, &has_seed);
   if (has_seed) s.seed = static_cast<uint64_t>(seed);
   f.Bool("ignore_eos", &out->stop.ignore_eos);
+  // vLLM's sampling extras.
+  f.Number("repetition_penalty", &s.repetition_penalty, 0.0, 2.0, /*lo_open=*/true);
+  int64_t min_tokens = 0;
+  f.Int("min_tokens", &min_tokens, 0, out->stop.max_tokens);
+  out->stop.min_tokens = static_cast<int32_t>(min_tokens);
+  if (const json* v = f.Find("stop_token_ids"); v != nullptr && !v->is_null()) {
+    if (!v->is_array() || v->size() > kMaxStopTokenIds) {
+      return f.Fail(absl::StrFormat("'stop_token_ids' must be an array of at most %d token ids", kMaxStopTokenIds),
+                    "stop_token_ids");
+    }
+    for (const json& id : *v) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return f.Fail("'stop_token_ids' must hold token ids (non-negative integers)", "stop_token_ids");
+      }
+      out->stop.stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
   if (f.failed()) return false;
   // logit_bias: {"<token id>": bias in [-100, 100]} (the ids are checked against the vocabulary
   // where the model is known).

@@ -53,6 +53,7 @@ struct GenerationRequest {
 // Most choices one request may ask for (`n`), and most tokens its logit_bias may name.
 inline constexpr int32_t kMaxChoices = 16;
 inline constexpr size_t kMaxLogitBias = 1024;
+inline constexpr size_t kMaxStopTokenIds = 64;
 
 struct ParseLimits {
   int32_t max_tokens_limit = 4096;

@@ -130,6 +130,36 @@ def test_logit_bias(client, model, server):
     assert e.value.body["param"] == "logit_bias"
 
 
+def test_vllm_sampling_extras(client, model, server):
+    """stop_token_ids end generation at that token; min_tokens keeps them (and EOS) from being
+    sampled before the floor; repetition_penalty changes a greedy continuation that repeats."""
+    prompt = "The capital of France is"
+    plain = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                      logprobs=0)
+    ids = requests_tokenize(server, plain.choices[0].logprobs.tokens[0])
+    assert len(ids) == 1
+    first = ids[0]
+    stopped = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                        extra_body={"stop_token_ids": [first]})
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.usage.completion_tokens == 1
+    floored = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                        logprobs=0,
+                                        extra_body={"stop_token_ids": [first], "min_tokens": 2})
+    assert floored.choices[0].logprobs.tokens[0] != plain.choices[0].logprobs.tokens[0]
+    assert floored.usage.completion_tokens >= 2
+
+    loop = "one two one two one two one two"
+    greedy = client.completions.create(model=model, prompt=loop, max_tokens=8, temperature=0)
+    penalized = client.completions.create(model=model, prompt=loop, max_tokens=8, temperature=0,
+                                          extra_body={"repetition_penalty": 1.8})
+    assert greedy.choices[0].text != penalized.choices[0].text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model, prompt=prompt, max_tokens=2,
+                                  extra_body={"stop_token_ids": [10 ** 8]})
+    assert e.value.body["param"] == "stop_token_ids"
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)

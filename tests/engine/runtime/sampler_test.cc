@@ -153,5 +153,43 @@ TEST(SamplerTest, LogitBiasShiftsLogitsBeforePenalties) {
   EXPECT_NEAR(t.logprob, -1.0 - std::log(z), 1e-5);
 }
 
+// Repetition penalty (HF / vLLM) over the whole sequence, prompt included: logits {1, 3, 2, −1,
+// 2.5}; with penalty 2 and token 1 in the prompt, 3 / 2 = 1.5 < 2.5: token 4 wins; once token 4
+// is generated too, 2.5 / 2 = 1.25 < 2 (token 2) wins; a negative logit is multiplied (token 3:
+// −1 → −2, still last). The penalty keeps its token set as the sequence grows between calls.
+TEST(SamplerTest, RepetitionPenaltyCoversPromptAndOutput) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p);
+  std::vector<int32_t> sequence = {1, 3};  // the prompt
+  std::vector<float> l = Logits();
+  EXPECT_EQ(s.Sample(absl::MakeSpan(l), {}, sequence).token, 4);
+  sequence.push_back(4);
+  l = Logits();
+  EXPECT_EQ(s.Sample(absl::MakeSpan(l), {4}, sequence).token, 2);
+  EXPECT_FALSE(s.CanSampleOnDevice());
+  p.repetition_penalty = 1.0f;
+  EXPECT_EQ(SampleOnce(p, {}), 1);  // 1 → off
+}
+
+// Banned tokens (min_tokens: end-of-generation not yet allowed) are never picked, greedy or not,
+// and report their raw logprob if asked.
+TEST(SamplerTest, BannedTokensAreNeverPicked) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  Sampler greedy(p);
+  std::vector<float> l = Logits();
+  EXPECT_EQ(greedy.Sample(absl::MakeSpan(l), {}, {}, std::vector<int32_t>{1, 4}).token, 2);
+  p.temperature = 1.0f;
+  p.seed = 3;
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) {
+    l = Logits();
+    const int32_t t = s.Sample(absl::MakeSpan(l), {}, {}, std::vector<int32_t>{1, 2, 4}).token;
+    EXPECT_TRUE(t == 0 || t == 3) << t;
+  }
+}
+
 }  // namespace
 }  // namespace witcert

@@ -177,6 +177,22 @@ TEST(OpenAiRequest, LogitBiasParsed) {
   ExpectRejected(Chat(R"("logit_bias": [5])"), "logit_bias");
 }
 
+// vLLM's sampling extras: repetition_penalty in (0, 2], min_tokens in [0, max_tokens],
+// stop_token_ids (≤ 64 ids).
+TEST(OpenAiRequest, VllmSamplingExtras) {
+  const GenerationRequest r =
+      ParseOk(Chat(R"("repetition_penalty": 1.3, "min_tokens": 4, "max_tokens": 8, "stop_token_ids": [2, 7])"));
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(r.stop.min_tokens, 4);
+  EXPECT_EQ(r.stop.stop_token_ids, (std::vector<int32_t>{2, 7}));
+  EXPECT_EQ(ParseOk(Chat("")).sampling.repetition_penalty, 1.0f);
+  ExpectRejected(Chat(R"("repetition_penalty": 0)"), "repetition_penalty");
+  ExpectRejected(Chat(R"("repetition_penalty": 2.5)"), "repetition_penalty");
+  ExpectRejected(Chat(R"("min_tokens": 9, "max_tokens": 8)"), "min_tokens");
+  ExpectRejected(Chat(R"("stop_token_ids": [-1])"), "stop_token_ids");
+  ExpectRejected(Chat(R"("stop_token_ids": "2")"), "stop_token_ids");
+}
+
 TEST(OpenAiRequest, UnsupportedFeaturesAreRejectedNotIgnored) {
   ExpectRejected(Chat(R"("tools": [{"type": "function"}])"), "tools");
   ExpectRejected(Chat(R"("response_format": {"type": "json_object"})"), "response_format");
