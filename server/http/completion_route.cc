@@ -36,6 +36,7 @@ struct Run {
   std::vector<SampledToken> pending_lp;   // streaming: not yet sent
   int64_t text_bytes = 0;                 // completions text_offset
   bool finished = false;
+  bool first_of_prompt = true;  // usage counts each prompt once, on its first choice
   RequestEvent finish;
 
   void OnToken(const RequestEvent& e, metrics::ServingMetrics* m) {
@@ -93,11 +94,13 @@ json ResponseReport(server::ServingContext* ctx, const Runs& runs) {
   return RiskReport(MergeRiskSummaries(risks), runs[0]->policy, c.kv.k_scheme, c.kv.v_scheme);
 }
 
-// The prompt once, the choices' completions added.
+// Each prompt once, the choices' completions added.
 Usage ResponseUsage(const Runs& runs) {
   Usage u;
-  u.prompt_tokens = runs[0]->finish.usage.prompt_tokens;
-  for (const auto& run : runs) u.completion_tokens += run->finish.usage.completion_tokens;
+  for (const auto& run : runs) {
+    if (run->first_of_prompt) u.prompt_tokens += run->finish.usage.prompt_tokens;
+    u.completion_tokens += run->finish.usage.completion_tokens;
+  }
   return u;
 }
 
@@ -298,12 +301,18 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
                           .count();
   run->meta.model = ctx_->model_id;
   request.id = run->meta.id;
+  std::vector<std::vector<TokenId>> prompts;  // [prompts][tokens]
   if (endpoint == Endpoint::kChat) {
-    request.prompt = le.tokenizer->Encode(le.chat_template.Apply(p.messages, true),
-                                          /*parse_special=*/true);
-  } else if (p.prompt_is_tokens) {
+    prompts.push_back(le.tokenizer->Encode(le.chat_template.Apply(p.messages, true),
+                                           /*parse_special=*/true));
+  }
+  for (const CompletionPrompt& prompt : p.prompts) {
+    if (!prompt.is_tokens) {
+      prompts.push_back(le.tokenizer->Encode(prompt.text, /*parse_special=*/false, /*add_bos=*/true));
+      continue;
+    }
     const int32_t vocab = le.tokenizer->vocab_size();
-    for (int32_t t : p.prompt_tokens) {
+    for (int32_t t : prompt.tokens) {
       if (t >= vocab) {
         return SendError(
             InvalidRequest(absl::StrFormat("token id %d is outside the vocabulary (%d)", t, vocab),
@@ -311,10 +320,7 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
             res);
       }
     }
-    request.prompt = p.prompt_tokens;
-  } else {
-    request.prompt = le.tokenizer->Encode(p.prompt_text, /*parse_special=*/false,
-                                          /*add_bos=*/true);
+    prompts.push_back(prompt.tokens);
   }
   request.sampling = p.sampling;
   for (const auto& [token, bias] : p.sampling.logit_bias) {
@@ -343,28 +349,34 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
     run->policy = Tighten(run->policy, want);
   }
 
-  // n choices: n requests on the same prompt (prefix caching shares its KV blocks where the
-  // backend has it); choice i has id "<id>-i" in the engine and, when seeded, seed + i, so the
-  // choices differ and each is reproducible.
+  // n choices per prompt: n requests on each (prefix caching shares their KV blocks where the
+  // backend has it), prompt-major. Choice c has id "<id>-c" in the engine and, when seeded,
+  // seed + c, so the choices differ and each is reproducible.
   Runs runs;
-  for (int32_t i = 0; i < p.n; ++i) {
-    auto choice = i == 0 ? run : std::make_shared<Run>(*run);
-    Request r = request;
-    if (p.n > 1) r.id = absl::StrFormat("%s-%d", run->meta.id, i);
-    if (p.n > 1 && r.sampling.seed.has_value()) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(i);
-    absl::StatusOr<std::shared_ptr<RequestStream>> stream = le.engine->Submit(std::move(r));
-    if (!stream.ok()) {
-      for (const auto& submitted : runs) submitted->stream->Cancel();  // their finish is not awaited
-      const std::string param =
-          stream.status().code() == absl::StatusCode::kOutOfRange ? "messages" : "";
-      return SendError(ErrorFromStatus(stream.status(),
-                                       endpoint == Endpoint::kChat ? param
-                                       : param.empty()             ? ""
-                                                                   : "prompt"),
-                       res);
+  const bool several = p.n > 1 || prompts.size() > 1;
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    for (int32_t i = 0; i < p.n; ++i) {
+      const int64_t c = static_cast<int64_t>(k) * p.n + i;
+      auto choice = c == 0 ? run : std::make_shared<Run>(*run);
+      choice->first_of_prompt = i == 0;
+      Request r = request;
+      r.prompt = prompts[k];
+      if (several) r.id = absl::StrFormat("%s-%d", run->meta.id, c);
+      if (several && r.sampling.seed.has_value()) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(c);
+      absl::StatusOr<std::shared_ptr<RequestStream>> stream = le.engine->Submit(std::move(r));
+      if (!stream.ok()) {
+        for (const auto& submitted : runs) submitted->stream->Cancel();  // their finish is not awaited
+        const std::string param =
+            stream.status().code() == absl::StatusCode::kOutOfRange ? "messages" : "";
+        return SendError(ErrorFromStatus(stream.status(),
+                                         endpoint == Endpoint::kChat ? param
+                                         : param.empty()             ? ""
+                                                                     : "prompt"),
+                         res);
+      }
+      choice->stream = *stream;
+      runs.push_back(std::move(choice));
     }
-    choice->stream = *stream;
-    runs.push_back(std::move(choice));
   }
   res.set_header("X-Request-Id", run->meta.id);
   if (p.stream) return HandleStream(ctx_, runs, res);

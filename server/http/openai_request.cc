@@ -1,5 +1,6 @@
 #include "server/http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -170,37 +171,40 @@ bool ParseTokenList(const json& list, const char* param, std::vector<int32_t>* o
   return true;
 }
 
+// "prompt": a string, a list of token ids, or a batch: a list of strings and/or token lists
+// (each one prompt; the response holds n choices per prompt, prompt-major).
 bool ParsePrompt(const json& body, GenerationRequest* out, Fields& f) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return f.Fail("'prompt' is required", "prompt");
   const json& p = *it;
-  if (p.is_string()) {
-    out->prompt_text = p.get<std::string>();
-  } else if (p.is_array()) {
-    if (p.empty()) return f.Fail("'prompt' must not be empty", "prompt");
-    if (p[0].is_number_integer()) {
-      out->prompt_is_tokens = true;
-      if (!ParseTokenList(p, "prompt", &out->prompt_tokens, f)) return false;
-    } else if (p[0].is_string() || p[0].is_array()) {
-      if (p.size() > 1) {
-        return f.Fail("batch prompts are not supported: send one prompt per request", "prompt");
-      }
-      if (p[0].is_string()) {
-        out->prompt_text = p[0].get<std::string>();
-      } else {
-        out->prompt_is_tokens = true;
-        if (!ParseTokenList(p[0], "prompt", &out->prompt_tokens, f)) return false;
-      }
+  auto one = [&](const json& v) -> bool {
+    CompletionPrompt prompt;
+    if (v.is_string()) {
+      prompt.text = v.get<std::string>();
+    } else if (v.is_array() && (v.empty() || v[0].is_number_integer())) {
+      prompt.is_tokens = true;
+      if (!ParseTokenList(v, "prompt", &prompt.tokens, f)) return false;
     } else {
-      return f.Fail("'prompt' must be a string, a list of token ids, or a list holding one of "
-                    "those",
-                    "prompt");
+      return f.Fail("each prompt of a batch must be a string or a list of token ids", "prompt");
     }
-  } else {
-    return f.WrongType("prompt", "a string or an array", p);
+    if (prompt.is_tokens ? prompt.tokens.empty() : prompt.text.empty()) {
+      return f.Fail("'prompt' must not be empty", "prompt");
+    }
+    out->prompts.push_back(std::move(prompt));
+    return true;
+  };
+  if (p.is_string()) return one(p);
+  if (!p.is_array()) return f.WrongType("prompt", "a string or an array", p);
+  if (p.empty()) return f.Fail("'prompt' must not be empty", "prompt");
+  if (p[0].is_number_integer()) return one(p);
+  if (!p[0].is_string() && !p[0].is_array()) {
+    return f.Fail("'prompt' must be a string, a list of token ids, or a list of those", "prompt");
   }
-  if (out->prompt_is_tokens ? out->prompt_tokens.empty() : out->prompt_text.empty()) {
-    return f.Fail("'prompt' must not be empty", "prompt");
+  if (p.size() > static_cast<size_t>(kMaxPrompts)) {
+    return f.Fail(absl::StrFormat("'prompt' may batch at most %d prompts", kMaxPrompts), "prompt");
+  }
+  for (const json& v : p) {
+    if (!one(v)) return false;
   }
   return true;
 }
@@ -338,6 +342,11 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
     return f.Fail(absl::StrFormat("'n' must be between 1 and %d", kMaxChoices), "n");
   }
   out->n = static_cast<int32_t>(n);
+  const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(out->prompts.size()));
+  if (prompts * n > kMaxChoicesPerResponse) {
+    return f.Fail(absl::StrFormat("%d prompts × n = %d is more than %d choices", prompts, n, kMaxChoicesPerResponse),
+                  "n");
+  }
 
   f.Bool("stream", &out->stream);
   if (const json* so = f.Find("stream_options"); so != nullptr) {

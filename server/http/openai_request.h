@@ -33,13 +33,18 @@ struct GateRequest {
   }
 };
 
+// One prompt of a completions request: text, or token ids.
+struct CompletionPrompt {
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool is_tokens = false;
+};
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;                       // "" when absent
   std::vector<ChatMessage> messages;       // chat
-  std::string prompt_text;                 // completions, text prompt
-  std::vector<int32_t> prompt_tokens;      // completions, token prompt
-  bool prompt_is_tokens = false;
+  std::vector<CompletionPrompt> prompts;   // completions: one, or a batch (choices per prompt)
   int32_t n = 1;                           // choices: n engine requests on one prompt
   bool stream = false;
   bool include_usage = false;
@@ -54,6 +59,9 @@ struct GenerationRequest {
 inline constexpr int32_t kMaxChoices = 16;
 inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr size_t kMaxStopTokenIds = 64;
+// Most prompts one completions request may batch, and most choices (prompts × n) in all.
+inline constexpr int32_t kMaxPrompts = 16;
+inline constexpr int32_t kMaxChoicesPerResponse = 64;
 
 struct ParseLimits {
   int32_t max_tokens_limit = 4096;

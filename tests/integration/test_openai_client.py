@@ -160,6 +160,19 @@ def test_vllm_sampling_extras(client, model, server):
     assert e.value.body["param"] == "stop_token_ids"
 
 
+def test_batch_prompts(client, model):
+    """A list of prompts: n choices per prompt, prompt-major, each what that prompt alone gives;
+    usage counts every prompt once."""
+    prompts = ["The capital of France is", "One plus one is"]
+    alone = [client.completions.create(model=model, prompt=q, max_tokens=4, temperature=0)
+             for q in prompts]
+    both = client.completions.create(model=model, prompt=prompts, max_tokens=4, temperature=0, n=2)
+    assert [c.index for c in both.choices] == [0, 1, 2, 3]
+    assert [c.text for c in both.choices] == [alone[0].choices[0].text] * 2 + [alone[1].choices[0].text] * 2
+    assert both.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert both.usage.completion_tokens == 2 * sum(a.usage.completion_tokens for a in alone)
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)
@@ -291,7 +304,7 @@ def test_errors_then_still_serving(client, model):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=model, messages=MSG, max_tokens=-1)
     with pytest.raises(openai.BadRequestError):
-        client.completions.create(model=model, prompt=["a", "b"], max_tokens=2)
+        client.completions.create(model=model, prompt=["a", ""], max_tokens=2)
     r = client.chat.completions.create(model=model, messages=MSG, max_tokens=2)
     assert r.choices[0].message.content is not None
 

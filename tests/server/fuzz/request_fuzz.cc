@@ -3,6 +3,7 @@
 // exception or an out-of-range value.
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <string_view>
 
 #include "server/http/openai_request.h"
@@ -29,8 +30,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(out.sampling.top_p > 0.0f && out.sampling.top_p <= 1.0f);
       Check(out.sampling.top_logprobs >= 0 && out.sampling.top_logprobs <= 20);
       if (endpoint == Endpoint::kChat) Check(!out.messages.empty());
-      else Check(out.prompt_is_tokens ? !out.prompt_tokens.empty() : !out.prompt_text.empty());
-      for (int32_t t : out.prompt_tokens) Check(t >= 0);
+      else Check(!out.prompts.empty() && out.prompts.size() <= static_cast<size_t>(kMaxPrompts));
+      for (const CompletionPrompt& p : out.prompts) {
+        Check(p.is_tokens ? !p.tokens.empty() : !p.text.empty());
+        for (int32_t t : p.tokens) Check(t >= 0);
+      }
+      Check(out.n >= 1 && out.n * std::max<size_t>(1, out.prompts.size()) <= kMaxChoicesPerResponse);
+      Check(out.stop.min_tokens >= 0 && out.stop.min_tokens <= out.stop.max_tokens);
     } else {
       Check(error.http_status >= 400 && error.http_status < 500);
       Check(!error.message.empty());

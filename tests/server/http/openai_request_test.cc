@@ -85,22 +85,42 @@ TEST(OpenAiRequest, ContentPartsAndDeveloperRole) {
 
 TEST(OpenAiRequest, CompletionPrompts) {
   GenerationRequest r = ParseOk(R"({"prompt": "Once"})", Endpoint::kCompletion);
-  EXPECT_EQ(r.prompt_text, "Once");
-  EXPECT_FALSE(r.prompt_is_tokens);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "Once");
+  EXPECT_FALSE(r.prompts[0].is_tokens);
   r = ParseOk(R"({"prompt": [1, 2, 3]})", Endpoint::kCompletion);
-  EXPECT_TRUE(r.prompt_is_tokens);
-  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_TRUE(r.prompts[0].is_tokens);
+  EXPECT_EQ(r.prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
   r = ParseOk(R"({"prompt": ["solo"]})", Endpoint::kCompletion);
-  EXPECT_EQ(r.prompt_text, "solo");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "solo");
   r = ParseOk(R"({"prompt": [[5, 6]], "logprobs": 2})", Endpoint::kCompletion);
-  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{5, 6}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].tokens, (std::vector<int32_t>{5, 6}));
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
 }
 
-TEST(OpenAiRequest, RejectsBatchAndBadPrompts) {
-  ExpectRejected(R"({"prompt": ["a", "b"]})", "prompt", Endpoint::kCompletion);
-  ExpectRejected(R"({"prompt": [[1], [2]]})", "prompt", Endpoint::kCompletion);
+// A batch of prompts (strings and token lists, mixed): one entry each, in order; at most
+// kMaxPrompts of them and kMaxChoicesPerResponse choices in all.
+TEST(OpenAiRequest, BatchPrompts) {
+  GenerationRequest r = ParseOk(R"({"prompt": ["a", [7, 8], "b"], "n": 2})", Endpoint::kCompletion);
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[0].text, "a");
+  EXPECT_EQ(r.prompts[1].tokens, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(r.prompts[2].text, "b");
+  EXPECT_EQ(r.n, 2);
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i <= kMaxPrompts; ++i) many += std::string(i ? "," : "") + R"("x")";
+  ExpectRejected(many + "]}", "prompt", Endpoint::kCompletion);
+  ExpectRejected(absl::StrFormat(R"({"prompt": ["a", "b", "c", "d", "e"], "n": %d})", kMaxChoices),
+                 "n", Endpoint::kCompletion);
+}
+
+TEST(OpenAiRequest, RejectsBadPrompts) {
+  ExpectRejected(R"({"prompt": ["a", ""]})", "prompt", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": [[1], []]})", "prompt", Endpoint::kCompletion);
   ExpectRejected(R"({"prompt": ""})", "prompt", Endpoint::kCompletion);
   ExpectRejected(R"({"prompt": []})", "prompt", Endpoint::kCompletion);
   ExpectRejected(R"({"prompt": [1, -2]})", "prompt", Endpoint::kCompletion);
