@@ -37,6 +37,7 @@ struct Run {
   int64_t text_bytes = 0;                 // completions text_offset
   bool finished = false;
   bool first_of_prompt = true;  // usage counts each prompt once, on its first choice
+  std::string echo;             // completions with echo: the prompt's text, before the completion
   RequestEvent finish;
 
   void OnToken(const RequestEvent& e, metrics::ServingMetrics* m) {
@@ -125,7 +126,7 @@ void HandleWhole(server::ServingContext* ctx, const Runs& runs, httplib::Respons
   if (failed != nullptr) return SendError(ErrorFromStatus(failed->finish.status), res);
   std::vector<ChoiceResult> choices;
   for (const auto& run : runs) {
-    choices.push_back({run->text, OpenAiFinishReason(run->finish.finish_reason),
+    choices.push_back({run->echo + run->text, OpenAiFinishReason(run->finish.finish_reason),
                        LogprobsFor(*run, run->tokens, tok, 0),
                        runs.size() > 1 ? Report(ctx, *run) : json(nullptr)});
   }
@@ -144,7 +145,7 @@ void HandleStream(server::ServingContext* ctx, const Runs& runs, httplib::Respon
   res.set_header("X-Request-Id", runs[0]->meta.id);
   struct StreamState {
     Runs runs;
-    bool sent_roles = false;
+    bool sent_openers = false;  // chat: each choice's role chunk; completions: its echo
     size_t next = 0;  // the run polled first, rotating so no choice starves the others
     size_t open = 0;  // runs not finished
   };
@@ -166,13 +167,18 @@ void HandleStream(server::ServingContext* ctx, const Runs& runs, httplib::Respon
         };
         const Endpoint endpoint = all[0]->endpoint;
         const ResponseMeta& meta = all[0]->meta;
-        if (!state->sent_roles && endpoint == Endpoint::kChat) {
-          state->sent_roles = true;
+        if (!state->sent_openers) {
+          state->sent_openers = true;
           std::string out;
           for (size_t i = 0; i < all.size(); ++i) {
-            out += SseEvent(StreamChunk(endpoint, meta, static_cast<int32_t>(i), "", true, nullptr, nullptr));
+            const int32_t index = static_cast<int32_t>(i);
+            if (endpoint == Endpoint::kChat) {
+              out += SseEvent(StreamChunk(endpoint, meta, index, "", true, nullptr, nullptr));
+            } else if (!all[i]->echo.empty()) {
+              out += SseEvent(StreamChunk(endpoint, meta, index, all[i]->echo, false, nullptr, nullptr));
+            }
           }
-          if (!write(out)) return false;
+          if (!out.empty() && !write(out)) return false;
         }
         // An event from any open run, without waiting; else wait on the first open one.
         std::optional<RequestEvent> e;
@@ -306,7 +312,9 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
     prompts.push_back(le.tokenizer->Encode(le.chat_template.Apply(p.messages, true),
                                            /*parse_special=*/true));
   }
+  std::vector<std::string> echoes;  // [prompts] the prompt's text when echo is asked for
   for (const CompletionPrompt& prompt : p.prompts) {
+    if (p.echo) echoes.push_back(prompt.is_tokens ? le.tokenizer->Decode(prompt.tokens) : prompt.text);
     if (!prompt.is_tokens) {
       prompts.push_back(le.tokenizer->Encode(prompt.text, /*parse_special=*/false, /*add_bos=*/true));
       continue;
@@ -359,6 +367,7 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
       const int64_t c = static_cast<int64_t>(k) * p.n + i;
       auto choice = c == 0 ? run : std::make_shared<Run>(*run);
       choice->first_of_prompt = i == 0;
+      if (k < echoes.size()) choice->echo = echoes[k];
       Request r = request;
       r.prompt = prompts[k];
       if (several) r.id = absl::StrFormat("%s-%d", run->meta.id, c);

@@ -281,9 +281,6 @@ bool RejectUnsupported(const json& body, Endpoint endpoint, Fields& f) {
       return f.Fail(absl::StrFormat("'%s' is not supported by this server", key), key);
     }
   }
-  if (const json* v = f.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    return f.Fail("'echo' is not supported by this server", "echo");
-  }
   if (const json* v = f.Find("best_of");
       v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
     return f.Fail("'best_of' must be 1 (only one completion per request is supported)",
@@ -342,6 +339,11 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
     return f.Fail(absl::StrFormat("'n' must be between 1 and %d", kMaxChoices), "n");
   }
   out->n = static_cast<int32_t>(n);
+  if (const json* v = f.Find("echo"); v != nullptr && !v->is_null()) {
+    if (!v->is_boolean()) return f.WrongType("echo", "a boolean", *v);
+    if (endpoint == Endpoint::kChat && v->get<bool>()) return f.Fail("'echo' applies to completions only", "echo");
+    out->echo = v->get<bool>();
+  }
   const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(out->prompts.size()));
   if (prompts * n > kMaxChoicesPerResponse) {
     return f.Fail(absl::StrFormat("%d prompts × n = %d is more than %d choices", prompts, n, kMaxChoicesPerResponse),
@@ -435,13 +437,18 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
     out->top_logprobs = static_cast<int32_t>(top);
   } else {
     // Completions: logprobs is the number of alternatives (0 still returns the chosen
-    // token's logprob).
+    // token's logprob). Echo with logprobs would need the prompt's own logprobs, which the
+    // engine does not compute.
     int64_t lp = 0;
     bool has_lp = false;
     f.Int("logprobs", &lp, 0, 20, &has_lp);
     if (f.failed()) return false;
     out->logprobs = has_lp;
     out->top_logprobs = static_cast<int32_t>(lp);
+    if (out->echo && out->logprobs) {
+      return f.Fail("'echo' with 'logprobs' is not supported: the prompt's own logprobs are not computed",
+                    "echo");
+    }
   }
   s.logprobs = out->logprobs;
   s.top_logprobs = out->top_logprobs;

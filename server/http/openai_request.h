@@ -46,6 +46,7 @@ struct GenerationRequest {
   std::vector<ChatMessage> messages;       // chat
   std::vector<CompletionPrompt> prompts;   // completions: one, or a batch (choices per prompt)
   int32_t n = 1;                           // choices: n engine requests on one prompt
+  bool echo = false;                       // completions: the prompt's text before each choice's
   bool stream = false;
   bool include_usage = false;
   SamplingParams sampling;

@@ -173,6 +173,22 @@ def test_batch_prompts(client, model):
     assert both.usage.completion_tokens == 2 * sum(a.usage.completion_tokens for a in alone)
 
 
+def test_echo(client, model):
+    """echo: the prompt's text before the completion, whole and streamed."""
+    prompt = "The capital of France is"
+    plain = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0)
+    echoed = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0,
+                                       echo=True)
+    assert echoed.choices[0].text == prompt + plain.choices[0].text
+    assert echoed.usage.completion_tokens == plain.usage.completion_tokens
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=model, prompt=prompt, max_tokens=4, temperature=0, echo=True, stream=True) if c.choices)
+    assert streamed == echoed.choices[0].text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model, prompt=prompt, max_tokens=2, echo=True, logprobs=1)
+    assert e.value.body["param"] == "echo"
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)

@@ -213,10 +213,19 @@ TEST(OpenAiRequest, VllmSamplingExtras) {
   ExpectRejected(Chat(R"("stop_token_ids": "2")"), "stop_token_ids");
 }
 
+// echo: completions only, and not with logprobs (the prompt's own logprobs are not computed).
+TEST(OpenAiRequest, EchoForCompletions) {
+  EXPECT_TRUE(ParseOk(R"({"prompt": "x", "echo": true})", Endpoint::kCompletion).echo);
+  EXPECT_FALSE(ParseOk(R"({"prompt": "x", "echo": false})", Endpoint::kCompletion).echo);
+  EXPECT_FALSE(ParseOk(Chat(R"("echo": false)")).echo);
+  ExpectRejected(Chat(R"("echo": true)"), "echo");
+  ExpectRejected(R"({"prompt": "x", "echo": "yes"})", "echo", Endpoint::kCompletion);
+  ExpectRejected(R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo", Endpoint::kCompletion);
+}
+
 TEST(OpenAiRequest, UnsupportedFeaturesAreRejectedNotIgnored) {
   ExpectRejected(Chat(R"("tools": [{"type": "function"}])"), "tools");
   ExpectRejected(Chat(R"("response_format": {"type": "json_object"})"), "response_format");
-  ExpectRejected(R"({"prompt": "x", "echo": true})", "echo", Endpoint::kCompletion);
   ExpectRejected(R"({"prompt": "x", "best_of": 3})", "best_of", Endpoint::kCompletion);
   // No-op values of those parameters are fine, and unknown extras are ignored.
   ParseOk(Chat(R"("tools": [], "logit_bias": {}, "response_format": {"type": "text"},
