@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
@@ -51,6 +52,7 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer,
   for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
     if (tokenizer_.IsEndOfGeneration(id)) end_of_generation_ids_.push_back(id);
   }
+  json_mask_ = std::make_unique<JsonTokenMask>(tokenizer_);
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -182,6 +184,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
 
 bool Engine::Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& cells) {
   seq->tokens.push_back(sampled.token);
+  if (seq->request.sampling.json_object) json_mask_->Advance(sampled.token, &seq->json);
   ++stat_generation_tokens_;
   if (!seq->has_first_token) {
     seq->has_first_token = true;
@@ -313,8 +316,18 @@ void Engine::Step() {
       const int64_t r = host_rows[i];
       Sequence* seq = plan.chunks[emitting[r]].seq;
       const std::vector<int32_t> banned = BannedTokens(*seq);
-      sampled[r] = seq->sampler.Sample(absl::Span<float>(&result.logits[r * vocab], vocab),
-                                       seq->generated(), seq->tokens, banned);
+      float* logits = &result.logits[r * vocab];  // [vocab]
+      if (seq->request.sampling.json_object) {  // JSON mode: mask what would break the object
+        std::vector<uint8_t> allowed;
+        json_mask_->Allowed(seq->json, &allowed);
+        for (int32_t t = 0; t < vocab; ++t) {  // ids past the tokenizer's have no bytes
+          if (static_cast<size_t>(t) >= allowed.size() || !allowed[t]) {
+            logits[t] = -std::numeric_limits<float>::infinity();
+          }
+        }
+      }
+      sampled[r] = seq->sampler.Sample(absl::Span<float>(logits, vocab), seq->generated(), seq->tokens,
+                                       banned);
     }
   };
   const int64_t num_host = static_cast<int64_t>(host_rows.size());

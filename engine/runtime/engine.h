@@ -19,6 +19,7 @@
 #include "engine/gate/gate_policy.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/json_prefix.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/parallel.h"
@@ -86,6 +87,7 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   const Tokenizer& tokenizer_;
   std::vector<int32_t> end_of_generation_ids_;  // every id Tokenizer::IsEndOfGeneration accepts
+  std::unique_ptr<JsonTokenMask> json_mask_;    // JSON mode's per-token bytes
   std::unique_ptr<ThreadPool> sample_pool_;
   EngineOptions options_;
   Scheduler scheduler_;

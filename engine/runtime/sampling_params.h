@@ -22,6 +22,9 @@ struct SamplingParams {
   // HF / vLLM repetition penalty over every token of the sequence (prompt and generated): a
   // positive logit is divided by it, a negative one multiplied; 1 → off.
   float repetition_penalty = 1.0f;
+  // JSON mode (response_format json_object): only tokens that keep the output a prefix of one
+  // JSON object, then end-of-generation (engine/runtime/json_prefix.h).
+  bool json_object = false;
   std::optional<uint64_t> seed;    // unset → seeded from a random device
   int32_t top_logprobs = 0;        // return this many alternatives per token (0..20)
   bool logprobs = false;           // fill SampledToken::logprob (else it is 0)

@@ -9,6 +9,7 @@
 #include "absl/types/span.h"
 #include "engine/cert/records.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/runtime/json_prefix.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/stop_matcher.h"
@@ -37,6 +38,7 @@ struct Sequence {
   absl::Span<const int32_t> generated() const {
     return absl::Span<const int32_t>(tokens.data() + request.prompt.size(), num_generated());
   }
+  JsonPrefix json;                 // JSON mode: the output so far, as a JSON prefix
   int64_t decode_steps = 0;        // forward passes that read stored KV (certificate steps)
   int32_t preemptions = 0;
   GatePolicy policy;               // the policy in force, tightened by the request

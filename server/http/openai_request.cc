@@ -286,9 +286,12 @@ bool RejectUnsupported(const json& body, Endpoint endpoint, Fields& f) {
     return f.Fail("'best_of' must be 1 (only one completion per request is supported)",
                   "best_of");
   }
-  if (const json* v = f.Find("response_format"); v != nullptr) {
-    if (!v->is_object() || !v->contains("type") || (*v)["type"] != "text") {
-      return f.Fail("only response_format {\"type\": \"text\"} is supported", "response_format");
+  if (const json* v = f.Find("response_format"); v != nullptr && !v->is_null()) {
+    if (!v->is_object() || !v->contains("type") ||
+        ((*v)["type"] != "text" && (*v)["type"] != "json_object")) {
+      return f.Fail("response_format must be {\"type\": \"text\"} or {\"type\": \"json_object\"} "
+                    "(json_schema is not supported)",
+                    "response_format");
     }
   }
   return true;
@@ -449,6 +452,9 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
       return f.Fail("'echo' with 'logprobs' is not supported: the prompt's own logprobs are not computed",
                     "echo");
     }
+  }
+  if (const json* v = f.Find("response_format"); v != nullptr && v->is_object() && v->contains("type")) {
+    s.json_object = (*v)["type"] == "json_object";
   }
   s.logprobs = out->logprobs;
   s.top_logprobs = out->top_logprobs;

@@ -189,6 +189,36 @@ def test_echo(client, model):
     assert e.value.body["param"] == "echo"
 
 
+def test_json_mode(client, model):
+    """response_format json_object: the reply is one JSON object and nothing else (the same
+    prompt unconstrained wraps it in prose and fences), whole and streamed."""
+    ask = [{"role": "user", "content": "Give me a JSON object describing a cat with keys name and age."}]
+    free = client.chat.completions.create(model=model, messages=ask, max_tokens=80, temperature=0)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(free.choices[0].message.content)  # the check below means something
+    r = client.chat.completions.create(model=model, messages=ask, max_tokens=80, temperature=0,
+                                       response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=model, messages=ask, max_tokens=80, temperature=0, stream=True,
+        response_format={"type": "json_object"}) if c.choices)
+    assert streamed == r.choices[0].message.content
+    sampled = client.chat.completions.create(model=model, messages=ask, max_tokens=120,
+                                             temperature=1.0, seed=5, n=3,
+                                             response_format={"type": "json_object"})
+    for c in sampled.choices:  # sampling too stays inside JSON: stopped replies parse
+        if c.finish_reason == "stop":
+            assert isinstance(json.loads(c.message.content), dict)
+        else:
+            assert c.message.content.lstrip().startswith("{")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=ask, max_tokens=8,
+                                       response_format={"type": "json_schema",
+                                                        "json_schema": {"name": "x", "schema": {}}})
+    assert e.value.body["param"] == "response_format"
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)

@@ -225,7 +225,9 @@ TEST(OpenAiRequest, EchoForCompletions) {
 
 TEST(OpenAiRequest, UnsupportedFeaturesAreRejectedNotIgnored) {
   ExpectRejected(Chat(R"("tools": [{"type": "function"}])"), "tools");
-  ExpectRejected(Chat(R"("response_format": {"type": "json_object"})"), "response_format");
+  ExpectRejected(Chat(R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format");
+  EXPECT_TRUE(ParseOk(Chat(R"("response_format": {"type": "json_object"})")).sampling.json_object);
+  EXPECT_FALSE(ParseOk(Chat(R"("response_format": {"type": "text"})")).sampling.json_object);
   ExpectRejected(R"({"prompt": "x", "best_of": 3})", "best_of", Endpoint::kCompletion);
   // No-op values of those parameters are fine, and unknown extras are ignored.
   ParseOk(Chat(R"("tools": [], "logit_bias": {}, "response_format": {"type": "text"},
