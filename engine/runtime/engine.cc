@@ -227,6 +227,9 @@ bool Engine::Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& 
 
 std::vector<int32_t> Engine::BannedTokens(const Sequence& seq) const {
   if (seq.num_generated() >= seq.request.stop.min_tokens) return {};
+  // A closed JSON object allows nothing but the end: the floor gives way rather than leave no
+  // token to pick.
+  if (seq.request.sampling.json_object && seq.json.Complete()) return {};
   std::vector<int32_t> banned = end_of_generation_ids_;
   banned.insert(banned.end(), seq.request.stop.stop_token_ids.begin(), seq.request.stop.stop_token_ids.end());
   return banned;

@@ -81,7 +81,8 @@ class Engine {
   void Finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
 
   // The tokens a sequence may not sample yet (min_tokens): end-of-generation and its
-  // stop_token_ids, while it has generated fewer than min_tokens; else empty.
+  // stop_token_ids, while it has generated fewer than min_tokens (and, in JSON mode, the
+  // object is still open); else empty.
   std::vector<int32_t> BannedTokens(const Sequence& seq) const;
 
   std::unique_ptr<Backend> backend_;
