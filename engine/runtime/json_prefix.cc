@@ -201,17 +201,49 @@ JsonTokenMask::JsonTokenMask(const Tokenizer& tokenizer) {
   }
 }
 
+std::string JsonPrefix::Key() const {
+  // Fields a mode does not read are left out, so that a state inside a string matches every
+  // other one at the same nesting whatever value came before.
+  const bool in_string = mode_ == Mode::kString || mode_ == Mode::kEscape || mode_ == Mode::kUnicode;
+  std::string key = {static_cast<char>(mode_),
+                     static_cast<char>(mode_ == Mode::kNumber ? static_cast<int>(number_) : 0),
+                     static_cast<char>(in_string && key_ ? 1 : 0),
+                     static_cast<char>(mode_ == Mode::kLiteral ? literal_ : 0),
+                     static_cast<char>(mode_ == Mode::kLiteral || mode_ == Mode::kUnicode ? count_ : 0),
+                     static_cast<char>(depth_)};
+  key.append(stack_.data(), depth_);
+  return key;
+}
+
 void JsonTokenMask::Allowed(const JsonPrefix& state, std::vector<uint8_t>* allowed) const {
-  allowed->assign(bytes_.size(), 0);
   if (state.Complete()) {
     *allowed = end_;
     return;
   }
+  const std::string key = state.Key();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      ++hits_;
+      *allowed = it->second;
+      return;
+    }
+  }
+  allowed->assign(bytes_.size(), 0);
   for (size_t id = 0; id < bytes_.size(); ++id) {
     if (bytes_[id].empty() || end_[id]) continue;
     JsonPrefix next = state;
     (*allowed)[id] = next.Feed(bytes_[id]) ? 1 : 0;
   }
+  absl::MutexLock lock(&mu_);
+  if (cache_.size() >= kCacheEntries) cache_.clear();
+  cache_.emplace(key, *allowed);
+}
+
+int64_t JsonTokenMask::cache_hits() const {
+  absl::MutexLock lock(&mu_);
+  return hits_;
 }
 
 void JsonTokenMask::Advance(int32_t token, JsonPrefix* state) const {

@@ -22,6 +22,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace witcert {
@@ -36,6 +39,8 @@ class JsonPrefix {
   bool Feed(std::string_view bytes);  // all or nothing: on false the state is unchanged
   // The top-level object has been closed (only whitespace may follow).
   bool Complete() const { return mode_ == Mode::kDone; }
+  // Everything that decides what may follow, as bytes: equal keys accept the same bytes.
+  std::string Key() const;
 
  private:
   enum class Mode : uint8_t {
@@ -75,14 +80,21 @@ class JsonTokenMask {
   explicit JsonTokenMask(const Tokenizer& tokenizer);
 
   // allowed [vocab]: 1 for each token the state accepts (end-of-generation tokens once the
-  // object is complete, and only then).
+  // object is complete, and only then). Masks are cached by JsonPrefix::Key (a state inside a
+  // string looks the same whatever the string holds, so most steps hit); thread-safe.
   void Allowed(const JsonPrefix& state, std::vector<uint8_t>* allowed) const;
+  int64_t cache_hits() const;
   // Advances `state` by `token`'s bytes (a token Allowed permitted).
   void Advance(int32_t token, JsonPrefix* state) const;
 
  private:
+  static constexpr size_t kCacheEntries = 64;  // masks kept (vocab bytes each)
+
   std::vector<std::string> bytes_;  // [vocab] each token's bytes ("" for special tokens)
   std::vector<uint8_t> end_;        // [vocab] 1 for end-of-generation tokens
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::vector<uint8_t>> cache_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace witcert

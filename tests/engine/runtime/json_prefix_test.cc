@@ -169,5 +169,47 @@ TEST(JsonTokenMaskTest, AllowsExactlyTheTokensThatContinueThePrefix) {
   EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 1}));  // only the end
 }
 
+// The mask cache: at every state along random documents, over a vocabulary of every single
+// byte plus multi-byte pieces, the cached mask equals one computed afresh, and most states hit.
+class ByteTokenizer : public FakeTokenizer {
+ public:
+  ByteTokenizer() {
+    texts.clear();
+    for (int b = 1; b < 128; ++b) texts.emplace_back(1, static_cast<char>(b));
+    for (const char* piece : {"\"name\"", "\": ", "\", \"", "},", "]}", "true", "null", "1.5", "e-3", "\\u00", "  "}) {
+      texts.emplace_back(piece);
+    }
+    texts.emplace_back("<eos>");
+  }
+  std::string TokenBytes(TokenId id, bool render_special) const override {
+    return IsSpecial(id) && !render_special ? "" : texts[id];
+  }
+  TokenId eos_id() const override { return vocab_size() - 1; }
+  bool IsEndOfGeneration(TokenId id) const override { return id == vocab_size() - 1; }
+  bool IsSpecial(TokenId id) const override { return id == vocab_size() - 1; }
+};
+
+TEST(JsonTokenMaskTest, CachedMasksEqualFreshOnes) {
+  ByteTokenizer tok;
+  const JsonTokenMask cached(tok);
+  std::mt19937 rng(77);
+  int64_t states = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    nlohmann::json o = nlohmann::json::object();
+    for (int i = static_cast<int>(rng() % 4) + 1; i > 0; --i) o["f" + std::to_string(i)] = RandomValue(rng, 1);
+    const std::string text = o.dump(trial % 2 == 0 ? -1 : 1);
+    JsonPrefix s;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      std::vector<uint8_t> got, want;
+      cached.Allowed(s, &got);
+      JsonTokenMask(tok).Allowed(s, &want);
+      ASSERT_EQ(got, want) << text.substr(0, i);
+      ++states;
+      if (i < text.size()) ASSERT_TRUE(s.Feed(text[i]));
+    }
+  }
+  EXPECT_GT(cached.cache_hits(), states / 2);
+}
+
 }  // namespace
 }  // namespace witcert
