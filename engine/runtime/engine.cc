@@ -70,6 +70,13 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(Request request) {
   if (request.stop.max_tokens < 1)
     return absl::InvalidArgumentError("max_tokens must be at least 1");
   if (absl::Status s = ValidateSampling(request.sampling); !s.ok()) return s;
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id < 0 || id >= tokenizer_.vocab_size() || !(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias: token %d → %g (ids must be in the vocabulary of %d, biases in [-100, 100])", id, bias,
+          tokenizer_.vocab_size()));
+    }
+  }
   if (request.stop.min_tokens < 0 || request.stop.min_tokens > request.stop.max_tokens) {
     return absl::InvalidArgumentError("min_tokens must be in [0, max_tokens]");
   }

@@ -28,6 +28,11 @@ void FillSampling(const v1::SamplingOptions& in, Request* out) {
   out->stop.max_tokens = in.max_tokens() > 0 ? in.max_tokens() : kDefaultMaxTokens;
   out->stop.stop.assign(in.stop().begin(), in.stop().end());
   out->stop.ignore_eos = in.ignore_eos();
+  for (const auto& [token, bias] : in.logit_bias()) s.logit_bias.emplace_back(token, bias);
+  if (in.has_repetition_penalty()) s.repetition_penalty = in.repetition_penalty();
+  out->stop.min_tokens = in.min_tokens();
+  out->stop.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
+  s.json_object = in.json_object();
 }
 
 absl::Status FillGate(const v1::GateOverride& in, Request* out) {

@@ -122,6 +122,33 @@ def test_chat_unary_answers_whole(grpc_server, stubs):
     assert reply.finish.usage.completion_tokens >= 1
 
 
+def test_sampling_extras(grpc_server, stubs):
+    """The HTTP API's sampling extras over gRPC: JSON mode, stop_token_ids, logit_bias (an id
+    outside the vocabulary is INVALID_ARGUMENT)."""
+    import json
+    pb, pb_grpc = stubs
+    stub = pb_grpc.InferenceStub(grpc_server)
+    ask = [pb.ChatMessage(role="user", content="Give me a JSON object describing a cat with keys name and age.")]
+    reply = stub.Chat(pb.ChatRequest(messages=ask, sampling=pb.SamplingOptions(
+        temperature=0.0, max_tokens=80, json_object=True)), timeout=120)
+    assert reply.finish.finish_reason == "stop"
+    assert isinstance(json.loads(reply.text), dict)
+    events = list(stub.Generate(pb.GenerateRequest(prompt="The capital of France is", sampling=pb.SamplingOptions(
+        temperature=0.0, max_tokens=6)), timeout=60))
+    first = next(e.token.token_id for e in events if e.HasField("token"))
+    stopped = list(stub.Generate(pb.GenerateRequest(prompt="The capital of France is", sampling=pb.SamplingOptions(
+        temperature=0.0, max_tokens=6, stop_token_ids=[first])), timeout=60))
+    finish = [e.finish for e in stopped if e.HasField("finish")][0]
+    assert finish.finish_reason == "stop" and finish.usage.completion_tokens == 1
+    banned = list(stub.Generate(pb.GenerateRequest(prompt="The capital of France is", sampling=pb.SamplingOptions(
+        temperature=0.0, max_tokens=2, logit_bias={first: -100.0})), timeout=60))
+    assert next(e.token.token_id for e in banned if e.HasField("token")) != first
+    with pytest.raises(grpc.RpcError) as bad:
+        list(stub.Generate(pb.GenerateRequest(prompt="hi", sampling=pb.SamplingOptions(
+            max_tokens=2, logit_bias={10 ** 8: 1.0})), timeout=30))
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_status_codes_map_from_the_engine(grpc_server, stubs):
     pb, pb_grpc = stubs
     stub = pb_grpc.InferenceStub(grpc_server)
