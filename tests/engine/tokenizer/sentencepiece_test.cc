@@ -7,6 +7,7 @@
 // cases below pin what the fixture cannot: byte fallback without byte tokens, score ties,
 // decoding.
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -69,6 +70,27 @@ TEST(SentencePieceTest, TokenizerJsonMatchesHfTokenizers) {
       }
     }
     EXPECT_GE(compared, 12);
+  }
+}
+
+// Round trip on random text, invalid UTF-8 included: whatever the layout, decoding the ids gives
+// back the text with the layout's "▁" prefix as a space (byte fallback covers every byte).
+TEST(SentencePieceTest, RandomTextRoundTrips) {
+  const Json fx = Fixture();
+  const std::vector<std::string> atoms = {"a", "Z", " ", "  ", "\n", "\t", "the", "Hello", "é", "日本",
+                                          "🙂", "\xFF", "\xF0\x9F", "\x80", "[INST]", "<s>", "7", "."};
+  std::mt19937 rng(99);
+  for (const char* name : {"legacy", "metaspace_first", "metaspace_split"}) {
+    SCOPED_TRACE(name);
+    auto tok = FromTokenizerJson(VariantDocument(fx, name));
+    ASSERT_NE(tok, nullptr);
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string text;
+      for (int i = static_cast<int>(rng() % 12) + 1; i > 0; --i) text += atoms[rng() % atoms.size()];
+      const bool prefixed = std::string(name) == "legacy" || text[0] != ' ';
+      EXPECT_EQ(tok->Decode(tok->Encode(text, /*parse_special=*/false)), (prefixed ? " " : "") + text)
+          << ::testing::PrintToString(text);
+    }
   }
 }
 
