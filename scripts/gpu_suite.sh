@@ -37,9 +37,10 @@ step metered_decode_test tests_decode.log "$run" kernels_cuda_metered_decode_tes
 repair=0; [ -x "$pack/bin/kernels_cuda_gate_repair_test" ] && repair=1
 [ "$repair" = 1 ] && step gate_repair_test tests_repair.log "$run" kernels_cuda_gate_repair_test
 # The other GPU tests, where packed: chunked prefill, the tensor-core rounding model (its margin is
-# printed in the summary), Tier A's digits, the RoPE-split write, the CUDA backend.
+# printed in the summary), Tier A's digits, the RoPE-split write, the forward pass's ops, the CUDA
+# backend.
 for t in kernels_cuda_metered_prefill_test kernels_cuda_mma_rounding_model_test kernels_cuda_tier_a_digits_test \
-         kernels_cuda_rope_split_write_test engine_cuda_backend_test; do
+         kernels_cuda_rope_split_write_test kernels_cuda_ops_test engine_cuda_backend_test; do
   [ -x "$pack/bin/$t" ] && step "${t#kernels_cuda_}" "tests_$t.log" "$run" "$t"
 done
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)

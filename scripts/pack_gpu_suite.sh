@@ -10,9 +10,11 @@ build="$1"; out="$2"; shift 2
 kernel_tests=(kernels_cuda_write_path_test kernels_cuda_metered_decode_test kernels_cuda_gate_repair_test
               kernels_cuda_metered_prefill_test kernels_cuda_mma_rounding_model_test
               kernels_cuda_tier_a_digits_test kernels_cuda_rope_split_write_test)
-ninja -C "$build" "${kernel_tests[@]}" engine_cuda_backend_test bench_decode_cuda
+ninja -C "$build" "${kernel_tests[@]}" kernels_cuda_ops_test engine_cuda_backend_test bench_decode_cuda
 bins=()
 for t in "${kernel_tests[@]}"; do bins+=("$build/tests/kernels/cuda/$t"); done
+# The forward pass's ops (RMSNorm, RoPE with scaling, the q/k norm, sampling, the GEMVs, prefill).
+bins+=("$build/tests/kernels/cuda_ops/kernels_cuda_ops_test")
 bins+=("$build/tests/engine/cuda_backend/engine_cuda_backend_test" "$build/bench/decode_cuda/bench_decode_cuda" "$@")
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
