@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "engine/runtime/choice_constraint.h"
 #include "spdlog/spdlog.h"
 
 namespace witcert {
@@ -52,7 +53,8 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer,
   for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
     if (tokenizer_.IsEndOfGeneration(id)) end_of_generation_ids_.push_back(id);
   }
-  json_mask_ = std::make_unique<JsonTokenMask>(tokenizer_);
+  token_bytes_ = std::make_unique<TokenByteTable>(tokenizer_);
+  json_mask_ = std::make_unique<JsonTokenMask>(*token_bytes_);
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -70,6 +72,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(Request request) {
   if (request.stop.max_tokens < 1)
     return absl::InvalidArgumentError("max_tokens must be at least 1");
   if (absl::Status s = ValidateSampling(request.sampling); !s.ok()) return s;
+  if (request.sampling.json_object && !request.sampling.guided_choice.empty()) {
+    return absl::InvalidArgumentError("guided_choice and JSON mode cannot be combined");
+  }
+  for (const std::string& choice : request.sampling.guided_choice) {
+    if (choice.empty()) return absl::InvalidArgumentError("guided_choice: the choices must not be empty");
+  }
   for (const auto& [id, bias] : request.sampling.logit_bias) {
     if (id < 0 || id >= tokenizer_.vocab_size() || !(bias >= -100.0f && bias <= 100.0f)) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -192,6 +200,10 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
 bool Engine::Emit(Sequence* seq, SampledToken sampled, std::vector<CellRecord>& cells) {
   seq->tokens.push_back(sampled.token);
   if (seq->request.sampling.json_object) json_mask_->Advance(sampled.token, &seq->json);
+  if (!seq->request.sampling.guided_choice.empty() && sampled.token >= 0 &&
+      sampled.token < token_bytes_->vocab_size()) {
+    seq->constrained_output += token_bytes_->bytes(sampled.token);
+  }
   ++stat_generation_tokens_;
   if (!seq->has_first_token) {
     seq->has_first_token = true;
@@ -237,6 +249,10 @@ std::vector<int32_t> Engine::BannedTokens(const Sequence& seq) const {
   // A closed JSON object allows nothing but the end: the floor gives way rather than leave no
   // token to pick.
   if (seq.request.sampling.json_object && seq.json.Complete()) return {};
+  if (!seq.request.sampling.guided_choice.empty() &&
+      ChoiceComplete(seq.request.sampling.guided_choice, seq.constrained_output)) {
+    return {};
+  }
   std::vector<int32_t> banned = end_of_generation_ids_;
   banned.insert(banned.end(), seq.request.stop.stop_token_ids.begin(), seq.request.stop.stop_token_ids.end());
   return banned;
@@ -327,9 +343,11 @@ void Engine::Step() {
       Sequence* seq = plan.chunks[emitting[r]].seq;
       const std::vector<int32_t> banned = BannedTokens(*seq);
       float* logits = &result.logits[r * vocab];  // [vocab]
-      if (seq->request.sampling.json_object) {  // JSON mode: mask what would break the object
+      const SamplingParams& sp = seq->request.sampling;
+      if (sp.json_object || !sp.guided_choice.empty()) {  // output constraints: mask the rest
         std::vector<uint8_t> allowed;
-        json_mask_->Allowed(seq->json, &allowed);
+        if (sp.json_object) json_mask_->Allowed(seq->json, &allowed);
+        else ChoiceAllowed(sp.guided_choice, seq->constrained_output, *token_bytes_, &allowed);
         for (int32_t t = 0; t < vocab; ++t) {  // ids past the tokenizer's have no bytes
           if (static_cast<size_t>(t) >= allowed.size() || !allowed[t]) {
             logits[t] = -std::numeric_limits<float>::infinity();

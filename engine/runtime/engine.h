@@ -88,7 +88,8 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   const Tokenizer& tokenizer_;
   std::vector<int32_t> end_of_generation_ids_;  // every id Tokenizer::IsEndOfGeneration accepts
-  std::unique_ptr<JsonTokenMask> json_mask_;    // JSON mode's per-token bytes
+  std::unique_ptr<TokenByteTable> token_bytes_;  // every token's bytes, for the output constraints
+  std::unique_ptr<JsonTokenMask> json_mask_;      // JSON mode's masks (over token_bytes_)
   std::unique_ptr<ThreadPool> sample_pool_;
   EngineOptions options_;
   Scheduler scheduler_;

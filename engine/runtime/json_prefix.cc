@@ -191,16 +191,6 @@ bool JsonPrefix::FeedOne(char c) {
   return false;
 }
 
-JsonTokenMask::JsonTokenMask(const Tokenizer& tokenizer) {
-  const int32_t vocab = tokenizer.vocab_size();
-  bytes_.resize(static_cast<size_t>(vocab));
-  end_.assign(static_cast<size_t>(vocab), 0);
-  for (int32_t id = 0; id < vocab; ++id) {
-    end_[id] = tokenizer.IsEndOfGeneration(id) ? 1 : 0;
-    if (!tokenizer.IsSpecial(id)) bytes_[id] = tokenizer.TokenBytes(id);
-  }
-}
-
 std::string JsonPrefix::Key() const {
   // Fields a mode does not read are left out, so that a state inside a string matches every
   // other one at the same nesting whatever value came before.
@@ -217,7 +207,7 @@ std::string JsonPrefix::Key() const {
 
 void JsonTokenMask::Allowed(const JsonPrefix& state, std::vector<uint8_t>* allowed) const {
   if (state.Complete()) {
-    *allowed = end_;
+    *allowed = tokens_.end_flags();
     return;
   }
   const std::string key = state.Key();
@@ -230,11 +220,13 @@ void JsonTokenMask::Allowed(const JsonPrefix& state, std::vector<uint8_t>* allow
       return;
     }
   }
-  allowed->assign(bytes_.size(), 0);
-  for (size_t id = 0; id < bytes_.size(); ++id) {
-    if (bytes_[id].empty() || end_[id]) continue;
+  const int32_t vocab = tokens_.vocab_size();
+  allowed->assign(static_cast<size_t>(vocab), 0);
+  for (int32_t id = 0; id < vocab; ++id) {
+    const std::string& bytes = tokens_.bytes(id);
+    if (bytes.empty() || tokens_.is_end(id)) continue;
     JsonPrefix next = state;
-    (*allowed)[id] = next.Feed(bytes_[id]) ? 1 : 0;
+    (*allowed)[id] = next.Feed(bytes) ? 1 : 0;
   }
   absl::MutexLock lock(&mu_);
   if (cache_.size() >= kCacheEntries) cache_.clear();
@@ -247,7 +239,7 @@ int64_t JsonTokenMask::cache_hits() const {
 }
 
 void JsonTokenMask::Advance(int32_t token, JsonPrefix* state) const {
-  if (token >= 0 && static_cast<size_t>(token) < bytes_.size()) state->Feed(bytes_[token]);
+  if (token >= 0 && token < tokens_.vocab_size()) state->Feed(tokens_.bytes(token));
 }
 
 }  // namespace witcert

@@ -11,8 +11,7 @@
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, ended by the next structural byte or space.
 // Nesting deeper than kMaxDepth is refused rather than tracked.
 //
-// JsonTokenMask applies it to a tokenizer: the tokens allowed from a state, every token's bytes
-// computed once. Once the object is closed only end-of-generation tokens are allowed; tokens
+// JsonTokenMask applies it to a tokenizer's TokenByteTable: the tokens allowed from a state. Once the object is closed only end-of-generation tokens are allowed; tokens
 // without bytes (special tokens) never are before that.
 #pragma once
 
@@ -25,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/runtime/token_bytes.h"
 
 namespace witcert {
 
@@ -77,7 +76,7 @@ class JsonPrefix {
 
 class JsonTokenMask {
  public:
-  explicit JsonTokenMask(const Tokenizer& tokenizer);
+  explicit JsonTokenMask(const TokenByteTable& tokens) : tokens_(tokens) {}
 
   // allowed [vocab]: 1 for each token the state accepts (end-of-generation tokens once the
   // object is complete, and only then). Masks are cached by JsonPrefix::Key (a state inside a
@@ -90,8 +89,7 @@ class JsonTokenMask {
  private:
   static constexpr size_t kCacheEntries = 64;  // masks kept (vocab bytes each)
 
-  std::vector<std::string> bytes_;  // [vocab] each token's bytes ("" for special tokens)
-  std::vector<uint8_t> end_;        // [vocab] 1 for end-of-generation tokens
+  const TokenByteTable& tokens_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::vector<uint8_t>> cache_ ABSL_GUARDED_BY(mu_);
   mutable int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;

@@ -41,7 +41,7 @@ class Sampler {
   // Logit bias and the repetition penalty too are applied on the host only.
   bool CanSampleOnDevice() const {
     return !params_.logprobs && params_.top_logprobs == 0 && params_.logit_bias.empty() &&
-           params_.repetition_penalty == 1.0f && !params_.json_object;
+           params_.repetition_penalty == 1.0f && !params_.json_object && params_.guided_choice.empty();
   }
   // The next token's uniform draw U[0, 1) from this sequence's RNG, consumed as Sample would
   // (one draw per token, none when greedy), so a seed fixes the draws on either path.

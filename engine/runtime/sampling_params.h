@@ -25,6 +25,8 @@ struct SamplingParams {
   // JSON mode (response_format json_object): only tokens that keep the output a prefix of one
   // JSON object, then end-of-generation (engine/runtime/json_prefix.h).
   bool json_object = false;
+  // vLLM's guided_choice: the output is exactly one of these (engine/runtime/choice_constraint.h).
+  std::vector<std::string> guided_choice;
   std::optional<uint64_t> seed;    // unset → seeded from a random device
   int32_t top_logprobs = 0;        // return this many alternatives per token (0..20)
   bool logprobs = false;           // fill SampledToken::logprob (else it is 0)

@@ -39,6 +39,7 @@ struct Sequence {
     return absl::Span<const int32_t>(tokens.data() + request.prompt.size(), num_generated());
   }
   JsonPrefix json;                 // JSON mode: the output so far, as a JSON prefix
+  std::string constrained_output;  // guided choice: the bytes generated so far
   int64_t decode_steps = 0;        // forward passes that read stored KV (certificate steps)
   int32_t preemptions = 0;
   GatePolicy policy;               // the policy in force, tightened by the request

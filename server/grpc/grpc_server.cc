@@ -33,6 +33,7 @@ void FillSampling(const v1::SamplingOptions& in, Request* out) {
   out->stop.min_tokens = in.min_tokens();
   out->stop.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   s.json_object = in.json_object();
+  s.guided_choice.assign(in.guided_choice().begin(), in.guided_choice().end());
 }
 
 absl::Status FillGate(const v1::GateOverride& in, Request* out) {

@@ -391,6 +391,18 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
   int64_t min_tokens = 0;
   f.Int("min_tokens", &min_tokens, 0, out->stop.max_tokens);
   out->stop.min_tokens = static_cast<int32_t>(min_tokens);
+  if (const json* v = f.Find("guided_choice"); v != nullptr && !v->is_null()) {
+    if (!v->is_array() || v->empty() || v->size() > kMaxGuidedChoices) {
+      return f.Fail(absl::StrFormat("'guided_choice' must be an array of 1 to %d strings", kMaxGuidedChoices),
+                    "guided_choice");
+    }
+    for (const json& c : *v) {
+      if (!c.is_string() || c.get<std::string>().empty() || c.get<std::string>().size() > 1024) {
+        return f.Fail("'guided_choice' must hold non-empty strings of at most 1024 bytes", "guided_choice");
+      }
+      s.guided_choice.push_back(c.get<std::string>());
+    }
+  }
   if (const json* v = f.Find("stop_token_ids"); v != nullptr && !v->is_null()) {
     if (!v->is_array() || v->size() > kMaxStopTokenIds) {
       return f.Fail(absl::StrFormat("'stop_token_ids' must be an array of at most %d token ids", kMaxStopTokenIds),
@@ -455,6 +467,9 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
   }
   if (const json* v = f.Find("response_format"); v != nullptr && v->is_object() && v->contains("type")) {
     s.json_object = (*v)["type"] == "json_object";
+  }
+  if (s.json_object && !s.guided_choice.empty()) {
+    return f.Fail("'guided_choice' cannot be combined with a json_object response_format", "guided_choice");
   }
   s.logprobs = out->logprobs;
   s.top_logprobs = out->top_logprobs;

@@ -60,6 +60,7 @@ struct GenerationRequest {
 inline constexpr int32_t kMaxChoices = 16;
 inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr size_t kMaxStopTokenIds = 64;
+inline constexpr size_t kMaxGuidedChoices = 64;
 // Most prompts one completions request may batch, and most choices (prompts × n) in all.
 inline constexpr int32_t kMaxPrompts = 16;
 inline constexpr int32_t kMaxChoicesPerResponse = 64;

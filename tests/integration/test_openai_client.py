@@ -219,6 +219,21 @@ def test_json_mode(client, model):
     assert e.value.body["param"] == "response_format"
 
 
+def test_guided_choice(client, model):
+    """vLLM's guided_choice: the reply is exactly one of the choices, sampled or greedy."""
+    ask = [{"role": "user", "content": "Is the sky green? Answer yes or no."}]
+    choices = ["Yes, it is.", "No, it is not.", "Maybe"]
+    r = client.chat.completions.create(model=model, messages=ask, max_tokens=16, temperature=1.0, seed=3,
+                                       n=4, extra_body={"guided_choice": choices})
+    for c in r.choices:
+        assert c.message.content in choices and c.finish_reason == "stop"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=ask, max_tokens=4,
+                                       response_format={"type": "json_object"},
+                                       extra_body={"guided_choice": choices})
+    assert e.value.body["param"] == "guided_choice"
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)

@@ -151,7 +151,8 @@ class FakeTokenizer : public Tokenizer {
 
 TEST(JsonTokenMaskTest, AllowsExactlyTheTokensThatContinueThePrefix) {
   FakeTokenizer tok;
-  JsonTokenMask mask(tok);
+  const TokenByteTable table(tok);
+  JsonTokenMask mask(table);
   std::vector<uint8_t> allowed;
   JsonPrefix s;
   mask.Allowed(s, &allowed);
@@ -191,7 +192,8 @@ class ByteTokenizer : public FakeTokenizer {
 
 TEST(JsonTokenMaskTest, CachedMasksEqualFreshOnes) {
   ByteTokenizer tok;
-  const JsonTokenMask cached(tok);
+  const TokenByteTable table(tok);
+  const JsonTokenMask cached(table);
   std::mt19937 rng(77);
   int64_t states = 0;
   for (int trial = 0; trial < 20; ++trial) {
@@ -202,7 +204,7 @@ TEST(JsonTokenMaskTest, CachedMasksEqualFreshOnes) {
     for (size_t i = 0; i <= text.size(); ++i) {
       std::vector<uint8_t> got, want;
       cached.Allowed(s, &got);
-      JsonTokenMask(tok).Allowed(s, &want);
+      JsonTokenMask(table).Allowed(s, &want);
       ASSERT_EQ(got, want) << text.substr(0, i);
       ++states;
       if (i < text.size()) ASSERT_TRUE(s.Feed(text[i]));
