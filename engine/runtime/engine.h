@@ -67,6 +67,9 @@ class Engine {
 
   EngineStats Stats() const;
   const ModelConfig& config() const { return backend_->config(); }
+  // The longest sequence (prompt + generated) a request may reach: the configured max_context,
+  // else the model's context length.
+  int32_t max_context() const { return options_.max_context; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   Backend& backend() { return *backend_; }
   // Per-(layer, head) certificate counters, for metrics.

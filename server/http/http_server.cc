@@ -196,7 +196,7 @@ void HttpServer::RegisterRoutes() {
                 {"object", "model"},
                 {"created", 0},
                 {"owned_by", "witcert"},
-                {"max_model_len", ctx_->engine->engine->config().context_length}};
+                {"max_model_len", ctx_->engine->engine->max_context()}};
   };
   server_.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
     SendJson({{"object", "list"}, {"data", json::array({model_json()})}}, res);

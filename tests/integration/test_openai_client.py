@@ -234,6 +234,15 @@ def test_guided_choice(client, model):
     assert e.value.body["param"] == "guided_choice"
 
 
+def test_models_report_the_context_in_force(make_server):
+    """/v1/models' max_model_len is the context requests get: --ctx-size when set."""
+    srv = make_server(args=["--ctx-size", "1000"])
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    assert c.models.list().data[0].model_extra["max_model_len"] == 1000
+    with pytest.raises(openai.BadRequestError):
+        c.completions.create(model=c.models.list().data[0].id, prompt=[1] * 1000, max_tokens=2)
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)
