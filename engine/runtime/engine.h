@@ -70,6 +70,10 @@ class Engine {
   // The longest sequence (prompt + generated) a request may reach: the configured max_context,
   // else the model's context length.
   int32_t max_context() const { return options_.max_context; }
+  // A prompt already computed for another request is reused from the KV cache (the backend's
+  // cache lists prompt prefixes): front ends then start a prompt's other choices once its
+  // first has been prefilled, so the prompt is computed once.
+  bool ReusesPromptPrefixes() const { return backend_->kv_cache().options().prefix_caching; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   Backend& backend() { return *backend_; }
   // Per-(layer, head) certificate counters, for metrics.

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -37,8 +38,19 @@ struct Run {
   int64_t text_bytes = 0;                 // completions text_offset
   bool finished = false;
   bool first_of_prompt = true;  // usage counts each prompt once, on its first choice
+  std::optional<RequestEvent> held;  // an event read before the handlers ran (see Next)
   std::string echo;             // completions with echo: the prompt's text, before the completion
   RequestEvent finish;
+
+  // The next event: the held one first, then the stream's (nullopt after `timeout_ms`).
+  std::optional<RequestEvent> Next(int64_t timeout_ms = -1) {
+    if (held) {
+      std::optional<RequestEvent> e = std::move(held);
+      held.reset();
+      return e;
+    }
+    return stream->Next(timeout_ms);
+  }
 
   void OnToken(const RequestEvent& e, metrics::ServingMetrics* m) {
     const Clock::time_point now = Clock::now();
@@ -109,7 +121,7 @@ void HandleWhole(server::ServingContext* ctx, const Runs& runs, httplib::Respons
   const Tokenizer& tok = *ctx->engine->tokenizer;
   for (const auto& run : runs) {
     while (true) {
-      RequestEvent e = *run->stream->Next();
+      RequestEvent e = *run->Next();
       if (e.kind == RequestEvent::Kind::kToken) {
         run->OnToken(e, ctx->metrics);
       } else if (e.kind == RequestEvent::Kind::kFinish) {
@@ -185,12 +197,12 @@ void HandleStream(server::ServingContext* ctx, const Runs& runs, httplib::Respon
         size_t which = 0;
         for (size_t k = 0; k < all.size() && !e; ++k) {
           which = (state->next + k) % all.size();
-          if (!all[which]->finished) e = all[which]->stream->Next(0);
+          if (!all[which]->finished) e = all[which]->Next(0);
         }
         if (!e) {
           which = 0;
           while (all[which]->finished) ++which;  // open > 0 while the provider runs
-          e = all[which]->stream->Next(kPollMs);
+          e = all[which]->Next(kPollMs);
         }
         if (!e) {
           if (sink.is_writable && !sink.is_writable()) {
@@ -357,34 +369,52 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
     run->policy = Tighten(run->policy, want);
   }
 
-  // n choices per prompt: n requests on each (prefix caching shares their KV blocks where the
-  // backend has it), prompt-major. Choice c has id "<id>-c" in the engine and, when seeded,
-  // seed + c, so the choices differ and each is reproducible.
-  Runs runs;
-  const bool several = p.n > 1 || prompts.size() > 1;
-  for (size_t k = 0; k < prompts.size(); ++k) {
-    for (int32_t i = 0; i < p.n; ++i) {
-      const int64_t c = static_cast<int64_t>(k) * p.n + i;
-      auto choice = c == 0 ? run : std::make_shared<Run>(*run);
-      choice->first_of_prompt = i == 0;
-      if (k < echoes.size()) choice->echo = echoes[k];
-      Request r = request;
-      r.prompt = prompts[k];
-      if (several) r.id = absl::StrFormat("%s-%d", run->meta.id, c);
-      if (several && r.sampling.seed.has_value()) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(c);
-      absl::StatusOr<std::shared_ptr<RequestStream>> stream = le.engine->Submit(std::move(r));
-      if (!stream.ok()) {
-        for (const auto& submitted : runs) submitted->stream->Cancel();  // their finish is not awaited
-        const std::string param =
-            stream.status().code() == absl::StatusCode::kOutOfRange ? "messages" : "";
-        return SendError(ErrorFromStatus(stream.status(),
-                                         endpoint == Endpoint::kChat ? param
-                                         : param.empty()             ? ""
-                                                                     : "prompt"),
-                         res);
+  // n choices per prompt: n requests on each, prompt-major. Choice c has id "<id>-c" in the
+  // engine and, when seeded, seed + c, so the choices differ and each is reproducible. Where the
+  // engine reuses computed prompt prefixes, a prompt's first choice goes first and the others
+  // follow once it has produced its first event, so the prompt is prefilled once (vLLM forks
+  // parallel samples after the prefill the same way); otherwise all go at once.
+  Runs runs(prompts.size() * static_cast<size_t>(p.n));
+  const bool several = runs.size() > 1;
+  const bool share_prefill = p.n > 1 && le.engine->ReusesPromptPrefixes();
+  const Run unsubmitted = *run;  // choices start from it, not from a run that has events
+  auto submit = [&](size_t k, int32_t i) -> bool {
+    const size_t c = k * static_cast<size_t>(p.n) + static_cast<size_t>(i);
+    auto choice = c == 0 ? run : std::make_shared<Run>(unsubmitted);
+    choice->first_of_prompt = i == 0;
+    if (k < echoes.size()) choice->echo = echoes[k];
+    Request r = request;
+    r.prompt = prompts[k];
+    if (several) r.id = absl::StrFormat("%s-%d", run->meta.id, c);
+    if (several && r.sampling.seed.has_value()) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(c);
+    absl::StatusOr<std::shared_ptr<RequestStream>> stream = le.engine->Submit(std::move(r));
+    if (!stream.ok()) {
+      for (const auto& submitted : runs) {
+        if (submitted != nullptr) submitted->stream->Cancel();  // their finish is not awaited
       }
-      choice->stream = *stream;
-      runs.push_back(std::move(choice));
+      const std::string param =
+          stream.status().code() == absl::StatusCode::kOutOfRange ? "messages" : "";
+      SendError(ErrorFromStatus(stream.status(),
+                                endpoint == Endpoint::kChat ? param
+                                : param.empty()             ? ""
+                                                            : "prompt"),
+                res);
+      return false;
+    }
+    choice->stream = *stream;
+    runs[c] = std::move(choice);
+    return true;
+  };
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    if (!submit(k, 0)) return;
+  }
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    if (share_prefill) {
+      Run& first = *runs[k * static_cast<size_t>(p.n)];
+      first.held = first.stream->Next();  // the prompt is in the cache once this arrives
+    }
+    for (int32_t i = 1; i < p.n; ++i) {
+      if (!submit(k, i)) return;
     }
   }
   res.set_header("X-Request-Id", run->meta.id);

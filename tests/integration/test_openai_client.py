@@ -243,6 +243,19 @@ def test_models_report_the_context_in_force(make_server):
         c.completions.create(model=c.models.list().data[0].id, prompt=[1] * 1000, max_tokens=2)
 
 
+def test_n_choices_prefill_the_prompt_once(client, model, server):
+    """With n choices the prompt is computed once: the other choices find its blocks in the
+    prefix cache (witcert_prefix_cache_hits_total grows by their full blocks)."""
+    prompt = " ".join(f"item{i}" for i in range(120))  # a fresh prompt: nothing cached yet
+    n_tokens = len(requests_tokenize(server, prompt))
+    before = server.metric("witcert_prefix_cache_hits_total") or 0.0
+    r = client.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=0, n=3)
+    assert len(r.choices) == 3
+    hits = server.metric("witcert_prefix_cache_hits_total") - before
+    full_blocks = (n_tokens - 1) // 16 * 16  # the block holding the last token is recomputed
+    assert hits >= 2 * full_blocks > 0
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)
