@@ -1,6 +1,9 @@
 #include "engine/runtime/loaded_engine.h"
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -9,6 +12,7 @@
 #endif
 #include "engine/common/status.h"
 #include "engine/model/model_source.h"
+#include "engine/runtime/generation_defaults.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "engine/tokenizer/synthetic_tokenizer.h"
 
@@ -112,6 +116,18 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
       ASSIGN_OR_RETURN(const std::string source, ReadHfChatTemplate(spec.path));
       ASSIGN_OR_RETURN(loaded->chat_template,
                        ChatTemplate::FromTemplateText(source, config.chat_template));
+      const std::filesystem::path gen = std::filesystem::path(spec.path) / "generation_config.json";
+      std::error_code ec;
+      if (std::filesystem::exists(gen, ec)) {
+        std::ifstream in(gen, std::ios::binary);
+        std::stringstream text;
+        text << in.rdbuf();
+        ASSIGN_OR_RETURN(loaded->sampling_defaults, GenerationDefaultsFromJson(text.str(), gen.string()));
+        const SamplingParams& d = loaded->sampling_defaults;
+        say(absl::StrFormat("sampling defaults from generation_config.json: temperature %g, top_p %g, top_k %d, "
+                            "min_p %g, repetition_penalty %g",
+                            d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty));
+      }
       break;
     }
     case ModelSourceKind::kSynthetic: {

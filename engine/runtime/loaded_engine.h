@@ -11,6 +11,7 @@
 #include "engine/model/model.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_config.h"
+#include "engine/runtime/sampling_params.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -20,6 +21,9 @@ struct LoadedEngine {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   ChatTemplate chat_template;
+  // What a request's unset sampling fields take: the checkpoint's generation_config.json (HF
+  // folders), else SamplingParams{} (engine/runtime/generation_defaults.h).
+  SamplingParams sampling_defaults;
   std::unique_ptr<TraceWriter> trace;  // when config.trace_path is set
   std::unique_ptr<Engine> engine;  // declared last: destroyed first
 };

@@ -15,8 +15,10 @@ namespace {
 
 constexpr int32_t kDefaultMaxTokens = 256;
 
-void FillSampling(const v1::SamplingOptions& in, Request* out) {
+// Unset fields take `defaults` (LoadedEngine::sampling_defaults).
+void FillSampling(const v1::SamplingOptions& in, const SamplingParams& defaults, Request* out) {
   SamplingParams& s = out->sampling;
+  s = defaults;
   s.logprobs = true;  // TokenEvent carries each token's logprob
   if (in.has_temperature()) s.temperature = in.temperature();
   if (in.has_top_p()) s.top_p = in.top_p();
@@ -123,7 +125,7 @@ class InferenceService final : public v1::Inference::Service {
       default:
         return {::grpc::StatusCode::INVALID_ARGUMENT, "one of prompt, chat or tokens is required"};
     }
-    FillSampling(in->sampling(), &request);
+    FillSampling(in->sampling(), engine_.sampling_defaults, &request);
     if (absl::Status s = FillGate(in->gate(), &request); !s.ok()) return ToGrpcStatus(s);
     request.emit_cells = in->emit_certificates();
     const std::string id = request.id;
@@ -169,7 +171,7 @@ class InferenceService final : public v1::Inference::Service {
     for (const auto& m : in->messages()) messages.push_back({m.role(), m.content()});
     if (messages.empty()) return {::grpc::StatusCode::INVALID_ARGUMENT, "messages is empty"};
     request.prompt = engine_.tokenizer->Encode(engine_.chat_template.Apply(messages, true), true);
-    FillSampling(in->sampling(), &request);
+    FillSampling(in->sampling(), engine_.sampling_defaults, &request);
     if (absl::Status s = FillGate(in->gate(), &request); !s.ok()) return ToGrpcStatus(s);
     out->set_request_id(request.id);
     auto stream = engine_.engine->Submit(std::move(request));

@@ -292,6 +292,7 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
   ParseLimits limits;
   limits.max_tokens_limit = cfg.http.max_tokens_limit;
   limits.default_max_tokens = cfg.http.default_max_tokens;
+  limits.sampling_defaults = ctx_->engine->sampling_defaults;
 
   auto run = std::make_shared<Run>();
   run->endpoint = endpoint;

@@ -373,6 +373,7 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
   out->stop.max_tokens = static_cast<int32_t>(max_tokens);
 
   SamplingParams& s = out->sampling;
+  s = limits.sampling_defaults;
   f.Number("temperature", &s.temperature, 0.0, 2.0);
   f.Number("top_p", &s.top_p, 0.0, 1.0, /*lo_open=*/true);
   int64_t top_k = 0;

@@ -66,6 +66,9 @@ inline constexpr int32_t kMaxPrompts = 16;
 inline constexpr int32_t kMaxChoicesPerResponse = 64;
 
 struct ParseLimits {
+  // What unset sampling fields take (LoadedEngine::sampling_defaults: the checkpoint's
+  // generation_config.json, as vLLM applies it).
+  SamplingParams sampling_defaults;
   int32_t max_tokens_limit = 4096;
   int32_t default_max_tokens = 256;
   int32_t max_stop_strings = 4;

@@ -779,6 +779,22 @@ TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
   EXPECT_EQ(prompt[0], 26);
   EXPECT_EQ(GreedyTokens(**loaded, prompt, 3), 3);
 
+  EXPECT_EQ((*loaded)->sampling_defaults.temperature, SamplingParams{}.temperature);  // no generation_config.json
+
+  // generation_config.json's sampling becomes the defaults requests start from; a bad value
+  // fails the load naming the file.
+  testing::WriteFile(dir.path() / "generation_config.json", R"({"temperature": 0.6, "top_p": 0.9, "top_k": 40})");
+  auto with_defaults = LoadEngine(config);
+  ASSERT_TRUE(with_defaults.ok()) << with_defaults.status();
+  EXPECT_FLOAT_EQ((*with_defaults)->sampling_defaults.temperature, 0.6f);
+  EXPECT_FLOAT_EQ((*with_defaults)->sampling_defaults.top_p, 0.9f);
+  EXPECT_EQ((*with_defaults)->sampling_defaults.top_k, 40);
+  testing::WriteFile(dir.path() / "generation_config.json", R"({"temperature": 9})");
+  auto bad_defaults = LoadEngine(config);
+  ASSERT_FALSE(bad_defaults.ok());
+  EXPECT_TRUE(absl::StrContains(bad_defaults.status().message(), "generation_config.json")) << bad_defaults.status();
+  std::filesystem::remove(dir.path() / "generation_config.json");
+
   // The configuration's rope_scaling reaches the model the engine runs; a bad one fails the load.
   config.rope_scaling = R"({"rope_type":"linear","factor":2.0})";
   auto scaled = LoadEngine(config);

@@ -223,6 +223,23 @@ TEST(OpenAiRequest, EchoForCompletions) {
   ExpectRejected(R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo", Endpoint::kCompletion);
 }
 
+// Unset sampling fields take the limits' defaults (the checkpoint's generation_config.json);
+// fields the request sets override them.
+TEST(OpenAiRequest, UnsetSamplingFieldsTakeTheModelsDefaults) {
+  ParseLimits limits;
+  limits.sampling_defaults.temperature = 0.7f;
+  limits.sampling_defaults.top_k = 20;
+  limits.sampling_defaults.repetition_penalty = 1.05f;
+  GenerationRequest r;
+  ApiError error;
+  ASSERT_TRUE(ParseGenerationRequest(Chat(R"("top_k": 5)"), Endpoint::kChat, limits, &r, &error)) << error.message;
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.7f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.05f);
+  ASSERT_TRUE(ParseGenerationRequest(Chat(R"("temperature": 0)"), Endpoint::kChat, limits, &r, &error));
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+}
+
 TEST(OpenAiRequest, UnsupportedFeaturesAreRejectedNotIgnored) {
   ExpectRejected(Chat(R"("tools": [{"type": "function"}])"), "tools");
   ExpectRejected(Chat(R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format");
