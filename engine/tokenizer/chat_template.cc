@@ -268,4 +268,20 @@ std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
   return out;
 }
 
+absl::StatusOr<std::string> ChatTemplate::ApplyContinuing(const std::vector<ChatMessage>& messages) const {
+  if (messages.empty() || messages.back().role != "assistant" || Trimmed(messages.back().content).empty()) {
+    return absl::InvalidArgumentError(
+        "continuing the final message needs the conversation to end with a non-empty assistant message");
+  }
+  const std::string rendered = Apply(messages, /*add_generation_prompt=*/false);
+  // The families render the reply as given or trimmed; either way it is the last occurrence.
+  for (std::string_view text : {std::string_view(messages.back().content),
+                                std::string_view(Trimmed(messages.back().content).data(),
+                                                 Trimmed(messages.back().content).size())}) {
+    const size_t at = rendered.rfind(text);
+    if (at != std::string::npos) return rendered.substr(0, at + text.size());
+  }
+  return absl::InternalError("the final message is missing from its rendering");
+}
+
 }  // namespace witcert

@@ -52,6 +52,12 @@ class ChatTemplate {
   // Messages of other roles are rendered as user turns there.
   std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
+  // The conversation rendered so that the model continues its last message, which must be the
+  // assistant's (vLLM's continue_final_message: a reply prefilled by the caller): the rendering
+  // without a generation prompt, cut right after that message's text, before its end marker.
+  // InvalidArgument when the last message is not a non-empty assistant message.
+  absl::StatusOr<std::string> ApplyContinuing(const std::vector<ChatMessage>& messages) const;
+
   ChatTemplateKind kind() const { return kind_; }
   std::string_view name() const;
   // Default system prompt inserted when the conversation has none ("" for none).

@@ -322,8 +322,9 @@ void CompletionRoute::Handle(Endpoint endpoint, const httplib::Request& req,
   request.id = run->meta.id;
   std::vector<std::vector<TokenId>> prompts;  // [prompts][tokens]
   if (endpoint == Endpoint::kChat) {
-    prompts.push_back(le.tokenizer->Encode(le.chat_template.Apply(p.messages, true),
-                                           /*parse_special=*/true));
+    absl::StatusOr<std::string> text = RenderChatPrompt(le.chat_template, p);
+    if (!text.ok()) return SendError(InvalidRequest(std::string(text.status().message()), "messages"), res);
+    prompts.push_back(le.tokenizer->Encode(*text, /*parse_special=*/true));
   }
   std::vector<std::string> echoes;  // [prompts] the prompt's text when echo is asked for
   for (const CompletionPrompt& prompt : p.prompts) {

@@ -247,17 +247,17 @@ void HttpServer::RegisterRoutes() {
     } else if (messages != body.end()) {
       // Reuse the chat parser for the messages (and its validation).
       json chat = {{"messages", *messages}};
+      for (const char* key : {"add_generation_prompt", "continue_final_message"}) {
+        if (body.contains(key)) chat[key] = body[key];
+      }
       GenerationRequest parsed;
       if (!ParseGenerationRequest(DumpJson(chat), Endpoint::kChat, ParseLimits(), &parsed,
                                   &error)) {
         return SendError(error, res);
       }
-      bool gen_prompt = true;
-      if (auto it = body.find("add_generation_prompt"); it != body.end() && it->is_boolean()) {
-        gen_prompt = it->get<bool>();
-      }
-      tokens = le.tokenizer->Encode(le.chat_template.Apply(parsed.messages, gen_prompt),
-                                    /*parse_special=*/true);
+      absl::StatusOr<std::string> text = RenderChatPrompt(le.chat_template, parsed);
+      if (!text.ok()) return SendError(InvalidRequest(std::string(text.status().message()), "messages"), res);
+      tokens = le.tokenizer->Encode(*text, /*parse_special=*/true);
     } else {
       return SendError(InvalidRequest("'prompt' (a string) or 'messages' is required", "prompt"),
                        res);

@@ -299,6 +299,11 @@ bool RejectUnsupported(const json& body, Endpoint endpoint, Fields& f) {
 
 }  // namespace
 
+absl::StatusOr<std::string> RenderChatPrompt(const ChatTemplate& chat_template, const GenerationRequest& request) {
+  if (request.continue_final_message) return chat_template.ApplyContinuing(request.messages);
+  return chat_template.Apply(request.messages, request.add_generation_prompt);
+}
+
 bool ParseJsonObject(std::string_view body, nlohmann::json* out, ApiError* error) {
   try {
     *out = json::parse(body.begin(), body.end());
@@ -331,6 +336,20 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
   }
   if (endpoint == Endpoint::kChat) {
     if (!ParseMessages(j, limits, out, f)) return false;
+    f.Bool("add_generation_prompt", &out->add_generation_prompt);
+    f.Bool("continue_final_message", &out->continue_final_message);
+    if (f.failed()) return false;
+    if (out->continue_final_message) {
+      if (out->add_generation_prompt && f.Find("add_generation_prompt") != nullptr) {
+        return f.Fail("'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                      "continue_final_message");
+      }
+      out->add_generation_prompt = false;
+      if (out->messages.back().role != "assistant" || out->messages.back().content.empty()) {
+        return f.Fail("'continue_final_message' needs the last message to be a non-empty assistant message",
+                      "continue_final_message");
+      }
+    }
   } else {
     if (!ParsePrompt(j, out, f)) return false;
   }

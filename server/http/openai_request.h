@@ -44,6 +44,8 @@ struct GenerationRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;                       // "" when absent
   std::vector<ChatMessage> messages;       // chat
+  bool add_generation_prompt = true;       // chat: end with the assistant's header
+  bool continue_final_message = false;     // chat: continue the final (assistant) message
   std::vector<CompletionPrompt> prompts;   // completions: one, or a batch (choices per prompt)
   int32_t n = 1;                           // choices: n engine requests on one prompt
   bool echo = false;                       // completions: the prompt's text before each choice's
@@ -78,6 +80,10 @@ struct ParseLimits {
 // Returns true and fills `out`, or false and fills `error` (always a 4xx).
 bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const ParseLimits& limits,
                             GenerationRequest* out, ApiError* error);
+
+// A chat request's prompt text: the template with a generation prompt (or not), or continuing
+// the final assistant message (continue_final_message).
+absl::StatusOr<std::string> RenderChatPrompt(const ChatTemplate& chat_template, const GenerationRequest& request);
 
 // Parses `body` as a JSON object; false with a 400 error for malformed JSON, invalid UTF-8
 // or a non-object.

@@ -256,6 +256,24 @@ def test_n_choices_prefill_the_prompt_once(client, model, server):
     assert hits >= 2 * full_blocks > 0
 
 
+def test_continue_final_message(client, model, server):
+    """continue_final_message: the model continues the caller's start of its reply; the prompt is
+    the conversation without a generation prompt, less the reply's end marker (<|im_end|>\n)."""
+    convo = [{"role": "user", "content": "Name a color."}, {"role": "assistant", "content": "My favorite color is"}]
+    r = client.chat.completions.create(model=model, messages=convo, max_tokens=6, temperature=0,
+                                       extra_body={"continue_final_message": True,
+                                                   "add_generation_prompt": False})
+    assert r.choices[0].message.content
+    status, body = server.post("/tokenize", {"messages": convo, "add_generation_prompt": False})
+    closed = json.loads(body)["count"]
+    status, body = server.post("/tokenize", {"messages": convo, "continue_final_message": True})
+    assert status == 200 and json.loads(body)["count"] == closed - 2 == r.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=MSG, max_tokens=2,
+                                       extra_body={"continue_final_message": True})
+    assert e.value.body["param"] == "continue_final_message"
+
+
 def test_completions_text_and_tokens(client, model, server):
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5,
                                   temperature=0)

@@ -210,6 +210,29 @@ TEST(ChatTemplateTest, InstFamiliesDetectedAndRendered) {
   }
 }
 
+// Continuing the final assistant message: the rendering without a generation prompt, cut right
+// after the message's (possibly trimmed) text.
+TEST(ChatTemplateTest, ApplyContinuingLeavesTheLastReplyOpen) {
+  auto chatml = FromTemplate(kPlainChatMl);
+  ASSERT_TRUE(chatml.ok());
+  auto c = chatml->ApplyContinuing({{"user", "Hi"}, {"assistant", "The answer is"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(*c, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nThe answer is");
+  auto llama3 = FromTemplate(kLlama3Template);
+  ASSERT_TRUE(llama3.ok());
+  auto l = llama3->ApplyContinuing({{"user", "Hi"}, {"assistant", " Sure: "}});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(*l, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\nSure:");
+  auto mistral = FromTemplate("{{ messages }}", "mistral");
+  ASSERT_TRUE(mistral.ok());
+  auto m = mistral->ApplyContinuing({{"user", "Hi"}, {"assistant", "Well"}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(*m, "<s>[INST] Hi [/INST]Well");
+  EXPECT_FALSE(chatml->ApplyContinuing({{"user", "Hi"}}).ok());
+  EXPECT_FALSE(chatml->ApplyContinuing({{"user", "Hi"}, {"assistant", " "}}).ok());
+}
+
 TEST(ChatTemplateTest, UnknownTemplateNeedsOverride) {
   for (const char* source : {"{{ messages }}", static_cast<const char*>(nullptr)}) {
     auto t = FromTemplate(source);

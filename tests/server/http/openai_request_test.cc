@@ -240,6 +240,20 @@ TEST(OpenAiRequest, UnsetSamplingFieldsTakeTheModelsDefaults) {
   EXPECT_EQ(r.sampling.temperature, 0.0f);
 }
 
+// continue_final_message (vLLM): the last message must be a non-empty assistant one, and the
+// generation prompt goes (saying it should stay is a 400).
+TEST(OpenAiRequest, ContinueFinalMessage) {
+  constexpr char kTwo[] = R"("messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Well"}])";
+  GenerationRequest r = ParseOk(std::string("{") + kTwo + R"(, "continue_final_message": true})");
+  EXPECT_TRUE(r.continue_final_message);
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_TRUE(ParseOk(Chat("")).add_generation_prompt);
+  EXPECT_FALSE(ParseOk(Chat(R"("add_generation_prompt": false)")).add_generation_prompt);
+  ExpectRejected(std::string("{") + kTwo + R"(, "continue_final_message": true, "add_generation_prompt": true})",
+                 "continue_final_message");
+  ExpectRejected(Chat(R"("continue_final_message": true)"), "continue_final_message");  // last is the user's
+}
+
 TEST(OpenAiRequest, UnsupportedFeaturesAreRejectedNotIgnored) {
   ExpectRejected(Chat(R"("tools": [{"type": "function"}])"), "tools");
   ExpectRejected(Chat(R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format");
