@@ -264,7 +264,7 @@ void HttpServer::RegisterRoutes() {
     }
     SendJson({{"tokens", tokens},
               {"count", tokens.size()},
-              {"max_model_len", le.engine->config().context_length}},
+              {"max_model_len", le.engine->max_context()}},
              res);
   });
 

@@ -239,6 +239,8 @@ def test_models_report_the_context_in_force(make_server):
     srv = make_server(args=["--ctx-size", "1000"])
     c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
     assert c.models.list().data[0].model_extra["max_model_len"] == 1000
+    status, body = srv.post("/tokenize", {"prompt": "hi"})
+    assert status == 200 and json.loads(body)["max_model_len"] == 1000
     with pytest.raises(openai.BadRequestError):
         c.completions.create(model=c.models.list().data[0].id, prompt=[1] * 1000, max_tokens=2)
 
