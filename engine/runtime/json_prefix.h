@@ -11,8 +11,9 @@
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, ended by the next structural byte or space.
 // Nesting deeper than kMaxDepth is refused rather than tracked.
 //
-// JsonTokenMask applies it to a tokenizer's TokenByteTable: the tokens allowed from a state. Once the object is closed only end-of-generation tokens are allowed; tokens
-// without bytes (special tokens) never are before that.
+// JsonTokenMask applies it to a tokenizer's TokenByteTable: the tokens allowed from a state.
+// Once the object is closed only end-of-generation tokens are allowed; tokens without bytes
+// (special tokens) never are before that.
 #pragma once
 
 #include <array>

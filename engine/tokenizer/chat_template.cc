@@ -199,7 +199,8 @@ std::string ApplyInstFamily(ChatTemplateKind kind, bool reply_space, const std::
     if (m.role == "assistant") {
       if (kind == ChatTemplateKind::kLlama2) absl::StrAppend(&out, " ", Trimmed(m.content), " </s>");
       else if (kind == ChatTemplateKind::kMistral) absl::StrAppend(&out, m.content, "</s>");
-      else if (kind == ChatTemplateKind::kMistralTekken && reply_space) absl::StrAppend(&out, " ", Trimmed(m.content), "</s>");
+      else if (kind == ChatTemplateKind::kMistralTekken && reply_space)
+        absl::StrAppend(&out, " ", Trimmed(m.content), "</s>");
       else if (kind == ChatTemplateKind::kMistralTekken) absl::StrAppend(&out, m.content, "</s>");
       else absl::StrAppend(&out, " ", m.content, "</s>");
       continue;

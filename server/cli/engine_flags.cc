@@ -19,7 +19,8 @@ void DeclareEngineFlags(Args& args) {
   args.Flag("rope-scaling", "", "replace the model's RoPE scaling: a rope_scaling JSON object as in "
                                 "config.json, e.g. '{\"rope_type\":\"yarn\",\"factor\":4.0,"
                                 "\"original_max_position_embeddings\":32768}'");
-  args.Flag("chat-template", "", "override the chat template: chatml | llama3 | llama2 | mistral | mistral-v3 | mistral-tekken");
+  args.Flag("chat-template", "",
+            "override the chat template: chatml | llama3 | llama2 | mistral | mistral-v3 | mistral-tekken");
   args.Flag("kv-scheme", "", "KV scheme for K and V (fp16, bf16, fp8-e4m3, fp8-e4m3-raw, "
                              "int8-rtn, int8-dither, int4-rtn, kivi2)");
   args.Flag("k-scheme", "fp16", "KV scheme for keys");
