@@ -6,30 +6,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/runtime/listed_tokenizer.h"
 
 namespace witcert {
 namespace {
 
-// Tokens: "yes", "y", "es", "no", "n", "o", "nope", " ", and an end-of-generation special token.
-class TinyTokenizer : public Tokenizer {
- public:
-  std::vector<std::string> texts = {"yes", "y", "es", "no", "n", "o", "nope", " ", "<eos>"};
-  std::vector<TokenId> Encode(std::string_view, bool, bool) const override { return {}; }
-  std::string TokenBytes(TokenId id, bool render_special) const override {
-    return id == 8 && !render_special ? "" : texts[id];
-  }
-  std::string Decode(const std::vector<TokenId>&, bool) const override { return ""; }
-  int32_t vocab_size() const override { return static_cast<int32_t>(texts.size()); }
-  TokenId bos_id() const override { return -1; }
-  TokenId eos_id() const override { return 8; }
-  bool IsEndOfGeneration(TokenId id) const override { return id == 8; }
-  bool IsSpecial(TokenId id) const override { return id == 8; }
-  TokenId Find(std::string_view) const override { return -1; }
-  std::string_view pre_tokenizer() const override { return "tiny"; }
-};
-
 TEST(ChoiceConstraintTest, AllowsWhatContinuesAChoiceAndEndsOnlyOnOne) {
-  TinyTokenizer tok;
+  // Tokens: "yes", "y", "es", "no", "n", "o", "nope", " ", and the end (id 8).
+  const testing::ListedTokenizer tok({"yes", "y", "es", "no", "n", "o", "nope", " "});
   const TokenByteTable table(tok);
   const std::vector<std::string> choices = {"yes", "no", "nope"};
   std::vector<uint8_t> allowed;

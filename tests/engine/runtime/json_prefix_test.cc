@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine/runtime/listed_tokenizer.h"
 
 namespace witcert {
 namespace {
@@ -130,27 +131,9 @@ TEST(JsonPrefixTest, RandomObjectsFromAnIndependentWriter) {
   }
 }
 
-// A tokenizer of a few hand-picked tokens: "{", "}", "\"a\"", ":", "1", "12}", " ", "x", "{}",
-// and an end-of-generation special token.
-class FakeTokenizer : public Tokenizer {
- public:
-  std::vector<std::string> texts = {"{", "}", "\"a\"", ":", "1", "12}", " ", "x", "{}", "<eos>"};
-  std::vector<TokenId> Encode(std::string_view, bool, bool) const override { return {}; }
-  std::string TokenBytes(TokenId id, bool render_special) const override {
-    return id == 9 && !render_special ? "" : texts[id];
-  }
-  std::string Decode(const std::vector<TokenId>&, bool) const override { return ""; }
-  int32_t vocab_size() const override { return static_cast<int32_t>(texts.size()); }
-  TokenId bos_id() const override { return -1; }
-  TokenId eos_id() const override { return 9; }
-  bool IsEndOfGeneration(TokenId id) const override { return id == 9; }
-  bool IsSpecial(TokenId id) const override { return id == 9; }
-  TokenId Find(std::string_view) const override { return -1; }
-  std::string_view pre_tokenizer() const override { return "fake"; }
-};
-
 TEST(JsonTokenMaskTest, AllowsExactlyTheTokensThatContinueThePrefix) {
-  FakeTokenizer tok;
+  // A few hand-picked tokens, then the end (id 9).
+  const testing::ListedTokenizer tok({"{", "}", "\"a\"", ":", "1", "12}", " ", "x", "{}"});
   const TokenByteTable table(tok);
   JsonTokenMask mask(table);
   std::vector<uint8_t> allowed;
@@ -172,26 +155,17 @@ TEST(JsonTokenMaskTest, AllowsExactlyTheTokensThatContinueThePrefix) {
 
 // The mask cache: at every state along random documents, over a vocabulary of every single
 // byte plus multi-byte pieces, the cached mask equals one computed afresh, and most states hit.
-class ByteTokenizer : public FakeTokenizer {
- public:
-  ByteTokenizer() {
-    texts.clear();
-    for (int b = 1; b < 128; ++b) texts.emplace_back(1, static_cast<char>(b));
-    for (const char* piece : {"\"name\"", "\": ", "\", \"", "},", "]}", "true", "null", "1.5", "e-3", "\\u00", "  "}) {
-      texts.emplace_back(piece);
-    }
-    texts.emplace_back("<eos>");
+std::vector<std::string> ByteVocabulary() {
+  std::vector<std::string> texts;
+  for (int b = 1; b < 128; ++b) texts.emplace_back(1, static_cast<char>(b));
+  for (const char* piece : {"\"name\"", "\": ", "\", \"", "},", "]}", "true", "null", "1.5", "e-3", "\\u00", "  "}) {
+    texts.emplace_back(piece);
   }
-  std::string TokenBytes(TokenId id, bool render_special) const override {
-    return IsSpecial(id) && !render_special ? "" : texts[id];
-  }
-  TokenId eos_id() const override { return vocab_size() - 1; }
-  bool IsEndOfGeneration(TokenId id) const override { return id == vocab_size() - 1; }
-  bool IsSpecial(TokenId id) const override { return id == vocab_size() - 1; }
-};
+  return texts;
+}
 
 TEST(JsonTokenMaskTest, CachedMasksEqualFreshOnes) {
-  ByteTokenizer tok;
+  const testing::ListedTokenizer tok(ByteVocabulary());
   const TokenByteTable table(tok);
   const JsonTokenMask cached(table);
   std::mt19937 rng(77);
