@@ -35,4 +35,29 @@ absl::StatusOr<SamplingParams> GenerationDefaultsFromJson(std::string_view json_
   return s;
 }
 
+absl::StatusOr<SamplingParams> GenerationDefaultsFromGguf(const GgufFile& file) {
+  SamplingParams s;
+  auto number = [&](const char* key, double lo, double hi, bool lo_open, float* out) -> absl::Status {
+    if (file.Find(key) == nullptr) return absl::OkStatus();
+    absl::StatusOr<double> v = file.GetFloat(key);
+    if (!v.ok() || *v > hi || *v < lo || (lo_open && *v == lo)) {
+      return absl::InvalidArgumentError(absl::StrCat(file.path(), ": metadata key '", key, "' is ",
+                                                     v.ok() ? absl::StrCat(*v) : "not a number", ", outside ",
+                                                     lo_open ? "(" : "[", lo, ", ", hi, "]"));
+    }
+    *out = static_cast<float>(*v);
+    return absl::OkStatus();
+  };
+  if (absl::Status st = number("general.sampling.temp", 0.0, 2.0, false, &s.temperature); !st.ok()) return st;
+  if (absl::Status st = number("general.sampling.top_p", 0.0, 1.0, true, &s.top_p); !st.ok()) return st;
+  if (absl::Status st = number("general.sampling.min_p", 0.0, 1.0, false, &s.min_p); !st.ok()) return st;
+  if (absl::Status st = number("general.sampling.penalty_repeat", 0.0, 2.0, true, &s.repetition_penalty); !st.ok()) {
+    return st;
+  }
+  float top_k = 0.0f;
+  if (absl::Status st = number("general.sampling.top_k", 0.0, 1 << 20, false, &top_k); !st.ok()) return st;
+  s.top_k = static_cast<int32_t>(top_k);
+  return s;
+}
+
 }  // namespace witcert

@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
       ASSIGN_OR_RETURN(loaded->tokenizer, Tokenizer::FromGguf(*loaded->model->gguf()));
       ASSIGN_OR_RETURN(loaded->chat_template,
                        ChatTemplate::FromGguf(*loaded->model->gguf(), config.chat_template));
+      ASSIGN_OR_RETURN(loaded->sampling_defaults, GenerationDefaultsFromGguf(*loaded->model->gguf()));
       break;
     }
     case ModelSourceKind::kHuggingFace: {
@@ -123,10 +124,6 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
         std::stringstream text;
         text << in.rdbuf();
         ASSIGN_OR_RETURN(loaded->sampling_defaults, GenerationDefaultsFromJson(text.str(), gen.string()));
-        const SamplingParams& d = loaded->sampling_defaults;
-        say(absl::StrFormat("sampling defaults from generation_config.json: temperature %g, top_p %g, top_k %d, "
-                            "min_p %g, repetition_penalty %g",
-                            d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty));
       }
       break;
     }
@@ -138,6 +135,12 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
                                                   : config.chat_template));
       break;
     }
+  }
+  if (const SamplingParams& d = loaded->sampling_defaults; d.temperature != SamplingParams{}.temperature ||
+      d.top_p != 1.0f || d.top_k != 0 || d.min_p != 0.0f || d.repetition_penalty != 1.0f) {
+    say(absl::StrFormat("the model's sampling defaults (for fields requests leave unset): temperature %g, "
+                        "top_p %g, top_k %d, min_p %g, repetition_penalty %g",
+                        d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty));
   }
   ASSIGN_OR_RETURN(KvCacheOptions kv_options, MakeKvOptions(mc, config.kv));
   kv_options.exact_cache_blocks = config.gate.exact_cache_blocks;
