@@ -34,6 +34,10 @@ struct EngineConfig {
   // {"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}); "" → the
   // model's own.
   std::string rope_scaling;
+  // Unset sampling fields take the checkpoint's recommended values (generation_config.json,
+  // GGUF general.sampling.*) when true, the built-in SamplingParams{} otherwise (vLLM's
+  // --generation-config auto | vllm).
+  bool model_sampling_defaults = true;
   // Reference arithmetic (dequantized weights, double accumulation): slow; for verifying
   // the fast path against an exact evaluation.
   bool exact_matmul = false;

@@ -136,6 +136,7 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
       break;
     }
   }
+  if (!config.model_sampling_defaults) loaded->sampling_defaults = SamplingParams{};
   if (const SamplingParams& d = loaded->sampling_defaults; d.temperature != SamplingParams{}.temperature ||
       d.top_p != 1.0f || d.top_k != 0 || d.min_p != 0.0f || d.repetition_penalty != 1.0f) {
     say(absl::StrFormat("the model's sampling defaults (for fields requests leave unset): temperature %g, "

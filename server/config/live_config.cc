@@ -59,6 +59,7 @@ std::vector<std::string> RestartOnlyChanges(const ServerConfig& a, const ServerC
   check(a.engine.threads != b.engine.threads, "model.threads");
   check(a.engine.max_context != b.engine.max_context, "model.max_context");
   check(a.engine.rope_scaling != b.engine.rope_scaling, "model.rope_scaling");
+  check(a.engine.model_sampling_defaults != b.engine.model_sampling_defaults, "model.sampling_defaults");
   check(a.engine.kv.k_scheme != b.engine.kv.k_scheme, "kv.k_scheme");
   check(a.engine.kv.v_scheme != b.engine.kv.v_scheme, "kv.v_scheme");
   check(a.engine.kv.block_size != b.engine.kv.block_size, "kv.block_size");

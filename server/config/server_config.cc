@@ -222,6 +222,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.Integer("threads", &c.engine.threads, 0, 1024);
     r.Integer("max_context", &c.engine.max_context, 0, kMaxInt32);
     r.ObjectText("rope_scaling", &c.engine.rope_scaling);
+    r.Bool("sampling_defaults", &c.engine.model_sampling_defaults);
   });
   top.Object("kv", [&](ObjectReader& r) {
     r.String("k_scheme", &c.engine.kv.k_scheme);

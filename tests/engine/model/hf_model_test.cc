@@ -789,6 +789,12 @@ TEST(HfModelTest, LoadEngineRunsAFolderWithItsTokenizerAndTemplate) {
   EXPECT_FLOAT_EQ((*with_defaults)->sampling_defaults.temperature, 0.6f);
   EXPECT_FLOAT_EQ((*with_defaults)->sampling_defaults.top_p, 0.9f);
   EXPECT_EQ((*with_defaults)->sampling_defaults.top_k, 40);
+  config.model_sampling_defaults = false;  // model.sampling_defaults: false → the built-in ones
+  auto builtin = LoadEngine(config);
+  ASSERT_TRUE(builtin.ok()) << builtin.status();
+  EXPECT_EQ((*builtin)->sampling_defaults.temperature, SamplingParams{}.temperature);
+  EXPECT_EQ((*builtin)->sampling_defaults.top_k, 0);
+  config.model_sampling_defaults = true;
   testing::WriteFile(dir.path() / "generation_config.json", R"({"temperature": 9})");
   auto bad_defaults = LoadEngine(config);
   ASSERT_FALSE(bad_defaults.ok());

@@ -98,6 +98,10 @@ TEST(ServerConfig, RopeScalingKeepsItsObject) {
   ASSERT_TRUE(cleared.ok()) << cleared.status();
   EXPECT_TRUE(cleared->engine.rope_scaling.empty());
   ExpectError(R"({"model": {"rope_scaling": "yarn"}})", "model.rope_scaling", "an object or null");
+  EXPECT_TRUE(c->engine.model_sampling_defaults);
+  absl::StatusOr<ServerConfig> off = ParseServerConfig(R"({"model": {"sampling_defaults": false}})");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->engine.model_sampling_defaults);
   absl::StatusOr<ServerConfig> d = ParseServerConfig(DefaultConfigText());
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->engine.rope_scaling.empty());
