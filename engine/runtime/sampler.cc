@@ -50,7 +50,11 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
     std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
                       [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-    for (int32_t i = 0; i < k; ++i) top.push_back({ids[i], raw_logprob(ids[i])});
+    for (int32_t i = 0; i < k; ++i) {
+      // A token masked out before sampling (JSON mode, guided choice) is no alternative.
+      if (logits[ids[i]] == -std::numeric_limits<float>::infinity()) break;
+      top.push_back({ids[i], raw_logprob(ids[i])});
+    }
   }
 
   absl::flat_hash_map<int32_t, float> raw_penalized;  // original logits of shaped tokens

@@ -204,6 +204,12 @@ def test_json_mode(client, model):
         model=model, messages=ask, max_tokens=80, temperature=0, stream=True,
         response_format={"type": "json_object"}) if c.choices)
     assert streamed == r.choices[0].message.content
+    with_lp = client.chat.completions.create(model=model, messages=ask, max_tokens=80, temperature=0,
+                                             logprobs=True, top_logprobs=20,
+                                             response_format={"type": "json_object"})
+    assert with_lp.choices[0].message.content == r.choices[0].message.content
+    for t in with_lp.choices[0].logprobs.content:  # masked tokens are no alternatives: all finite
+        assert all(alt.logprob > -1e30 for alt in t.top_logprobs) and 1 <= len(t.top_logprobs) <= 20
     sampled = client.chat.completions.create(model=model, messages=ask, max_tokens=120,
                                              temperature=1.0, seed=5, n=3,
                                              response_format={"type": "json_object"})

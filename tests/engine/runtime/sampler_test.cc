@@ -1,6 +1,7 @@
 #include "engine/runtime/sampler.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -189,6 +190,22 @@ TEST(SamplerTest, BannedTokensAreNeverPicked) {
     const int32_t t = s.Sample(absl::MakeSpan(l), {}, {}, std::vector<int32_t>{1, 2, 4}).token;
     EXPECT_TRUE(t == 0 || t == 3) << t;
   }
+}
+
+// Tokens masked out before sampling (logit −inf: JSON mode, guided choice) are not listed as
+// alternatives, so top_logprobs never reports −inf.
+TEST(SamplerTest, MaskedTokensAreNoAlternatives) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = true;
+  p.top_logprobs = 5;
+  Sampler s(p);
+  std::vector<float> l = Logits();
+  l[1] = l[3] = -std::numeric_limits<float>::infinity();
+  const SampledToken t = s.Sample(absl::MakeSpan(l), {});
+  ASSERT_EQ(t.top.size(), 3u);
+  for (const TokenLogprob& alt : t.top) EXPECT_TRUE(std::isfinite(alt.logprob)) << alt.token;
+  EXPECT_EQ(t.token, 4);
 }
 
 }  // namespace
