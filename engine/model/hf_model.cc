@@ -204,11 +204,7 @@ absl::Status ApplyRopeScaling(const Json& s, const std::string& where, ModelConf
     }
     made = YarnRopeFactors(y, c->rope_theta, c->head_dim, &factors);
     attn_factor = static_cast<float>(attention);
-    if (made.ok()) {  // the window the scaling was made for (vLLM's derived max_model_len)
-      const double scaled = std::floor(y.original_context * y.factor);
-      c->context_length = static_cast<int32_t>(std::clamp<double>(
-          scaled, c->context_length, std::numeric_limits<int32_t>::max()));
-    }
+    if (made.ok()) c->context_length = YarnContextLength(y, c->context_length);
   } else if (type != "default" && !s.is_null()) {
     return absl::UnimplementedError(absl::StrCat(
         where, " of type '", type.empty() ? s.dump() : type,

@@ -5,9 +5,9 @@
 // adjacent dimensions (2i, 2i+1) rotate together; "qwen2" files keep HF's layout, where
 // dimension i pairs with i + d/2. The band-norm witness groups whole rotation pairs, so a
 // wrong guess here would silently break the certificate, hence the closed list.
-#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -171,8 +171,9 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
     } else if (type == "yarn") {
       // Keys that change more than this arithmetic (DeepSeek's log multiplier, per-model attention
       // factors) are refused when they would change anything.
-      for (const char* key : {"rope.scaling.yarn_log_multiplier", "rope.scaling.attn_factor"}) {
-        const double neutral = absl::string_view(key) == "rope.scaling.attn_factor" ? 1.0 : 0.0;
+      constexpr std::pair<const char*, double> kRefusedUnlessNeutral[] = {
+          {"rope.scaling.yarn_log_multiplier", 0.0}, {"rope.scaling.attn_factor", 1.0}};
+      for (const auto& [key, neutral] : kRefusedUnlessNeutral) {
         if (file.Find(p + key) == nullptr) continue;
         ASSIGN_OR_RETURN(double v, file.GetFloat(p + key));
         if (v != neutral) {
@@ -195,10 +196,7 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file) {
       made = YarnRopeFactors(y, c.rope_theta, c.head_dim, &c.rope_freq_factors);
       c.rope_attn_factor =
           static_cast<float>(attn * (y.extrapolation != 0.0 ? YarnAttentionFactor(y.factor) : 1.0));
-      if (made.ok()) {
-        c.context_length = static_cast<int32_t>(std::clamp<double>(
-            std::floor(y.original_context * y.factor), c.context_length, std::numeric_limits<int32_t>::max()));
-      }
+      if (made.ok()) c.context_length = YarnContextLength(y, c.context_length);
     } else if (type != "none") {
       return absl::UnimplementedError(absl::StrCat(
           file.path(), ": metadata key '", p, "rope.scaling.type' = '", std::string(type),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,11 @@ absl::Status YarnRopeFactors(const YarnRopeScaling& s, double theta, int32_t hea
 
 double YarnAttentionFactor(double factor, double mscale) {
   return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+int32_t YarnContextLength(const YarnRopeScaling& s, int32_t context) {
+  return static_cast<int32_t>(std::clamp<double>(std::floor(s.original_context * s.factor), context,
+                                                 std::numeric_limits<int32_t>::max()));
 }
 
 absl::Status LinearRopeFactors(double factor, int32_t head_dim, std::vector<float>* factors) {

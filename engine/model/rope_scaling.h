@@ -62,6 +62,10 @@ absl::Status YarnRopeFactors(const YarnRopeScaling& s, double theta, int32_t hea
 // mscale 1 unless the checkpoint gives one, as DeepSeek's do).
 double YarnAttentionFactor(double factor, double mscale = 1.0);
 
+// The context a yarn scaling was made for: original_context × factor, never below `context`
+// (the declared window), at most INT32_MAX; what vLLM derives its max_model_len from.
+int32_t YarnContextLength(const YarnRopeScaling& s, int32_t context);
+
 // factor for every pair [head_dim / 2]; InvalidArgument unless factor is finite and ≥ 1.
 absl::Status LinearRopeFactors(double factor, int32_t head_dim, std::vector<float>* factors);
 

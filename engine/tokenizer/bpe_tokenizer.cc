@@ -35,22 +35,8 @@ namespace {
 using Kind = TokenKind;
 
 constexpr size_t kCacheMaxEntries = 1 << 16;
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 ▁, SentencePiece's space
+constexpr std::string_view kSpaceMark = kSentencePieceSpace;
 constexpr size_t kCacheMaxPieceBytes = 64;
-
-// "<0xNN>" → NN, else -1.
-int ParseByteToken(std::string_view text) {
-  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
-  int value = 0;
-  for (char c : text.substr(3, 2)) {
-    value <<= 4;
-    if (c >= '0' && c <= '9') value |= c - '0';
-    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-    else return -1;
-  }
-  return value;
-}
 
 class BpeTokenizer final : public Tokenizer {
  public:
@@ -239,6 +225,19 @@ absl::Status CheckId(TokenId id, int32_t n, std::string_view what, bool optional
 
 }  // namespace
 
+int ByteTokenValue(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
+  int value = 0;
+  for (char c : text.substr(3, 2)) {
+    value <<= 4;
+    if (c >= '0' && c <= '9') value |= c - '0';
+    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
+    else return -1;
+  }
+  return value;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(BpeVocab vocab) {
   if (vocab.texts.empty() || vocab.texts.size() != vocab.kinds.size() ||
       (!vocab.scores.empty() && vocab.scores.size() != vocab.texts.size()) ||
@@ -282,7 +281,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(BpeVocab vocab) {
   for (int32_t i = 0; i < n; ++i) {
     std::string& text = vocab.texts[i];
     const Kind kind = tok->kinds_[i];
-    const int byte = kind == Kind::kByte ? ParseByteToken(text) : -1;
+    const int byte = kind == Kind::kByte ? ByteTokenValue(text) : -1;
     if (kind == Kind::kAbsent) {
       tok->bytes_.emplace_back();
     } else if (kind == Kind::kNormal && vocab.symbols == BpeSymbols::kByteLevel) {

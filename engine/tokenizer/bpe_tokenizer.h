@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +51,12 @@ struct AddedToken {
 };
 
 enum class BpeSymbols : uint8_t { kByteLevel, kSentencePiece };
+
+// SentencePiece's space, U+2581 "▁".
+inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";
+
+// A byte-fallback token's byte: "<0xNN>" → NN (hex, either case), else -1.
+int ByteTokenValue(std::string_view text);
 
 // Where a SentencePiece vocabulary puts a "▁" before text (segments are the text between
 // special tokens matched whole).

@@ -14,6 +14,7 @@
 #include "engine/tokenizer/absl_bridge.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace witcert {
 namespace {
@@ -166,12 +167,8 @@ std::string_view ChatTemplate::name() const {
 
 namespace {
 
-absl::string_view Trimmed(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\v\f";  // Jinja's trim: Python's strip()
-  const size_t begin = s.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return {};
-  return Av(s.substr(begin, s.find_last_not_of(kSpace) - begin + 1));
-}
+// Jinja's trim (Python's strip() on the ASCII spaces).
+absl::string_view Trimmed(std::string_view s) { return absl::StripAsciiWhitespace(Av(s)); }
 
 // The [INST] families: system messages folded into a user turn, then user / assistant turns.
 std::string ApplyInstFamily(ChatTemplateKind kind, bool reply_space, const std::vector<ChatMessage>& messages) {
@@ -270,16 +267,15 @@ std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
 }
 
 absl::StatusOr<std::string> ChatTemplate::ApplyContinuing(const std::vector<ChatMessage>& messages) const {
-  if (messages.empty() || messages.back().role != "assistant" || Trimmed(messages.back().content).empty()) {
+  const absl::string_view trimmed = messages.empty() ? absl::string_view() : Trimmed(messages.back().content);
+  if (messages.empty() || messages.back().role != "assistant" || trimmed.empty()) {
     return absl::InvalidArgumentError(
         "continuing the final message needs the conversation to end with a non-empty assistant message");
   }
   const std::string rendered = Apply(messages, /*add_generation_prompt=*/false);
   // The families render the reply as given or trimmed; either way it is the last occurrence.
-  for (std::string_view text : {std::string_view(messages.back().content),
-                                std::string_view(Trimmed(messages.back().content).data(),
-                                                 Trimmed(messages.back().content).size())}) {
-    const size_t at = rendered.rfind(text);
+  for (absl::string_view text : {Av(messages.back().content), trimmed}) {
+    const size_t at = absl::string_view(rendered).rfind(text);
     if (at != std::string::npos) return rendered.substr(0, at + text.size());
   }
   return absl::InternalError("the final message is missing from its rendering");

@@ -87,22 +87,34 @@ std::string RenderedText(const BpeVocab& vocab, TokenId id) {
   return ByteLevelAlphabet::Get().Decode(vocab.texts[id]);
 }
 
+// The stages of a tokenizer.json component: the `list` entries of a {"type": "Sequence"} one,
+// else the component itself (none for null).
+std::vector<const Json*> Stages(const Json& v, const char* list) {
+  std::vector<const Json*> out;
+  if (v.is_object() && v.value("type", "") == "Sequence" && v.contains(list) && v[list].is_array()) {
+    for (const Json& e : v[list]) out.push_back(&e);
+  } else if (!v.is_null()) {
+    out.push_back(&v);
+  }
+  return out;
+}
+
+// A component's JSON for an error message, cut at 300 characters.
+std::string Abbreviated(const Json& v) {
+  std::string dump = v.dump();
+  if (dump.size() > 300) dump = dump.substr(0, 300) + "...";
+  return dump;
+}
+
 absl::StatusOr<std::string> PreTokenizerName(const Json& pre, std::string_view where) {
   auto unsupported = [&](std::string_view why) {
-    std::string dump = pre.dump();
-    if (dump.size() > 300) dump = dump.substr(0, 300) + "...";
+    const std::string dump = Abbreviated(pre);
     return absl::UnimplementedError(absl::StrCat(
         Av(where), ": pre_tokenizer ", dump, ": ", Av(why),
         " (supported: GPT-2 ByteLevel, SmolLM Digits+ByteLevel, Llama 3, Qwen2 and tekken Split+ByteLevel)"));
   };
   if (!pre.is_object()) return unsupported("not a byte-level pre-tokenizer");
-  std::vector<const Json*> stages;
-  if (pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
-      pre["pretokenizers"].is_array()) {
-    for (const Json& e : pre["pretokenizers"]) stages.push_back(&e);
-  } else {
-    stages.push_back(&pre);
-  }
+  const std::vector<const Json*> stages = Stages(pre, "pretokenizers");
   bool byte_level = false, use_regex = false, digits = false;
   std::vector<std::string> splits;
   for (const Json* e : stages) {
@@ -136,7 +148,7 @@ absl::StatusOr<std::string> PreTokenizerName(const Json& pre, std::string_view w
   return unsupported("no built-in pre-tokenizer has these stages and regexes");
 }
 
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 ▁
+constexpr std::string_view kSpaceMark = kSentencePieceSpace;
 
 // How a SentencePiece-style tokenizer.json (Llama 2, Mistral 7B) writes spaces; nullopt for a
 // byte-level one. Two published forms: the legacy normalizer Sequence[Prepend("▁"),
@@ -154,24 +166,13 @@ struct SentencePieceLayout {
 
 absl::StatusOr<std::optional<SentencePieceLayout>> SentencePieceLayoutOf(const Json& j,
                                                                           std::string_view where) {
-  const auto stages = [](const Json& v, const char* list) {
-    std::vector<const Json*> out;
-    if (v.is_object() && v.value("type", "") == "Sequence" && v.contains(list) && v[list].is_array()) {
-      for (const Json& e : v[list]) out.push_back(&e);
-    } else if (!v.is_null()) {
-      out.push_back(&v);
-    }
-    return out;
-  };
   const auto unsupported = [&](const char* what, const Json& v) {
-    std::string dump = v.dump();
-    if (dump.size() > 300) dump = dump.substr(0, 300) + "...";
-    return absl::UnimplementedError(absl::StrCat(Av(where), ": ", what, " ", dump, " is not supported"));
+    return absl::UnimplementedError(absl::StrCat(Av(where), ": ", what, " ", Abbreviated(v), " is not supported"));
   };
   std::optional<SentencePieceLayout> layout;
   const Json normalizer = j.contains("normalizer") ? j["normalizer"] : Json();
   bool prepend = false, replace = false, other = false;
-  for (const Json* e : stages(normalizer, "normalizers")) {
+  for (const Json* e : Stages(normalizer, "normalizers")) {
     const std::string type = e->is_object() ? e->value("type", "") : "";
     if (type == "Prepend" && e->value("prepend", "") == kSpaceMark) {
       prepend = true;
@@ -208,7 +209,7 @@ absl::StatusOr<std::optional<SentencePieceLayout>> SentencePieceLayoutOf(const J
   }
   if (!layout.has_value()) return layout;
   const Json decoder = j.contains("decoder") ? j["decoder"] : Json();
-  for (const Json* e : stages(decoder, "decoders")) {
+  for (const Json* e : Stages(decoder, "decoders")) {
     const std::string type = e->is_object() ? e->value("type", "") : "";
     const bool space_back = type == "Replace" && (*e).contains("pattern") && (*e)["pattern"].is_object() &&
                             (*e)["pattern"].value("String", "") == kSpaceMark && e->value("content", "") == " ";
@@ -327,8 +328,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
           absl::StrCat(where, ": token id ", id, " appears twice in model.vocab"));
     }
     // SentencePiece vocabularies hold their byte-fallback pieces "<0xNN>" in model.vocab.
-    const bool byte_piece = sentencepiece.has_value() && it.key().size() == 6 &&
-                            it.key().rfind("<0x", 0) == 0 && it.key()[5] == '>';
+    const bool byte_piece = sentencepiece.has_value() && ByteTokenValue(it.key()) >= 0;
     vocab.kinds[id] = byte_piece ? TokenKind::kByte : TokenKind::kNormal;
     vocab.texts[id] = it.key();
   }
@@ -419,15 +419,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
     vocab.add_bos = tok_config["add_bos_token"].get<bool>();
   } else if (vocab.bos >= 0 && j.contains("post_processor") && j["post_processor"].is_object()) {
     const std::string bos_rendered = RenderedText(vocab, vocab.bos);
-    std::vector<const Json*> procs;
-    const Json& pp = j["post_processor"];
-    if (pp.value("type", "") == "Sequence" && pp.contains("processors") &&
-        pp["processors"].is_array()) {
-      for (const Json& p : pp["processors"]) procs.push_back(&p);
-    } else {
-      procs.push_back(&pp);
-    }
-    for (const Json* p : procs) {
+    for (const Json* p : Stages(j["post_processor"], "processors")) {
       if (p->is_object() && p->value("type", "") == "TemplateProcessing" &&
           p->contains("single") && (*p)["single"].is_array() && !(*p)["single"].empty()) {
         const Json& first = (*p)["single"][0];
