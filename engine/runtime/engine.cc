@@ -50,10 +50,10 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer,
     threads = static_cast<int32_t>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
   }
   sample_pool_ = std::make_unique<ThreadPool>(threads);
-  for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
-    if (tokenizer_.IsEndOfGeneration(id)) end_of_generation_ids_.push_back(id);
-  }
   token_bytes_ = std::make_unique<TokenByteTable>(tokenizer_);
+  for (int32_t id = 0; id < token_bytes_->vocab_size(); ++id) {
+    if (token_bytes_->is_end(id)) end_of_generation_ids_.push_back(id);
+  }
   json_mask_ = std::make_unique<JsonTokenMask>(*token_bytes_);
   loop_ = std::thread([this] { Loop(); });
 }

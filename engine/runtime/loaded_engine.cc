@@ -1,9 +1,6 @@
 #include "engine/runtime/loaded_engine.h"
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -117,14 +114,9 @@ absl::StatusOr<std::unique_ptr<LoadedEngine>> LoadEngine(
       ASSIGN_OR_RETURN(const std::string source, ReadHfChatTemplate(spec.path));
       ASSIGN_OR_RETURN(loaded->chat_template,
                        ChatTemplate::FromTemplateText(source, config.chat_template));
-      const std::filesystem::path gen = std::filesystem::path(spec.path) / "generation_config.json";
-      std::error_code ec;
-      if (std::filesystem::exists(gen, ec)) {
-        std::ifstream in(gen, std::ios::binary);
-        std::stringstream text;
-        text << in.rdbuf();
-        ASSIGN_OR_RETURN(loaded->sampling_defaults, GenerationDefaultsFromJson(text.str(), gen.string()));
-      }
+      ASSIGN_OR_RETURN(const std::string generation_config, ReadHfGenerationConfig(spec.path));
+      ASSIGN_OR_RETURN(loaded->sampling_defaults,
+                       GenerationDefaultsFromJson(generation_config, spec.path + "/generation_config.json"));
       break;
     }
     case ModelSourceKind::kSynthetic: {

@@ -445,6 +445,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& fo
   return HfTokenizerFromFiles(files);
 }
 
+absl::StatusOr<std::string> ReadHfGenerationConfig(const std::string& folder) {
+  return ReadOptional(std::filesystem::path(folder) / "generation_config.json");
+}
+
 absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& folder) {
   const std::filesystem::path dir(folder);
   ASSIGN_OR_RETURN(std::string config_text, ReadOptional(dir / "tokenizer_config.json"));

@@ -53,4 +53,7 @@ absl::StatusOr<std::string> HfPreTokenizerName(std::string_view pre_tokenizer_js
 // else chat_template.json's "chat_template"; "" when the folder has none.
 absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& folder);
 
+// `folder`/generation_config.json's text, "" when the folder has none.
+absl::StatusOr<std::string> ReadHfGenerationConfig(const std::string& folder);
+
 }  // namespace witcert

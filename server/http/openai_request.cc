@@ -286,14 +286,6 @@ bool RejectUnsupported(const json& body, Endpoint endpoint, Fields& f) {
     return f.Fail("'best_of' must be 1 (only one completion per request is supported)",
                   "best_of");
   }
-  if (const json* v = f.Find("response_format"); v != nullptr && !v->is_null()) {
-    if (!v->is_object() || !v->contains("type") ||
-        ((*v)["type"] != "text" && (*v)["type"] != "json_object")) {
-      return f.Fail("response_format must be {\"type\": \"text\"} or {\"type\": \"json_object\"} "
-                    "(json_schema is not supported)",
-                    "response_format");
-    }
-  }
   return true;
 }
 
@@ -485,7 +477,13 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
                     "echo");
     }
   }
-  if (const json* v = f.Find("response_format"); v != nullptr && v->is_object() && v->contains("type")) {
+  if (const json* v = f.Find("response_format"); v != nullptr && !v->is_null()) {
+    if (!v->is_object() || !v->contains("type") ||
+        ((*v)["type"] != "text" && (*v)["type"] != "json_object")) {
+      return f.Fail("response_format must be {\"type\": \"text\"} or {\"type\": \"json_object\"} "
+                    "(json_schema is not supported)",
+                    "response_format");
+    }
     s.json_object = (*v)["type"] == "json_object";
   }
   if (s.json_object && !s.guided_choice.empty()) {
