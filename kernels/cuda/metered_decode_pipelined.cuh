@@ -68,6 +68,8 @@ struct PipeSmem {
   uint32_t qbn16[GMAX][4];        // B = 8: Tier A's band factors as 16-bit digits [head, band pair]
   float qbn_scale[GMAX];          // and their unit per head (BandFactorDigits)
   float tierb[GMAX];
+  float vsmax[kWarps];            // fp8-e4m3 on tensor cores: the split's largest V scale per warp
+  float vscale_mul, vscale_out;   // and 2^-k, 2^k with that scale < 2^k (the weights' digits)
   // [kWarps] CertPartial, raw storage: a __shared__ object may not have initializers.
   alignas(8) unsigned char wpart_raw[kWarps][sizeof(meter::CertPartial)];
   __device__ meter::CertPartial& wpart(int w) {
@@ -94,7 +96,19 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // and the transposing loads are free of bank conflicts.
   // bf16 takes the same paths with bf16 MMAs and digits (DigitFormat).
   constexpr bool kBf16 = std::is_same_v<C, DevBf16>;
-  constexpr bool kTc = (std::is_same_v<C, DevFp16> || kBf16) && D == 128;  // both passes on tensor cores
+  // fp8-e4m3 (raw or scaled) at d = 128 takes the fp16 paths too (kTc8): its codes are converted to
+  // fp16 exactly as the fragments are built (one cvt per two codes) instead of loaded by ldmatrix,
+  // which has no byte form. K pass: lane (gid, tig) of k-step ks reads channels 16·(tig + 4·(ks/4)) +
+  // 4·(ks%4) + [0, 4) of rows gid and gid + 8 (one 16-byte load covers four k-steps), the query's
+  // B fragments taken at the same channels; each token's sum is multiplied by its K scale. V pass:
+  // row gid / gid + 8 of warp w's tile are channels 16w + 2·gid + {0, 1}, and k-step column
+  // 2tig + {0, 1, 8, 9} is token tig + 4·{0, 1, 2, 3} (two bytes of four rows, paired by prmt), so
+  // the weights' digits are stored at that column (Tc8WeightColumn); scaled, the weight's digits
+  // are those of w·s_t·2^-k, 2^k above the split's largest V scale (read in the K stages).
+  constexpr bool kFp8 = std::is_same_v<C, DevFp8Scaled> || std::is_same_v<C, DevFp8Raw>;
+  constexpr bool kTc = (std::is_same_v<C, DevFp16> || kBf16 || kFp8) && D == 128;  // both passes on tensor cores
+  constexpr bool kTc8 = kTc && kFp8;
+  constexpr bool kVScaleMax = kTc8 && C::kScaled;
   using Digits = DigitFormat<kBf16>;
   extern __shared__ __align__(128) uint8_t dsm[];
   __shared__ PipeSmem<GMAX, kTc> sm;
@@ -133,8 +147,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int GPI = kThreads / CPG;  // groups one pass of the CTA covers
   constexpr int kCodePasses = GPI >= kStageGroups ? 1 : kStageGroups / GPI;
   const int code_r = tid % CPG, code_g0 = tid / CPG;
-  // kTc: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16).
-  const int code_dr = kTc ? (code_r & ~15) | ((code_r & 15) ^ (code_r >> 4)) : code_r;
+  // kTc: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16); kTc8: chunk
+  // r % 8 of token r / 8 (CB = 128) at (r % 8) ^ Tc8Swizzle(r / 8).
+  const int code_dr = !kTc ? code_r
+                           : (kTc8 ? (code_r & ~7) | ((code_r & 7) ^ Tc8Swizzle(code_r >> 3))
+                                   : (code_r & ~15) | ((code_r & 15) ^ (code_r >> 4)));
   const int32_t code_dst = sl.codes + code_g0 * 8 * CB + code_dr * 16;  // in the stage
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
@@ -164,6 +181,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           bool ok;
           const int64_t v0 = group_vec(grp, &ok);
           CpAsync16(st + sl.scales + grp * 16 * NS + r * 16, sc + v0 * (2 * NS) + r * 16, ok);
+        }
+      }
+      if constexpr (kVScaleMax) {  // K stages: the V scales too, into kscales (free there), for their max
+        if (!isv && tid < kStageGroups) {
+          bool ok;
+          const int64_t v0 = group_vec(tid, &ok);
+          CpAsync16(st + sl.kscales + tid * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + v0 * 2, ok);
         }
       }
       if (isv) {
@@ -263,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       for (int ks = 0; ks < 8; ++ks) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          qv[ks][r] = g < G ? *reinterpret_cast<const float2*>(qg + 16 * ks + 8 * r + 2 * tig) : make_float2(0.0f, 0.0f);
+          const int c = kTc8 ? 16 * (tig + 4 * (ks / 4)) + 4 * (ks % 4) + 2 * r : 16 * ks + 8 * r + 2 * tig;
+          qv[ks][r] = g < G ? *reinterpret_cast<const float2*>(qg + c) : make_float2(0.0f, 0.0f);
           amax = fmaxf(amax, fmaxf(fabsf(qv[ks][r].x), fabsf(qv[ks][r].y)));
         }
       }
@@ -296,7 +321,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
   }
   float mtc[NTK];   // kTc: the lane's max logit of head 4n + tig
-  float tmax[NTK];  // kTcEta: the lane's max T̂ of head 4n + tig (over its valid tokens), then its η
+  float tmax[NTK];  // kTcEta: the lane's max T̂ (scaled: T̂·s_t) of head 4n + tig (over its valid tokens), then its η
+  float kscale_max = 0.0f;  // kTcEta, scaled fp8: the lane's max K scale over its valid tokens
+  float vscale_max = 0.0f;  // kVScaleMax: the thread's max V scale over its valid tokens (threads < 64)
 #pragma unroll
   for (int n = 0; n < NTK; ++n) {
     mtc[n] = -INFINITY;
@@ -333,6 +360,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * k;
     const bool edge = sb < begin || sb + kStageTokens > end;
+    if constexpr (kVScaleMax) {  // thread = token
+      if (tid < kStageTokens && sb + tid >= begin && sb + tid < end) {
+        vscale_max = meter::MaxAcc(vscale_max, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[tid]));
+      }
+    }
     if constexpr (kTc) {
       if (warp < kStageTokens / 16) {
         const int gid = lane >> 2, tig = lane & 3;
@@ -340,6 +372,21 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         // channels 16·ks + 8·(i / 2) + [0, 8): chunk 2·ks + i / 2 of row lane % 8, swizzled.
         const int row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
         const uint32_t rbase = static_cast<uint32_t>(__cvta_generic_to_shared(st + sl.codes)) + row * CB;
+        // kTc8: the lane's 32 code bytes of rows gid and gid + 8 (both swizzled by gid): chunks tig
+        // (k-steps 0-3) and tig + 4 (k-steps 4-7); Tc8Swizzle keeps each quarter-warp's 16-byte
+        // loads on all 32 banks.
+        uint4 k8[kTc8 ? 2 : 1][kTc8 ? 2 : 1];  // [row gid / gid + 8, chunk tig / tig + 4]
+        if constexpr (kTc8) {
+          const uint8_t* r0 = st + sl.codes + (16 * warp + gid) * CB;
+          const int sw = Tc8Swizzle(gid);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              k8[h][c] = *reinterpret_cast<const uint4*>(r0 + h * 8 * CB + (((tig + 4 * c) ^ sw) << 4));
+            }
+          }
+        }
         float ca[NTK][4], cb[NTK][4];  // two accumulator chains (even, odd k-steps)
         float ct[kTcEta ? NTK : 1][4];  // kTcEta: T̂'s chain (sign bits cleared)
 #pragma unroll
@@ -354,7 +401,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
           uint32_t a[4];
-          mma::LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
+          if constexpr (kTc8) {
+            const uint32_t w0 = Uint4Word(k8[0][ks / 4], ks % 4), w1 = Uint4Word(k8[1][ks / 4], ks % 4);
+            a[0] = mma::E4m3PairLoToF16x2(w0);
+            a[1] = mma::E4m3PairLoToF16x2(w1);
+            a[2] = mma::E4m3PairHiToF16x2(w0);
+            a[3] = mma::E4m3PairHiToF16x2(w1);
+          } else {
+            mma::LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
+          }
 #pragma unroll
           for (int n = 0; n < NTK; ++n) mma::Mma16F32<kBf16>((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
           if constexpr (kTcEta) {
@@ -371,12 +426,19 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           for (int half = 0; half < 2; ++half) {
             const int j = 16 * warp + gid + 8 * half;
             const int64_t t = sb + j;
-            const float l = ((ca[n][2 * half] + cb[n][2 * half]) + (ca[n][2 * half + 1] + cb[n][2 * half + 1])) * qunscale[n];
+            float dot = (ca[n][2 * half] + cb[n][2 * half]) + (ca[n][2 * half + 1] + cb[n][2 * half + 1]);
+            float ksc = 1.0f;  // scaled fp8: the token's K scale (tc_logit_eta.cuh, TcLogitEtaScaledOf)
+            if constexpr (kTc8 && C::kScaled) {
+              ksc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j]);
+              dot *= ksc;
+            }
+            const float l = dot * qunscale[n];
             if (g < G && t >= begin && t < end) {
               logits[g * p.lcap + (t - begin)] = l;
               mtc[n] = fmaxf(mtc[n], l);
               // T̂: column 2·tig holds the hi digits' sum, 2·tig + 1 the lo digits'.
-              if constexpr (kTcEta) tmax[n] = fmaxf(tmax[n], ct[n][2 * half] + ct[n][2 * half + 1]);
+              if constexpr (kTcEta) tmax[n] = fmaxf(tmax[n], (ct[n][2 * half] + ct[n][2 * half + 1]) * ksc);
+              if constexpr (kTcEta && kTc8 && C::kScaled) kscale_max = fmaxf(kscale_max, ksc);
             }
           }
         }
@@ -450,6 +512,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       admax[g] = a;
     }
   }
+  if constexpr (kTcEta && kTc8 && C::kScaled) {  // the warp's tokens: max over gid
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) kscale_max = fmaxf(kscale_max, __shfl_xor_sync(0xffffffffu, kscale_max, o));
+  }
+  if constexpr (kVScaleMax) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) vscale_max = fmaxf(vscale_max, __shfl_xor_sync(0xffffffffu, vscale_max, o));
+    if (lane == 0) sm.vsmax[warp] = vscale_max;
+  }
   if constexpr (kTc) {  // lanes of one tig hold the same head: max over gid
 #pragma unroll
     for (int n = 0; n < NTK; ++n) {
@@ -460,7 +531,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       }
       if (lane < 4) sm.red[warp][4 * n + lane] = mtc[n];
       // The head's η over this warp's tokens (tc_logit_eta.cuh), written after the next barrier.
-      if constexpr (kTcEta) tmax[n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
+      if constexpr (kTcEta && kTc8 && C::kScaled) {
+        tmax[n] = TcLogitEtaScaledOf<kBf16>(tmax[n], kscale_max, qunscale[n]);
+      } else if constexpr (kTcEta) {
+        tmax[n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
+      }
     }
   } else if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) {
     sm.red[warp][my_h] = mloc;
@@ -470,6 +545,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     float m = -INFINITY;
     for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.red[w][tid]);
     sm.m[tid] = m > -INFINITY ? m : 0.0f;  // all logits NaN: the partial is marked bad later
+    if (kVScaleMax && tid == 0) {  // 2^k above the split's largest V scale (0 where none is finite)
+      float sv = 0.0f;
+      for (int w = 0; w < kWarps; ++w) sv = fmaxf(sv, sm.vsmax[w]);
+      int e = 0;
+      if (sv > 0.0f && sv <= 3.0e38f) frexpf(sv, &e);  // sv < 2^e
+      e = max(e, -100);
+      sm.vscale_mul = sv > 0.0f && sv <= 3.0e38f ? ldexpf(1.0f, -e) : 0.0f;
+      sm.vscale_out = ldexpf(1.0f, e);
+    }
   }
   if (METER) {
     __syncthreads();
@@ -505,11 +589,20 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
 #pragma unroll
   for (int n = 0; n < NT; ++n) vacc[n][0] = vacc[n][1] = vacc[n][2] = vacc[n][3] = 0.0f;
-  auto store_weight = [&](int g, int jj, float w) {
+  // w of head g for stage token jj; vs: the token's V scale times 2^-k (kVScaleMax), else 1.
+  auto store_weight = [&](int g, int jj, float w, float vs) {
     if constexpr (kTc) {
+      int col = jj;
+      if constexpr (kTc8) {
+        col = Tc8WeightColumn(jj);
+        if constexpr (kVScaleMax) {
+          w *= vs;  // ≤ 1: w ≤ 1 and s_t < 2^k; NaN (a bad partial) or a stale slot's bits: 0
+          if (!(w >= 0.0f && w <= 1.0f)) w = 0.0f;
+        }
+      }
       const uint32_t d = Digits::Weight(w);
-      sm.wt16[2 * g][jj] = static_cast<uint16_t>(d);
-      sm.wt16[2 * g + 1][jj] = static_cast<uint16_t>(d >> 16);
+      sm.wt16[2 * g][col] = static_cast<uint16_t>(d);
+      sm.wt16[2 * g + 1][col] = static_cast<uint16_t>(d >> 16);
     } else {
       sm.wt[g][jj] = w;
     }
@@ -531,6 +624,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
     const bool edge = sb < begin || sb + kStageTokens > end;
+    const float vmul = kVScaleMax ? sm.vscale_mul : 1.0f;
+    auto vscale_of = [&](int jj) -> float {
+      if constexpr (kVScaleMax) {
+        return Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[jj]) * vmul;
+      } else {
+        return 1.0f;
+      }
+    };
     // (a) weights and certificate terms: thread = (head g, tokens jj0 + TPH·r). With the meter,
     // branch-free but for the rare tokens that need PartialAddTokenWeighted's general arithmetic
     // (as in the tensor-core kernel): every read stays inside the stage, the logits and sm, and
@@ -550,13 +651,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           cp.count += 1;
           cp.chain += 1;
         }
-        if (g < GMAX) store_weight(g, jj, w);
+        if (g < GMAX) store_weight(g, jj, w, vscale_of(jj));
       } else {
         const int64_t li = t - begin < 0 ? 0 : (t - begin < p.lcap ? t - begin : p.lcap - 1);
         const float l = logits[g * p.lcap + li];
         const float mg = sm.m[g];
         const float w = valid ? expf(l - mg) : 0.0f;
-        if (g < GMAX) store_weight(g, jj, w);
+        if (g < GMAX) store_weight(g, jj, w, vscale_of(jj));
         float rho = 0.0f;
         cp.m = valid ? mg : cp.m;
         float e = 0.0f;
@@ -606,13 +707,32 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       // channels 16·warp + 8·(i % 2) + [0, 8): chunk 2·warp + i % 2 of row lane % 8, swizzled.
       const int arow_tok = ((lane >> 4) & 1) * 8 + (lane & 7), arow_chunk = (2 * warp + ((lane >> 3) & 1)) ^ (lane & 7);
       const uint32_t arow = static_cast<uint32_t>(__cvta_generic_to_shared(st + sl.codes)) + arow_tok * CB + (arow_chunk << 4);
+      // kTc8: the lane's channel pair 16·warp + 2·gid + {0, 1} of tokens tig + 4j (j < 4) of each
+      // k-step; rows of j even / odd swizzle by Tc8Swizzle(tig) / (tig + 4), distinct chunks across
+      // tig, so the 2-byte loads are free of bank conflicts.
+      const uint8_t* v8 = st + sl.codes + tig * CB + 2 * gid;
+      const int v8_even = (warp ^ Tc8Swizzle(tig)) << 4, v8_odd = (warp ^ Tc8Swizzle(tig + 4)) << 4;
       float sacc[NT][4];
 #pragma unroll
       for (int n = 0; n < NT; ++n) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
 #pragma unroll
       for (int ks = 0; ks < kStageTokens / 16; ++ks) {
         uint32_t a[4];
-        mma::LdMatrixX4Trans(a, arow + ks * 16 * CB);
+        if constexpr (kTc8) {
+          uint32_t r[4];  // token tig + 4j: [code of channel 2gid, of 2gid + 1]
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            r[j] = *reinterpret_cast<const uint16_t*>(v8 + (ks * 16 + 4 * j) * CB + ((j & 1) ? v8_odd : v8_even));
+          }
+          // [ch 2gid: tokens j, j+1 | ch 2gid+1: tokens j, j+1] for j = 0 and 2.
+          const uint32_t p01 = __byte_perm(r[0], r[1], 0x5140), p23 = __byte_perm(r[2], r[3], 0x5140);
+          a[0] = mma::E4m3PairLoToF16x2(p01);
+          a[1] = mma::E4m3PairHiToF16x2(p01);
+          a[2] = mma::E4m3PairLoToF16x2(p23);
+          a[3] = mma::E4m3PairHiToF16x2(p23);
+        } else {
+          mma::LdMatrixX4Trans(a, arow + ks * 16 * CB);
+        }
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
           const uint16_t* wr = &sm.wt16[n * 8 + gid][ks * 16 + 2 * tig];
@@ -679,9 +799,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     for (int n = 0; n < NT; ++n) {
       const int g = 4 * n + tig;
       if (g < G) {
-        float* out = p.part_acc + (cell0 + static_cast<int64_t>(g) * p.num_splits) * D + 16 * warp + gid;
-        out[0] = (vacc[n][0] + vacc[n][1]) * (1.0f / Digits::kWeightScale);
-        out[8] = (vacc[n][2] + vacc[n][3]) * (1.0f / Digits::kWeightScale);
+        // Rows gid and gid + 8: channels gid and gid + 8 of the warp's 16, kTc8 2·gid and 2·gid + 1.
+        float* out = p.part_acc + (cell0 + static_cast<int64_t>(g) * p.num_splits) * D + 16 * warp;
+        const float unscale = kVScaleMax ? sm.vscale_out : 1.0f;
+        out[kTc8 ? 2 * gid : gid] = (vacc[n][0] + vacc[n][1]) * (1.0f / Digits::kWeightScale) * unscale;
+        out[kTc8 ? 2 * gid + 1 : gid + 8] = (vacc[n][2] + vacc[n][3]) * (1.0f / Digits::kWeightScale) * unscale;
       }
     }
   }

@@ -67,4 +67,16 @@ __host__ __device__ __forceinline__ float TcLogitEtaOf(float t_hat_max, float un
   return fmaf(TcLogitEta<BF16>::kRel, t_hat_max, TcLogitEta<BF16>::kAbs) * unscale * (1.0f + 0x1p-20f);
 }
 
+// fp8-e4m3 keys with a per-token scale s_t (the same K pass, the codes converted to fp16 exactly,
+// each token's sum multiplied by s_t before the unscale: ℓ̂ = fl(fl(Σ·s_t)·unscale)). That product
+// is one more rounding, ≤ u of |ℓ̂|, inside c_rel's margin (6.19e-5 + 6e-8 < 6.25e-5); fp8 codes
+// are ≤ 448 in magnitude, well inside c_abs's K. Per token the error is then ≤ (c_rel·T̂_t +
+// c_abs)·s_t·unscale, and over the split ≤ (c_rel·max_t fl(T̂_t·s_t) + c_abs·max_t s_t)·unscale,
+// with the (1 + 2^-19) covering the products' own five roundings (≤ 5u < 2^-21.6).
+template <bool BF16>
+__host__ __device__ __forceinline__ float TcLogitEtaScaledOf(float t_hat_scaled_max, float scale_max, float unscale) {
+  return fmaf(TcLogitEta<BF16>::kRel, t_hat_scaled_max, TcLogitEta<BF16>::kAbs * scale_max) * unscale *
+         (1.0f + 0x1p-19f);
+}
+
 }  // namespace witcert::cuda_kv

@@ -66,6 +66,20 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t row_a
                : "r"(row_address));
 }
 
+// Two fp8-e4m3 codes as an fp16 pair, exactly (every e4m3 value, subnormals and NaN included, is an
+// fp16 one): the codes in the low (Lo) or high (Hi) 16 bits of w, the lower byte to the low half.
+// One cvt.rn.f16x2.e4m3x2 each (sm_89+): how fp8 KV feeds the fp16 MMAs above.
+__device__ __forceinline__ uint32_t E4m3PairLoToF16x2(uint32_t w) {
+  uint32_t r;
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\t}\n" : "=r"(r) : "r"(w));
+  return r;
+}
+__device__ __forceinline__ uint32_t E4m3PairHiToF16x2(uint32_t w) {
+  uint32_t r;
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;\n\t}\n" : "=r"(r) : "r"(w));
+  return r;
+}
+
 // lo in the low half (the smaller column), as the fragments above expect.
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);

@@ -76,23 +76,29 @@ double EtaCauchySchwarzExcess(const float* q, const std::vector<float>& k, const
   return meter::EtaFactor(d) * std::max(0.0, cs - per_token) / std::sqrt(static_cast<double>(d));
 }
 
-// The largest η the pipelined kernel's tensor-core logits (fp16 / bf16 at d = 128) can carry for a
-// cell (kernels/cuda/tc_logit_eta.cuh, over-estimated: T̂ ≤ (1 + 2^-10)·Σ_c |q_c·2^s|·|k̃_c| + the
-// digits' rounding), in double. Only the upper tolerance uses it.
+// The largest η the pipelined kernel's tensor-core logits (fp16 / bf16 / fp8-e4m3 at d = 128) can
+// carry for a cell (kernels/cuda/tc_logit_eta.cuh, over-estimated: T̂ ≤ (1 + 2^-10)·Σ_c |q_c·2^s|·|k̃_c|
+// + the digits' rounding), in double. Only the upper tolerance uses it. Scaled fp8 (`scaled`): the
+// absolute term is per unit of the token's K scale, which is ≤ max_c |k̃_c| / 256 (its codes' largest
+// magnitude is ~448).
 double TensorCoreEtaBound(const float* q, const std::vector<float>& k, const std::vector<uint8_t>& exact, int64_t S,
-                          int32_t d, bool bf16) {
-  double per_token = 0.0, qmax = 0.0;
+                          int32_t d, bool bf16, bool scaled = false) {
+  double per_token = 0.0, qmax = 0.0, scale_max = scaled ? 0.0 : 1.0;
   for (int32_t c = 0; c < d; ++c) qmax = std::max(qmax, std::fabs(static_cast<double>(q[c])));
   for (int64_t t = 0; t < S; ++t) {
     if (exact[t]) continue;
-    double s = 0.0;
-    for (int32_t c = 0; c < d; ++c) s += std::fabs(static_cast<double>(q[c]) * k[t * d + c]);
+    double s = 0.0, kmax = 0.0;
+    for (int32_t c = 0; c < d; ++c) {
+      s += std::fabs(static_cast<double>(q[c]) * k[t * d + c]);
+      kmax = std::max(kmax, std::fabs(static_cast<double>(k[t * d + c])));
+    }
     per_token = std::max(per_token, s);
+    if (scaled) scale_max = std::max(scale_max, kmax / 256.0);
   }
   const double rel = bf16 ? cuda_kv::TcLogitEta<true>::kRel : cuda_kv::TcLogitEta<false>::kRel;
   const double abs = bf16 ? cuda_kv::TcLogitEta<true>::kAbs : cuda_kv::TcLogitEta<false>::kAbs;
   // unscale = 2^-s/√d with 2^-s ≤ max|q|·2^-13.
-  return (rel * 1.01 * per_token + abs * qmax * std::ldexp(1.0, -13)) / std::sqrt(static_cast<double>(d));
+  return (rel * 1.01 * per_token + abs * scale_max * qmax * std::ldexp(1.0, -13)) / std::sqrt(static_cast<double>(d));
 }
 
 struct DecodeCase {
@@ -441,11 +447,12 @@ class Problem {
     // below the CPU's fp32 η, so its bound may undercut the CPU's by up to e^{-4η_cpu}.
     const bool mma = TensorCoreDecodeSupports(L_, c_.group) && (c_.kernel == 0 || c_.kernel == 3) &&
                      c_.exact_every == 0;
-    // The pipelined kernel's fp16 / bf16 logits at d = 128 come from tensor cores (tc_logit_eta.cuh):
+    // The pipelined kernel's fp16 / bf16 / fp8-e4m3 logits at d = 128 come from tensor cores (tc_logit_eta.cuh):
     // η is the model's, coarser than the CPU's, and the logits differ from the CPU's either way, so
     // the bound may undercut the CPU's by e^{-4η_cpu} (as the int8 kernel's) and exceed it by
     // e^{4η_gpu}.
-    const bool tc_logits = (c_.scheme == KvScheme::kFp16 || c_.scheme == KvScheme::kBf16) && d == 128 &&
+    const bool tc_logits = (c_.scheme == KvScheme::kFp16 || c_.scheme == KvScheme::kBf16 ||
+                            c_.scheme == KvScheme::kFp8Raw || c_.scheme == KvScheme::kFp8Scaled) && d == 128 &&
                            (c_.kernel == 0 || c_.kernel == 2) && c_.exact_every == 0 && c_.bs >= 8 &&
                            c_.outliers == 0;
     int failures = 0;
@@ -529,7 +536,8 @@ class Problem {
           // sit above the CPU by e^{2Δη} on A − 1, squared through (A² − 1)/2.
           const double cs_allowance =
               mma ? 1.0
-                  : std::exp(4.0 * (tc_logits ? TensorCoreEtaBound(q, ks, exact, S, d, c_.scheme == KvScheme::kBf16)
+                  : std::exp(4.0 * (tc_logits ? TensorCoreEtaBound(q, ks, exact, S, d, c_.scheme == KvScheme::kBf16,
+                                                                   c_.scheme == KvScheme::kFp8Scaled)
                                               : EtaCauchySchwarzExcess(q, ks, exact, S, d)));
           auto check = [&](const char* what, double gv, double cv) {
             const bool low = gv < cv * (1.0 - kappa_slack - eta_slack);
@@ -603,11 +611,11 @@ TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
       RunCase(c);
     }
   }
-  // fp16 and bf16 at d = 128: the pipelined kernel's value pass on tensor cores, and with the
-  // meter off its logits too; one and two n-tiles of heads (rows past each context are NaN in
-  // the pool: the edge stage must keep them out), plain and adversarial rows (outlier query
-  // channels, huge keys) against the CPU's output tolerance.
-  for (KvScheme scheme : {KvScheme::kFp16, KvScheme::kBf16}) {
+  // fp16, bf16 and fp8-e4m3 (raw and scaled) at d = 128: the pipelined kernel's tensor-core passes;
+  // one and two n-tiles of heads (rows past each context are NaN in the pool: the edge stage must
+  // keep them out), plain and adversarial rows (outlier query channels, huge keys) against the
+  // CPU's output tolerance.
+  for (KvScheme scheme : {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled}) {
     for (int32_t group : {4, 8}) {
       for (bool meter : {true, false}) {
         for (bool adversarial : {false, true}) {

@@ -27,10 +27,11 @@ struct DigitBound {
   long double rho, alpha, kmax;  // |x − hi − lo| ≤ ρ|x| + α; the largest finite key
 };
 
+// extra_products: fp32 products after the chains beyond the unscale's (scaled fp8: the K scale).
 template <bool BF16>
-void CheckConstants(const DigitBound& db) {
+void CheckConstants(const DigitBound& db, int extra_products = 0) {
   const long double mu = cuda_kv::kTcMu, nu = cuda_kv::kTcNu;
-  const long double rel = (ChainFactor(4) * mu + 8 * kU + db.rho * (1 + 2 * db.rho)) *
+  const long double rel = (ChainFactor(4) * mu + (8 + extra_products) * kU + db.rho * (1 + 2 * db.rho)) *
                           (1 + ChainFactor(8) * mu + 2 * kU) * (1 + 4 * kU);
   const long double abs = kD * db.alpha * db.kmax * (1 + 2 * db.rho) + 24 * nu;
   EXPECT_GE(static_cast<long double>(cuda_kv::TcLogitEta<BF16>::kRel), rel);
@@ -51,6 +52,24 @@ TEST(TcLogitEta, Fp16ConstantsCoverTheirDerivation) {
 TEST(TcLogitEta, Bf16ConstantsCoverTheirDerivation) {
   const long double bf16_max = (2.0L - std::ldexp(1.0L, -7)) * std::ldexp(1.0L, 127);
   CheckConstants<true>({std::ldexp(1.0L, -16), std::ldexp(1.0L, -134), bf16_max});
+}
+
+// fp8-e4m3 keys on the fp16 path: codes ≤ 448, the fp16 query digits, one product more (the token's
+// K scale), and the fp16 constants still cover it (TcLogitEtaScaledOf).
+TEST(TcLogitEta, Fp8ScaledKeysFitTheFp16Constants) {
+  CheckConstants<false>({std::ldexp(1.0L, -22), std::ldexp(1.0L, -25), 448.0L}, /*extra_products=*/1);
+}
+
+TEST(TcLogitEta, ScaledFormNeverBelowItsFormula) {
+  const float us = 0.01f;
+  for (float t : {0.0f, 1e-30f, 1.0f, 1e3f, 1e10f, 1e30f}) {
+    for (float sc : {0.0f, 1e-20f, 0.5f, 3.0f, 1e20f}) {
+      const float e = cuda_kv::TcLogitEtaScaledOf<false>(t, sc, us);
+      EXPECT_GE(static_cast<double>(e), (6.25e-5 * t + 0.25 * sc) * us) << t << " " << sc;
+    }
+  }
+  EXPECT_TRUE(std::isinf(cuda_kv::TcLogitEtaScaledOf<false>(1.0f, std::numeric_limits<float>::infinity(), us)));
+  EXPECT_TRUE(std::isnan(cuda_kv::TcLogitEtaScaledOf<false>(std::nanf(""), 1.0f, us)));
 }
 
 TEST(TcLogitEta, MonotoneAndNeverSmallOnBadInput) {
