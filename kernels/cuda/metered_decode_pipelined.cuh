@@ -25,7 +25,8 @@
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
 //    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
 //    the first kernel, unchanged: the split max is known before any term is summed.
-//  * fp16 and bf16 at d = 128 (kTc): the V pass runs on tensor cores (ops/mma_f16.cuh, the
+//  * fp16, bf16 and fp8-e4m3 at d = 128 (kTc; fp8 converted to fp16 exactly as the fragments are
+//    built, its lane mapping below at kTc8): the V pass runs on tensor cores (ops/mma_f16.cuh, the
 //    digit splits in f16_digits.cuh): each warp owns 16 output channels, A = the stage's values
 //    transposed by ldmatrix.trans, B = the weights as two digits of the same format per head,
 //    fp32 accumulators summed per stage; the stage's code rows are stored with their 16-byte
