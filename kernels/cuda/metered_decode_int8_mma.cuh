@@ -479,6 +479,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
   MmaHeadSums cpa, cpb;  // heads ha, hb
+  meter::EpsPowerSums epa, epb;  // their common tokens' A−1 terms (partial_sum.h), folded into b after the split
   float vmax = 0.0f;     // max over the thread's tokens in the split of ν
   uint32_t qd_a[nb / 2], qd_b[nb / 2];  // meter: Tier A's band factor digits of heads ha, hb
   float qs_a = 0.0f, qs_b = 0.0f;       // and their units
@@ -540,8 +541,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
           if (act_a) cpa.Add(la, wa, ma, ea, rho);
           if (act_b) cpb.Add(lb, wb, mb, eb, rho);
         } else {
-          cpa.AddCommon(act_a, wa, ea, rho);
-          cpb.AddCommon(act_b, wb, eb, rho);
+          cpa.AddCommonPowers(act_a, wa, ea, rho, &epa);
+          cpb.AddCommonPowers(act_b, wb, eb, rho, &epb);
         }
         vmax = in ? meter::MaxAcc(vmax, SummaryNu(vsum)) : vmax;  // NaN ignored, as PartialAddToken does
       } else {
@@ -595,6 +596,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   ReleaseSplitMerge();
 
   // ---- reductions: certificate partials (lanes of one parity share heads), vmax, outputs ----
+  if constexpr (METER) {
+    cpa.FoldPowerSums(epa);
+    cpb.FoldPowerSums(epb);
+  }
 #pragma unroll
   for (int o = 16; o > 1; o >>= 1) {
     cpa.AddShfl<METER>(o);

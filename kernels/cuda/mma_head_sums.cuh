@@ -44,6 +44,19 @@ struct MmaHeadSums {
     c = fmaf(wz, rz, c);
     eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
   }
+  // AddCommon with the A−1 term kept in the thread's power sums `ps` (meter::EpsPowerSums), whose
+  // Bound() the caller adds to b once, before any reduction (FoldPowerSums).
+  __device__ __forceinline__ void AddCommonPowers(bool active, float w, float eps_hat, float rho,
+                                                  meter::EpsPowerSums* ps) {
+    const float wz = active ? w : 0.0f;
+    const float ez = active ? eps_hat : 0.0f;
+    const float rz = active && rho > 0.0f ? rho : 0.0f;
+    z += wz;
+    ps->Add(wz, ez);
+    c = fmaf(wz, rz, c);
+    eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
+  }
+  __device__ __forceinline__ void FoldPowerSums(const meter::EpsPowerSums& ps) { b += ps.Bound(); }
   // += the sums of lane (lane ^ o): a re-association of non-negative sums (SumPartialsSameMax).
   // Without the meter only z is summed (b, c and eps_max stay 0). `bad` goes by ballot (BadOf).
   template <bool METER>

@@ -55,6 +55,37 @@ WITCERT_HD inline float Expm1UpperSmall(float eps) {
   return (eps * h) * (1.0f + 8.0f * kUnitRoundoff);
 }
 
+// The A−1 terms of a thread's common tokens (0 ≤ ε̂ ≤ ½, w ≥ 2^-100) as three running power sums
+// instead of one rounded term each: the tensor-core decode kernel's per-token step is then two
+// products, two additions and an fma instead of Expm1UpperSmall's five fmas and three products and
+// an addition. For 0 ≤ ε ≤ ½, expm1(ε) ≤ ε + ε²/2 + C3·ε³ with C3 = 8(e^½ − 1 − ½ − ⅛): the
+// remainder (expm1(ε) − ε − ε²/2)/ε³ increases with ε. So Σ_t w_t·expm1(ε_t) ≤ S1 + S2/2 + C3·S3,
+// S_k = Σ_t w_t·ε_t^k. Overshoot against expm1: ≤ (C3 − ⅙)·ε² ≤ 0.58% of the term at ε = ½, and
+// 0.06% at ε = 0.16 (Expm1UpperSmall's: 0.04% at ½).
+// Rounding: each S_k is a recursive sum of non-negative terms, so its chain error is SumInflation's
+// γ, as for the single sum it replaces (a term's path through its thread's sum and the reduction
+// tree still has at most count − 1 additions). The terms themselves fall short by ≤ 2u (the
+// rounded products w·ε and (w·ε)·ε; the last product is exact inside the fma), and Bound()
+// rounds three times more (two fmas, one product), so (1 − u)^5·(1 + 8u) ≥ 1 restores an upper
+// bound. A subnormal product loses < 2^-150 absolute; all of a token's together stay < 2^-148,
+// cert_math.h's per-term absolute slack.
+constexpr float kExpm1CubeCoef = 0.189770177f;  // 8(e^½ − 13/8) rounded up
+struct EpsPowerSums {
+  float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+  // w = 0 and ε = 0 (a skipped or masked token, selected to zeros by the caller) add exact zeros.
+  WITCERT_HD void Add(float w, float eps) {
+    const float a = w * eps;
+    const float b = a * eps;
+    s1 += a;
+    s2 += b;
+    s3 = fmaf(b, eps, s3);
+  }
+  // ≥ Σ_t w_t·expm1(ε_t) over the added tokens (up to the chain's γ, as above).
+  WITCERT_HD float Bound() const {
+    return fmaf(kExpm1CubeCoef, s3, fmaf(0.5f, s2, s1)) * (1.0f + 8.0f * kUnitRoundoff);
+  }
+};
+
 // The CPU reference's upper bound on expm1(ε) for 0 ≤ ε ≤ 1/2: Expm1UpperSmall's argument
 // carried to ε⁶, so it overshoots by ≤ ε⁶·e^½/5040 + 18u relative (≤ 4·10⁻⁶ at ε = ½,
 // tested against long double) instead of 0.04%, in six fmas (expm1f costs ~45 instructions

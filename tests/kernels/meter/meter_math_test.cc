@@ -222,6 +222,44 @@ TEST(PartialSum, CommonTokenStepMatchesTheGeneralAdd) {
   EXPECT_TRUE(WeightedTokenIsCommon(-80.0f, 1e-35f, 0.0f));
 }
 
+// The tensor-core decode kernel's A−1 power sums (EpsPowerSums): over runs of common tokens their
+// Bound() is never below the long-double Σ w·expm1(ε) (per-token ε over (0, ½], tiny ε, weights
+// over the whole direct range, runs of one token to 2^14), within 0.6% of it, and masked tokens
+// (zeros) add nothing. The cube coefficient is 8(e^½ − 13/8) rounded up, and a smaller one breaks
+// the bound at ε = ½.
+TEST(PartialSum, EpsPowerSumsBoundTheExpm1Sum) {
+  EXPECT_GE(static_cast<long double>(kExpm1CubeCoef), 8.0L * (std::exp(0.5L) - 1.625L));
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> eps(0.0f, 0.5f), logit(-60.0f, 0.0f);
+  double worst = 0.0;
+  for (int run = 0; run < 300; ++run) {
+    const int n = run < 20 ? 1 : (1 << (run % 15));
+    EpsPowerSums ps;
+    long double truth = 0.0L;
+    for (int i = 0; i < n; ++i) {
+      float e = eps(rng);
+      if (i % 3 == 1) e = std::ldexp(e, -static_cast<int>(rng() % 40));
+      if (run % 7 == 0) e = 0.5f;
+      const float w = run % 5 == 0 ? 1.0f : std::exp(logit(rng));
+      ps.Add(w, e);
+      ps.Add(0.0f, 0.0f);  // a masked token
+      truth += static_cast<long double>(w) * std::expm1(static_cast<long double>(e));
+    }
+    // The recursive sums' own chain error is SumInflation's (γ_n): take it off before comparing.
+    const long double gamma = n * 5.9604644775390625e-8L / (1.0L - n * 5.9604644775390625e-8L);
+    const long double b = ps.Bound();
+    EXPECT_GE(b * (1.0L + gamma), truth) << run << " n " << n;
+    if (truth > 0) worst = std::max(worst, static_cast<double>(b / truth - 1.0L));
+  }
+  EXPECT_LT(worst, 6e-3);
+  EXPECT_EQ(EpsPowerSums{}.Bound(), 0.0f);
+  // With C3 one part in 10^3 too small, ε = ½ falls below expm1.
+  EpsPowerSums half;
+  half.Add(1.0f, 0.5f);
+  const float low = std::fma(kExpm1CubeCoef * 0.999f, half.s3, std::fma(0.5f, half.s2, half.s1));
+  EXPECT_LT(static_cast<long double>(low), std::expm1(0.5L));
+}
+
 // EtaLaneFactor(LaneSquares(·)) and EtaLaneFactor(KeyLaneSquares(·, s)) are never below the
 // real norms, so their product bounds the lane's Σ_c |q_c x_c|·s (Cauchy–Schwarz), over the
 // ranges the kernel feeds them: queries from 2⁻⁶⁰ to 2⁴⁰, scaled code-domain keys (|x| ≤ 448,
