@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       for (int ks = 0; ks < 8; ++ks) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int c = kTc8 ? 16 * (tig + 4 * (ks / 4)) + 4 * (ks % 4) + 2 * r : 16 * ks + 8 * r + 2 * tig;
+          const int c = kTc8 ? Tc8KeyChannel(ks, tig, 2 * r) : 16 * ks + 8 * r + 2 * tig;
           qv[ks][r] = g < G ? *reinterpret_cast<const float2*>(qg + c) : make_float2(0.0f, 0.0f);
           amax = fmaxf(amax, fmaxf(fabsf(qv[ks][r].x), fabsf(qv[ks][r].y)));
         }

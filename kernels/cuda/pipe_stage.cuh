@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/tc8_layout.h"
 
 namespace witcert::cuda_kv {
 
@@ -108,18 +109,6 @@ __device__ __forceinline__ void LoadSmemChunk(const uint8_t* p, uint32_t (&w)[BY
   } else {
     w[0] = *reinterpret_cast<const uint32_t*>(p);
   }
-}
-
-// fp8-e4m3 on tensor cores (metered_decode_pipelined.cuh, kTc8): a stage row's 16-byte chunk c of
-// token t lies at chunk c ^ Tc8Swizzle(t % 8). Rows 2i and 2i + 1 then differ in bit 2 (the K
-// pass's 16-byte loads: each quarter-warp covers all 8 chunks), and the even rows {0, 2, 4, 6}, like
-// the odd ones, land on four distinct chunks (the V pass's 2-byte loads of four tokens).
-__host__ __device__ constexpr int Tc8Swizzle(int t) { return t ^ ((t & 1) << 2); }
-
-// kTc8: the k-step column of stage token jj in the value MMAs' B operand: token tig + 4j of a
-// 16-token k-step is column 2·tig + {0, 1, 8, 9}[j].
-__host__ __device__ constexpr int Tc8WeightColumn(int jj) {
-  return (jj & ~15) | (2 * (jj & 3) + ((jj >> 2) & 1) + 8 * ((jj >> 3) & 1));
 }
 
 __device__ __forceinline__ uint32_t Uint4Word(const uint4& u, int i) {
