@@ -39,8 +39,10 @@ struct ForwardItem {
   SeqId seq = 0;
   absl::Span<const TokenId> tokens;  // run these, at positions start_pos, start_pos + 1, ...
   int64_t start_pos = 0;
-  // Positions [0, start_pos) are a prefix-cache hit: attend them exact, as if this item's
-  // prompt rows had been computed in one chunk from position 0 (backends that support it).
+  // Positions [0, start_pos) are a prefix-cache hit. The CPU backend attends them exact (from
+  // its backing store), as if this item's prompt rows had been computed in one chunk from
+  // position 0. The CUDA backend keeps no exact copy of every block: it reads the prefix as
+  // stored, metered, like a later prompt chunk (the item's cells cover those rows).
   bool exact_prefix = false;
   bool compute_logits = true;        // logits of the last token of the item
   int64_t decode_step = 0;           // the request's decode step (certificate cells)

@@ -54,11 +54,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
 #ifdef WITCERT_HAVE_CUDA_BACKEND
   // The GPU backend runs every gate mode (repair: engine/backend/cuda/cuda_gate_repair.cc).
   if (config.device == "cuda" || (config.device == "auto" && CudaBackend::DeviceAvailable())) {
-    // Prefix caching is CPU-only for now: the GPU's prompt kernels read a cached prefix
-    // from the quantized pool, so a hit would not compute what a miss computes.
-    KvCacheOptions gpu_kv = kv_options;
-    gpu_kv.prefix_caching = false;
-    auto gpu = CudaBackend::Create(model, gpu_kv, CudaBackend::Options{.progress = say});
+    // Prefix caching on the GPU: a hit's prompt rows read the cached prefix as stored (the
+    // quantized pool, metered like a later prompt chunk), not exact as on the CPU backend.
+    auto gpu = CudaBackend::Create(model, kv_options, CudaBackend::Options{.progress = say});
     if (gpu.ok()) return std::unique_ptr<Backend>(std::move(*gpu));
     // auto: a model or KV scheme the GPU path does not support yet runs on the CPU.
     if (config.device == "cuda" || gpu.status().code() != absl::StatusCode::kUnimplemented) {

@@ -4,6 +4,11 @@ import json
 import openai
 import pytest
 
+from conftest import SERVE_ARGS
+
+# The GPU backend reads a prefix-cache hit's prefix as stored (metered); the CPU attends it exact.
+ON_GPU = "cuda" in SERVE_ARGS
+
 
 @pytest.fixture(scope="module")
 def client(server):
@@ -325,8 +330,10 @@ def test_seed_reproducible(client, model):
 
 
 def test_prefix_cache_hit_serves_the_same_tokens(client, model, server):
-    """A prompt that starts with an earlier request's prompt reuses its cached KV blocks and
-    still gets exactly the tokens and logprobs a cold cache gives."""
+    """A prompt that starts with an earlier request's prompt reuses its cached KV blocks. On the
+    CPU backend it gets exactly the tokens and logprobs a cold cache gives (the prefix is
+    attended exact); on the GPU the hit reads the stored prefix, metered like a later prompt
+    chunk: its prompt rows add certificate cells and its logprobs move by the store's rounding."""
     system = {"role": "system", "content": "You are a careful assistant who answers in full "
                                             "sentences and never skips a step of reasoning."}
     kw = dict(model=model, max_tokens=10, temperature=0, logprobs=True)
@@ -340,7 +347,15 @@ def test_prefix_cache_hit_serves_the_same_tokens(client, model, server):
     assert hits2 - hits1 >= 16  # at least one 16-token block attached
     assert again.choices[0].message.content == first.choices[0].message.content
     lp = lambda r: [(t.token, t.logprob) for t in r.choices[0].logprobs.content]
-    assert lp(again) == lp(first)
+    cells = lambda r: r.model_extra["witcert"]["cells"]
+    if not ON_GPU:
+        assert lp(again) == lp(first)
+        assert cells(again) == cells(first)  # the exact prefix adds no cell
+    else:
+        assert cells(again) > cells(first)  # the hit's prompt rows read the store, metered
+        assert [t for t, _ in lp(again)] == [t for t, _ in lp(first)]
+        for (_, a), (_, b) in zip(lp(again), lp(first)):
+            assert abs(a - b) <= 0.05
     assert hits0 is not None and hits1 >= hits0
     assert server.metric("witcert_prefix_cache_queries_total") >= hits2
 

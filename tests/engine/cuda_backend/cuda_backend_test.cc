@@ -432,6 +432,85 @@ TEST_P(CudaBackendTest, ChunkedPrefillOverInt8StoreMatchesCpu) {
   ExpectCellsLikeCpu(rg.cells[0], rc.cells[0], 40 * c.num_layers * c.num_heads, observe);
 }
 
+// Prefix caching on the GPU: a second sequence with the same prompt attaches the first one's
+// full blocks (the same physical blocks) and runs only the rest, reading the attached prefix
+// as stored, metered, like a later prompt chunk. Its oracle is the CPU backend running that
+// prompt in two chunks split at the hit (no prefix cache there): logits and cells alike. Its
+// logits also stay close to the miss's (same prompt; the int8 prefix is the only difference),
+// and the shared blocks outlive the first sequence.
+TEST_P(CudaBackendTest, PrefixHitReadsTheStoredPrefixLikeAChunk) {
+  SKIP_WITHOUT_GPU();
+  auto m = SyntheticModelLoader::FromConfig(TestConfig(GetParam()), 1234, {}, 2);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Pair p;
+  p.model = std::move(*m);
+  const ModelConfig& c = p.model->config();
+  auto cpu = CpuBackend::Create(*p.model, KvOptions(c, "int8-rtn"), {.num_threads = 2});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  p.cpu = std::move(*cpu);
+  KvCacheOptions gpu_kv = KvOptions(c, "int8-rtn");
+  gpu_kv.prefix_caching = true;
+  auto gpu = CudaBackend::Create(*p.model, gpu_kv);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  p.gpu = std::move(*gpu);
+  KvCache& kv = p.gpu->kv_cache();
+  GatePolicy observe;
+  observe.mode = GateMode::kObserve;
+  const std::vector<TokenId> prompt = Prompt(45, 11, c.vocab_size);
+  const absl::Span<const TokenId> all(prompt);
+
+  // The miss: the whole prompt from position 0, then published.
+  ASSERT_TRUE(kv.AddSequence(1).ok());
+  absl::StatusOr<int64_t> hit = kv.AttachPrefix(1, prompt);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(*hit, 0);
+  ASSERT_TRUE(kv.Reserve(1, 48).ok());
+  ForwardResult miss;
+  const ForwardItem whole{.seq = 1, .tokens = all, .start_pos = 0, .policy = &observe};
+  ASSERT_TRUE(p.gpu->Forward({whole}, &miss).ok());
+  EXPECT_TRUE(miss.cells[0].empty());
+  kv.PublishPrefix(1, prompt, 45);
+
+  // The hit: (45 − 1) / 16 = 2 full blocks attached, the same physical blocks.
+  ASSERT_TRUE(kv.AddSequence(2).ok());
+  hit = kv.AttachPrefix(2, prompt);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  ASSERT_EQ(*hit, 32);
+  ASSERT_TRUE(kv.Reserve(2, 48).ok());
+  std::vector<int32_t> b1, b2;
+  ASSERT_TRUE(kv.BlockIds(1, &b1).ok());
+  ASSERT_TRUE(kv.BlockIds(2, &b2).ok());
+  ASSERT_EQ(b2.size(), 3u);
+  EXPECT_EQ(b2[0], b1[0]);
+  EXPECT_EQ(b2[1], b1[1]);
+  EXPECT_NE(b2[2], b1[2]);
+  ForwardResult rg;
+  const ForwardItem rest{.seq = 2, .tokens = all.subspan(32), .start_pos = 32, .exact_prefix = true,
+                         .policy = &observe};
+  ASSERT_TRUE(p.gpu->Forward({rest}, &rg).ok());
+
+  // The CPU oracle: the same prompt in two chunks split at 32.
+  AddSeq(*p.cpu, 2, 48);
+  ForwardResult rc;
+  const ForwardItem head{.seq = 2, .tokens = all.subspan(0, 32), .start_pos = 0,
+                         .compute_logits = false, .policy = &observe};
+  const ForwardItem chunk{.seq = 2, .tokens = all.subspan(32), .start_pos = 32, .policy = &observe};
+  ASSERT_TRUE(p.cpu->Forward({head}, &rc).ok());
+  ASSERT_TRUE(p.cpu->Forward({chunk}, &rc).ok());
+  ExpectClose(rg.logits, rc.logits, "prefix hit against the CPU's second chunk");
+  ExpectCellsLikeCpu(rg.cells[0], rc.cells[0], 13 * c.num_layers * c.num_heads, observe);
+  // The int8 prefix (≤ 0.4% per element) is the hit's only difference from the miss.
+  ExpectClose(rg.logits, miss.logits, "prefix hit against the miss", 5e-2, 0.25);
+
+  // The first sequence leaves; the second keeps reading the shared blocks.
+  kv.FreeSequence(1);
+  const TokenId next[1] = {7};
+  const ForwardItem step{.seq = 2, .tokens = next, .start_pos = 45, .policy = &observe};
+  ASSERT_TRUE(p.gpu->Forward({step}, &rg).ok());
+  ASSERT_TRUE(p.cpu->Forward({step}, &rc).ok());
+  ExpectClose(rg.logits, rc.logits, "decode after the first sequence left");
+}
+
 // Decode-only steps replay captured CUDA graphs. A replayed step runs the very kernels the
 // direct path launches, with the same arguments, so logits and certificate cells must be
 // bitwise equal. The batch changes shape midway (a sequence leaves, then rejoins) and the
