@@ -33,7 +33,8 @@
 //    chunks XOR-swizzled by token % 8 so that the K pass's row reads and the 8×8 loads are free
 //    of bank conflicts. The K pass runs there too (the query as two digits under a
 //    power-of-two scale). With the meter on, a third chain of MMAs over the same keys and digits
-//    with their sign bits cleared bounds each token's Σ|q_c k_c|, and η follows from a stated
+//    with their sign bits cleared bounds each token's Σ|q_c k_c| (scaled fp8: the codes' range,
+//    |code| ≤ 448, bounds it instead, with no chain), and η follows from a stated
 //    model of the tensor cores' fp32 accumulation (tc_logit_eta.cuh, checked on the device by
 //    kernels_cuda_mma_rounding_model_test). No other certificate term passes through them.
 //  * Tier A's ε with B = 8 is computed as the tensor-core kernel does it (tier_a_digits.cuh):
@@ -272,10 +273,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // their sign bits cleared: T̂ = Σ_c (|hi_c| + |lo_c|)·|k_c| per token, whose max over the split
   // gives η under the tensor-core rounding model of tc_logit_eta.cuh (certificates.md §4).
   constexpr bool kTcEta = kTc && METER;
+  // Scaled fp8 needs no T̂ chain: its codes are ≤ 448 in magnitude, so T_t ≤ 448·X₁ with X₁ the
+  // head's digit sum Σ_c (|hi_c| + |lo_c|), and η follows from the split's largest K scale
+  // (TcLogitEtaFp8CodeBoundOf). Raw fp8 keeps the chain (its keys are not near 448).
+  constexpr bool kTcEtaChain = kTcEta && !(kTc8 && C::kScaled);
   constexpr int NTK = kTc ? GMAX / 4 : 1;
   float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
   uint32_t qb[NTK][8][2];  // kTc: B fragments [n-tile, k-step of 16 channels, register]
   float qunscale[NTK];     // kTc: 2^-s of the head whose logits the lane finishes (4n + tig)
+  float qdigit_l1[NTK];    // scaled fp8 with the meter: X₁ of head 4n + tig (fp32 sum)
   if constexpr (kTc) {
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
@@ -311,6 +317,22 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
       }
       qunscale[n] = __shfl_sync(0xffffffffu, 1.0f / scale, 8 * tig) * inv_sqrt_d;  // lane 8·tig: head 4n + tig
+      if constexpr (kTcEta && !kTcEtaChain) {
+        // The lane's digit (gid % 2) of head 4n + gid / 2 over its 32 channels, then the 8 lanes
+        // of that head (both digits, the 4 tig lanes); lane 8·tig holds head 4n + tig's X₁.
+        float l1 = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            l1 += fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(qb[n][ks][r] & 0xffffu))));
+            l1 += fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(qb[n][ks][r] >> 16))));
+          }
+        }
+#pragma unroll
+        for (int o = 1; o <= 4; o <<= 1) l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+        qdigit_l1[n] = __shfl_sync(0xffffffffu, l1, 8 * tig);
+      }
     }
   } else {
 #pragma unroll
@@ -389,12 +411,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           }
         }
         float ca[NTK][4], cb[NTK][4];  // two accumulator chains (even, odd k-steps)
-        float ct[kTcEta ? NTK : 1][4];  // kTcEta: T̂'s chain (sign bits cleared)
+        float ct[kTcEtaChain ? NTK : 1][4];  // kTcEtaChain: T̂'s chain (sign bits cleared)
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) ca[n][i] = cb[n][i] = 0.0f;
-          if constexpr (kTcEta) {
+          if constexpr (kTcEtaChain) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) ct[n][i] = 0.0f;
           }
@@ -413,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           }
 #pragma unroll
           for (int n = 0; n < NTK; ++n) mma::Mma16F32<kBf16>((ks & 1) ? cb[n] : ca[n], a, qb[n][ks][0], qb[n][ks][1]);
-          if constexpr (kTcEta) {
+          if constexpr (kTcEtaChain) {
             constexpr uint32_t kMag = 0x7fff7fffu;  // both halves' sign bits cleared
             const uint32_t aa[4] = {a[0] & kMag, a[1] & kMag, a[2] & kMag, a[3] & kMag};
 #pragma unroll
@@ -438,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
               logits[g * p.lcap + (t - begin)] = l;
               mtc[n] = fmaxf(mtc[n], l);
               // T̂: column 2·tig holds the hi digits' sum, 2·tig + 1 the lo digits'.
-              if constexpr (kTcEta) tmax[n] = fmaxf(tmax[n], (ct[n][2 * half] + ct[n][2 * half + 1]) * ksc);
+              if constexpr (kTcEtaChain) tmax[n] = fmaxf(tmax[n], (ct[n][2 * half] + ct[n][2 * half + 1]) * ksc);
               if constexpr (kTcEta && kTc8 && C::kScaled) kscale_max = fmaxf(kscale_max, ksc);
             }
           }
@@ -528,12 +550,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) {
         mtc[n] = fmaxf(mtc[n], __shfl_xor_sync(0xffffffffu, mtc[n], o));
-        if constexpr (kTcEta) tmax[n] = fmaxf(tmax[n], __shfl_xor_sync(0xffffffffu, tmax[n], o));
+        if constexpr (kTcEtaChain) tmax[n] = fmaxf(tmax[n], __shfl_xor_sync(0xffffffffu, tmax[n], o));
       }
       if (lane < 4) sm.red[warp][4 * n + lane] = mtc[n];
       // The head's η over this warp's tokens (tc_logit_eta.cuh), written after the next barrier.
-      if constexpr (kTcEta && kTc8 && C::kScaled) {
-        tmax[n] = TcLogitEtaScaledOf<kBf16>(tmax[n], kscale_max, qunscale[n]);
+      if constexpr (kTcEta && !kTcEtaChain) {
+        tmax[n] = TcLogitEtaFp8CodeBoundOf(qdigit_l1[n], kscale_max, qunscale[n]);
       } else if constexpr (kTcEta) {
         tmax[n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
       }

@@ -79,4 +79,14 @@ __host__ __device__ __forceinline__ float TcLogitEtaScaledOf(float t_hat_scaled_
          (1.0f + 0x1p-19f);
 }
 
+// Scaled fp8 without the T̂ chain: e4m3 codes are at most 448 in magnitude, so a token's
+// T_t = Σ_c (|hi_c| + |lo_c|)·|code_c| ≤ 448·X₁, X₁ = Σ_c (|hi_c| + |lo_c|) over the head's digits,
+// and over the split max_t T_t·s_t ≤ 448·X₁·max_t s_t. `digit_l1` is X₁ summed in fp32 (at most
+// 40 additions of non-negative terms: ≥ X₁·(1 − 40u)); the (1 + 2^-16) covers that and the two
+// products' roundings (43u < 2^-16). T_t is now bounded exactly, not estimated by a chain of
+// MMAs, so c_rel's chain factor is margin.
+__host__ __device__ __forceinline__ float TcLogitEtaFp8CodeBoundOf(float digit_l1, float scale_max, float unscale) {
+  return TcLogitEtaScaledOf<false>(448.0f * digit_l1 * scale_max * (1.0f + 0x1p-16f), scale_max, unscale);
+}
+
 }  // namespace witcert::cuda_kv

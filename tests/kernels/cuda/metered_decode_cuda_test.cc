@@ -95,6 +95,13 @@ double TensorCoreEtaBound(const float* q, const std::vector<float>& k, const std
     per_token = std::max(per_token, s);
     if (scaled) scale_max = std::max(scale_max, kmax / 256.0);
   }
+  // Scaled fp8 bounds each token's sum by its codes' range instead (TcLogitEtaFp8CodeBoundOf):
+  // T_t·s_t ≤ 448·‖q‖₁·max_t s_t.
+  if (scaled) {
+    double q_l1 = 0.0;
+    for (int32_t c = 0; c < d; ++c) q_l1 += std::fabs(static_cast<double>(q[c]));
+    per_token = 448.0 * q_l1 * scale_max;
+  }
   const double rel = bf16 ? cuda_kv::TcLogitEta<true>::kRel : cuda_kv::TcLogitEta<false>::kRel;
   const double abs = bf16 ? cuda_kv::TcLogitEta<true>::kAbs : cuda_kv::TcLogitEta<false>::kAbs;
   // unscale = 2^-s/√d with 2^-s ≤ max|q|·2^-13.

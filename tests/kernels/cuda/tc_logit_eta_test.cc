@@ -72,6 +72,55 @@ TEST(TcLogitEta, ScaledFormNeverBelowItsFormula) {
   EXPECT_TRUE(std::isnan(cuda_kv::TcLogitEtaScaledOf<false>(std::nanf(""), 1.0f, us)));
 }
 
+// Scaled fp8 without the T̂ chain (TcLogitEtaFp8CodeBoundOf): for digits summed in fp32 the way
+// the kernel sums them (8 lanes of 32 channels in sequence, then a butterfly over the lanes) and
+// any e4m3 codes (|code| ≤ 448, all at 448 being the worst case) and K scales, η is never below
+// the chain form's formula evaluated with the exact max_t T_t·s_t.
+TEST(TcLogitEta, Fp8CodeBoundCoversEveryTokensSum) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto f16 = [](float x) {  // round to 11 significant bits (an fp16 digit's value)
+    int e = 0;
+    std::frexp(x, &e);
+    return std::ldexp(std::nearbyint(std::ldexp(x, 11 - e)), e - 11);
+  };
+  for (int trial = 0; trial < 300; ++trial) {
+    float digit[kD][2];  // [channel, hi / lo]
+    const int spread = trial % 30;
+    for (int c = 0; c < kD; ++c) {
+      digit[c][0] = f16(unit(rng) * std::ldexp(1.0f, 14 - (c * spread) % 31));
+      digit[c][1] = f16(unit(rng) * std::ldexp(1.0f, -(c % 17)));
+    }
+    float lane[8];  // lane = (tig, digit): 32 channels each
+    for (int l = 0; l < 8; ++l) {
+      lane[l] = 0.0f;
+      for (int c = (l % 4) * 32; c < (l % 4) * 32 + 32; ++c) lane[l] += std::fabs(digit[c][l / 4]);
+    }
+    for (int o = 1; o <= 4; o <<= 1) {
+      float next[8];
+      for (int l = 0; l < 8; ++l) next[l] = lane[l] + lane[l ^ o];
+      std::copy(next, next + 8, lane);
+    }
+    long double max_ts = 0, smax = 0;
+    for (int t = 0; t < 16; ++t) {
+      const float s = std::ldexp(0.5f + 0.5f * std::fabs(unit(rng)), -(t * trial) % 40);
+      long double tt = 0;
+      for (int c = 0; c < kD; ++c) {
+        const long double code = t == 0 ? 448.0L : std::nearbyint(448.0f * unit(rng));
+        tt += (std::fabs(static_cast<long double>(digit[c][0])) + std::fabs(static_cast<long double>(digit[c][1]))) *
+              std::fabs(code);
+      }
+      max_ts = std::max(max_ts, tt * s);
+      smax = std::max(smax, static_cast<long double>(s));
+    }
+    const float us = std::ldexp(1.0f, -14 - trial % 5) * 0.08838834764f;
+    const long double need = (static_cast<long double>(cuda_kv::TcLogitEta<false>::kRel) * max_ts +
+                              static_cast<long double>(cuda_kv::TcLogitEta<false>::kAbs) * smax) * us;
+    EXPECT_GE(static_cast<long double>(cuda_kv::TcLogitEtaFp8CodeBoundOf(lane[0], static_cast<float>(smax), us)), need)
+        << trial;
+  }
+}
+
 TEST(TcLogitEta, MonotoneAndNeverSmallOnBadInput) {
   const float us = 0.01f;
   float prev = 0.0f;
