@@ -128,6 +128,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   float* logits = reinterpret_cast<float*>(dsm + plan.logits_off);  // [GMAX, lcap]
   int32_t* gvec = reinterpret_cast<int32_t*>(dsm + plan.gvec_off);   // [gvec_entries]
   const int64_t begin_al = begin / kStageTokens * kStageTokens;
+  // Token offsets inside the split, [0, n_split), in 32 bits (a split is < 2^31 tokens): the
+  // per-token tests and logit indices below need no 64-bit arithmetic.
+  const int32_t n_split = static_cast<int32_t>(end - begin), lcap = p.lcap;
   const int32_t n_st = static_cast<int32_t>((end - begin_al + kStageTokens - 1) / kStageTokens);
   FillGroupVectors(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
                    static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gvec);
@@ -448,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int j = 16 * warp + gid + 8 * half;
-            const int64_t t = sb + j;
+            const int32_t o = static_cast<int32_t>(sb - begin) + j;
             float dot = (ca[n][2 * half] + cb[n][2 * half]) + (ca[n][2 * half + 1] + cb[n][2 * half + 1]);
             float ksc = 1.0f;  // scaled fp8: the token's K scale (tc_logit_eta.cuh, TcLogitEtaScaledOf)
             if constexpr (kTc8 && C::kScaled) {
@@ -456,8 +459,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
               dot *= ksc;
             }
             const float l = dot * qunscale[n];
-            if (g < G && t >= begin && t < end) {
-              logits[g * p.lcap + (t - begin)] = l;
+            if (g < G && o >= 0 && o < n_split) {
+              logits[g * lcap + o] = l;
               mtc[n] = fmaxf(mtc[n], l);
               // T̂: column 2·tig holds the hi digits' sum, 2·tig + 1 the lo digits'.
               if constexpr (kTcEtaChain) tmax[n] = fmaxf(tmax[n], (ct[n][2 * half] + ct[n][2 * half + 1]) * ksc);
@@ -647,6 +650,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
     const bool edge = sb < begin || sb + kStageTokens > end;
+    const int32_t off0 = static_cast<int32_t>(sb - begin);  // stage token 0's offset in the split
     const float vmul = kVScaleMax ? sm.vscale_mul : 1.0f;
     auto vscale_of = [&](int jj) -> float {
       if constexpr (kVScaleMax) {
@@ -663,21 +667,21 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
     for (int r = 0; r < NP; ++r) {
       const int g = tid / TPH, jj = tid % TPH + r * TPH;
-      const int64_t t = sb + jj;
-      const bool valid = g < G && t >= begin && t < end;
+      const int32_t o = off0 + jj;
+      const bool valid = g < G && o >= 0 && o < n_split;
       if constexpr (!METER) {
         float w = 0.0f;
         if (valid) {
           cp.m = sm.m[g];
-          w = expf(logits[g * p.lcap + (t - begin)] - cp.m);
+          w = expf(logits[g * lcap + o] - cp.m);
           cp.z += w;
           cp.count += 1;
           cp.chain += 1;
         }
         if (g < GMAX) store_weight(g, jj, w, vscale_of(jj));
       } else {
-        const int64_t li = t - begin < 0 ? 0 : (t - begin < p.lcap ? t - begin : p.lcap - 1);
-        const float l = logits[g * p.lcap + li];
+        const int32_t li = min(max(o, 0), lcap - 1);
+        const float l = logits[g * lcap + li];
         const float mg = sm.m[g];
         const float w = valid ? expf(l - mg) : 0.0f;
         if (g < GMAX) store_weight(g, jj, w, vscale_of(jj));
