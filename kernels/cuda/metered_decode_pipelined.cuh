@@ -385,6 +385,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (k + 1 < n_st) stage_hashes(k + 1, (k + 1) & 1);
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int64_t sb = begin_al + int64_t{kStageTokens} * k;
+    const int32_t off0 = static_cast<int32_t>(sb - begin);  // stage token 0's offset in the split
     const bool edge = sb < begin || sb + kStageTokens > end;
     if constexpr (kVScaleMax) {  // thread = token
       if (tid < kStageTokens && sb + tid >= begin && sb + tid < end) {
@@ -451,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int j = 16 * warp + gid + 8 * half;
-            const int32_t o = static_cast<int32_t>(sb - begin) + j;
+            const int32_t o = off0 + j;
             float dot = (ca[n][2 * half] + cb[n][2 * half]) + (ca[n][2 * half + 1] + cb[n][2 * half + 1]);
             float ksc = 1.0f;  // scaled fp8: the token's K scale (tc_logit_eta.cuh, TcLogitEtaScaledOf)
             if constexpr (kTc8 && C::kScaled) {

@@ -7,7 +7,7 @@ import pytest
 from conftest import SERVE_ARGS
 
 # The GPU backend reads a prefix-cache hit's prefix as stored (metered); the CPU attends it exact.
-ON_GPU = "cuda" in SERVE_ARGS
+ON_GPU = any(a in ("cuda", "--device=cuda") for a in SERVE_ARGS)
 
 
 @pytest.fixture(scope="module")
