@@ -18,10 +18,11 @@
 //    dot products are combined by a reduce-scatter butterfly (each round halves the values
 //    a lane carries), so a token costs log2(LPT)+G−1 shuffles instead of G·log2(LPT), and
 //    each of G lanes ends with one head's logit.
-//  * V stage: one thread per (query head, token) computes w = e^{ℓ̂−m} once (it feeds both
-//    the output and, via PartialAddTokenWeighted, the certificate), ε̂ from the staged K band
-//    witness (codes and unit) / K scale, and ρ and the vmax candidate ν ≥ ‖ṽ‖ + ρ from the
-//    staged value summary (kernels/meter/witness_format.h): no per-token ‖ṽ‖. After one
+//  * V stage (pipe_weights_step.cuh): one thread per (query head, token) computes w = e^{ℓ̂−m}
+//    once (it feeds both the output and, with the tensor-core int8 kernel's sums,
+//    mma_head_sums.cuh, the certificate), ε̂ from the staged K band witness (codes and unit) /
+//    K scale, and ρ and the vmax candidate ν ≥ ‖ṽ‖ + ρ from the staged value summary
+//    (kernels/meter/witness_format.h): no per-token ‖ṽ‖. After one
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
 //    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
 //    the first kernel, unchanged: the split max is known before any term is summed.
@@ -50,6 +51,7 @@
 #include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/cuda/pipe_weights_step.cuh"
 #include "kernels/cuda/tc_logit_eta.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
 
@@ -72,10 +74,11 @@ struct PipeSmem {
   float tierb[GMAX];
   float vsmax[kWarps];            // fp8-e4m3 on tensor cores: the split's largest V scale per warp
   float vscale_mul, vscale_out;   // and 2^-k, 2^k with that scale < 2^k (the weights' digits)
-  // [kWarps] CertPartial, raw storage: a __shared__ object may not have initializers.
-  alignas(8) unsigned char wpart_raw[kWarps][sizeof(meter::CertPartial)];
-  __device__ meter::CertPartial& wpart(int w) {
-    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w]);
+  // [kWarps, heads a thread] CertPartial (pipe_weights_step.cuh), raw storage: a __shared__
+  // object may not have initializers.
+  alignas(8) unsigned char wpart_raw[kWarps][kWeightsStepHeadsPerThread][sizeof(meter::CertPartial)];
+  __device__ meter::CertPartial& wpart(int w, int h) {
+    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w][h]);
   }
 };
 
@@ -86,8 +89,6 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int CB = C::kBytes * D / 8;  // code bytes per vector
   constexpr int NS = C::kScaled ? (C::kGroupScale ? D / 32 : 1) : 0;
   constexpr int S = PipeStages(C::kBytes, D);  // bits per channel = bytes per 8-channel lane
-  constexpr int TPH = kThreads / GMAX;    // threads per head in the weights step
-  constexpr int NP = kStageTokens / TPH;  // tokens per thread per stage in that step
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
   // fp16 or bf16 at d = 128: the logits (pass 1, below) and the value pass on tensor cores
@@ -131,6 +132,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // Token offsets inside the split, [0, n_split), in 32 bits (a split is < 2^31 tokens): the
   // per-token tests and logit indices below need no 64-bit arithmetic.
   const int32_t n_split = static_cast<int32_t>(end - begin), lcap = p.lcap;
+  const int32_t off_al = static_cast<int32_t>(begin_al - begin);  // stage 0's token 0, in (−64, 0]
   const int32_t n_st = static_cast<int32_t>((end - begin_al + kStageTokens - 1) / kStageTokens);
   FillGroupVectors(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
                    static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gvec);
@@ -384,11 +386,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     issue(k + S - 1);
     if (k + 1 < n_st) stage_hashes(k + 1, (k + 1) & 1);
     const uint8_t* st = ring + (k % S) * sl.bytes;
-    const int64_t sb = begin_al + int64_t{kStageTokens} * k;
-    const int32_t off0 = static_cast<int32_t>(sb - begin);  // stage token 0's offset in the split
-    const bool edge = sb < begin || sb + kStageTokens > end;
+    const int32_t off0 = off_al + kStageTokens * k;  // stage token 0's offset in the split
+    const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
     if constexpr (kVScaleMax) {  // thread = token
-      if (tid < kStageTokens && sb + tid >= begin && sb + tid < end) {
+      if (tid < kStageTokens && off0 + tid >= 0 && off0 + tid < n_split) {
         vscale_max = meter::MaxAcc(vscale_max, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[tid]));
       }
     }
@@ -474,13 +475,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int j = u * kWarps * TPW + warp * TPW + sub;
-        const int64_t t = sb + j;
         uint32_t raw[NW];
         LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
         float sc = 1.0f;
         if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
         bool valid = true;
-        if (edge) valid = t >= begin && t < end;
+        if (edge) valid = off0 + j >= 0 && off0 + j < n_split;
         DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
         float x[8];
         C::Decode8(raw, ctx, x);
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
         const float l = ReduceScatter<GMAX, LPT>(dot, part, &my_h) * inv_sqrt_d;
         if (valid && my_h < G && (part & (LPT / GMAX - 1)) == 0) {
-          logits[my_h * p.lcap + (t - begin)] = l;
+          logits[my_h * lcap + (off0 + j)] = l;
           mloc = fmaxf(mloc, l);
         }
       }
@@ -634,24 +634,17 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       sm.wt[g][jj] = w;
     }
   };
-  meter::CertPartial cp;  // head tid / TPH: warp-uniform
-  float vmax = 0.0f;      // max over the thread's valid tokens of ν (the exact scheme: ‖ṽ‖)
+  PipeWeightsStep<C, GMAX, METER, NS> ws;  // the weights step's per-thread state
+  ws.Init(sm, tid, G, nb);
+  float vmax = 0.0f;  // max over the thread's in-range tokens of ν (the exact scheme: ‖ṽ‖)
   const float infl = meter::EpsInflation(D, nb);
-  uint32_t qd[4] = {0, 0, 0, 0};  // B = 8: head tid / TPH's band factor digits and their unit
-  float qds = 0.0f;
-  if (kWit && nb == 8 && tid / TPH < GMAX) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) qd[j] = sm.qbn16[tid / TPH][j];
-    qds = sm.qbn_scale[tid / TPH];
-  }
   for (int k = n_st; k < 2 * n_st; ++k) {
     CpAsyncWait<S - 2>();
     __syncthreads();
     issue(k + S - 1);
     const uint8_t* st = ring + (k % S) * sl.bytes;
-    const int64_t sb = begin_al + int64_t{kStageTokens} * (k - n_st);
-    const bool edge = sb < begin || sb + kStageTokens > end;
-    const int32_t off0 = static_cast<int32_t>(sb - begin);  // stage token 0's offset in the split
+    const int32_t off0 = off_al + kStageTokens * (k - n_st);  // stage token 0's offset in the split
+    const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
     const float vmul = kVScaleMax ? sm.vscale_mul : 1.0f;
     auto vscale_of = [&](int jj) -> float {
       if constexpr (kVScaleMax) {
@@ -660,68 +653,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         return 1.0f;
       }
     };
-    // (a) weights and certificate terms: thread = (head g, tokens jj0 + TPH·r). With the meter,
-    // branch-free but for the rare tokens that need PartialAddTokenWeighted's general arithmetic
-    // (as in the tensor-core kernel): every read stays inside the stage, the logits and sm, and
-    // a masked token's values (ε̂, ρ, ν: zero-filled or stale bytes) are selected away. Without
-    // it, the weights alone under `valid` (selecting there measured 5% slower on fp8-e4m3).
-#pragma unroll
-    for (int r = 0; r < NP; ++r) {
-      const int g = tid / TPH, jj = tid % TPH + r * TPH;
-      const int32_t o = off0 + jj;
-      const bool valid = g < G && o >= 0 && o < n_split;
-      if constexpr (!METER) {
-        float w = 0.0f;
-        if (valid) {
-          cp.m = sm.m[g];
-          w = expf(logits[g * lcap + o] - cp.m);
-          cp.z += w;
-          cp.count += 1;
-          cp.chain += 1;
-        }
-        if (g < GMAX) store_weight(g, jj, w, vscale_of(jj));
-      } else {
-        const int32_t li = min(max(o, 0), lcap - 1);
-        const float l = logits[g * lcap + li];
-        const float mg = sm.m[g];
-        const float w = valid ? expf(l - mg) : 0.0f;
-        if (g < GMAX) store_weight(g, jj, w, vscale_of(jj));
-        float rho = 0.0f;
-        cp.m = valid ? mg : cp.m;
-        float e = 0.0f;
-        if constexpr (kWit) {
-          const uint8_t* kc = st + sl.kwit + jj * nb;
-          const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[jj]);
-          if (nb == 8) {  // ε ≥ Σ_b f_b·c_b·U in integers, rounded up (tier_a_digits.cuh)
-            e = TierAEpsilonOfDigits(qd, *reinterpret_cast<const uint2*>(kc), unit, qds);
-          } else {
-            float wb[64];
-            for (int b = 0; b < nb; ++b) wb[b] = meter::BandWitnessBound(kc[b], unit);
-            e = meter::TierAEpsilon(sm.qbn[g], wb, nb, inv_sqrt_d, infl);
-          }
-          const uint32_t vs = reinterpret_cast<const uint32_t*>(st + sl.vsum)[jj];
-          rho = SummaryRho(vs);
-          vmax = valid ? meter::MaxAcc(vmax, SummaryNu(vs)) : vmax;  // NaN ignored, as PartialAddToken does
-        }
-        if constexpr (kKScale) {
-          const float tb = sm.tierb[g];
-          if (tb > 0.0f) {
-            const float ks = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[jj * NS]);
-            const float ub = tb * ks * (1.0f + 4 * meter::kUnitRoundoff);
-            e = kWit ? fminf(e, ub) : ub;
-          }
-        }
-        if (valid && !meter::WeightedTokenIsCommon(l, w, e)) {
-          meter::PartialAddTokenWeighted(&cp, l, w, e, rho, 0.0f);
-        } else {
-          meter::PartialAddTokenCommon(&cp, valid, w, e, rho);
-        }
-      }
-    }
+    // (a) weights and certificate terms (pipe_weights_step.cuh)
+    ws.Stage(sm, st, sl, logits, lcap, off0, n_split, nb, inv_sqrt_d, infl, &vmax, store_weight, vscale_of);
     if constexpr (kTc) {
       // An edge stage's tokens outside [begin, end) may hold any bits (slots not yet written):
       // zero their rows, since a 0 weight times a NaN code would still reach the MMA's sums.
-      if (edge && tid < kStageTokens && !(sb + tid >= begin && sb + tid < end)) {
+      if (edge && tid < kStageTokens && !(off0 + tid >= 0 && off0 + tid < n_split)) {
         uint4* row = reinterpret_cast<uint4*>(const_cast<uint8_t*>(st) + sl.codes + tid * CB);
 #pragma unroll
         for (int i = 0; i < CB / 16; ++i) row[i] = make_uint4(0, 0, 0, 0);
@@ -777,13 +714,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int j = u * kWarps * TPW + warp * TPW + sub;
-        const int64_t t = sb + j;
         uint32_t raw[NW];
         LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
         float sc = 1.0f;
         if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
         bool valid = true;
-        if (edge) valid = t >= begin && t < end;
+        if (edge) valid = off0 + j >= 0 && off0 + j < n_split;
         DecodeCtx ctx{0ull, ch0, true};
         float x[8];
         C::Decode8(raw, ctx, x);
@@ -809,17 +745,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   ReleaseSplitMerge();
 
   // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) cp = meter::SumPartialsSameMax(cp, ShflXorPartial(cp, o));
+  ws.WarpPartials(sm, warp, lane);  // sm.wpart, read after the barriers below
   if (METER) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
   }
   __syncthreads();  // every thread is done with logits / sm.wt
-  if (lane == 0) {
-    sm.wpart(warp) = cp;
-    sm.vmax[warp] = vmax;
-  }
+  if (lane == 0) sm.vmax[warp] = vmax;
   const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
   if constexpr (kTc) {  // the warp's 16 channels of every head are complete: no reduction
     const int gid = lane >> 2, tig = lane & 3;
@@ -855,9 +787,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
   __syncthreads();
   if (tid < G) {
-    // head g's weights-step threads: [g·TPH, (g+1)·TPH) = warps g·TPH/32 ...
-    meter::CertPartial c;
-    for (int w = tid * TPH / 32; w < (tid + 1) * TPH / 32; ++w) c = meter::SumPartialsSameMax(c, sm.wpart(w));
+    meter::CertPartial c = PipeWeightsStep<C, GMAX, METER, NS>::HeadPartial(sm, tid);
     c.m = sm.m[tid];
     if (METER) {
       float vm = 0.0f;
