@@ -74,11 +74,11 @@ struct PipeSmem {
   float tierb[GMAX];
   float vsmax[kWarps];            // fp8-e4m3 on tensor cores: the split's largest V scale per warp
   float vscale_mul, vscale_out;   // and 2^-k, 2^k with that scale < 2^k (the weights' digits)
-  // [kWarps, heads a thread] CertPartial (pipe_weights_step.cuh), raw storage: a __shared__
-  // object may not have initializers.
-  alignas(8) unsigned char wpart_raw[kWarps][kWeightsStepHeadsPerThread][sizeof(meter::CertPartial)];
-  __device__ meter::CertPartial& wpart(int w, int h) {
-    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w][h]);
+  // [kWarps] CertPartial (pipe_weights_step.cuh), raw storage: a __shared__ object may not
+  // have initializers.
+  alignas(8) unsigned char wpart_raw[kWarps][sizeof(meter::CertPartial)];
+  __device__ meter::CertPartial& wpart(int w) {
+    return *reinterpret_cast<meter::CertPartial*>(wpart_raw[w]);
   }
 };
 
@@ -745,7 +745,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   ReleaseSplitMerge();
 
   // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
-  ws.WarpPartials(sm, warp, lane);  // sm.wpart, read after the barriers below
+  ws.WarpPartial(sm, warp, lane);  // sm.wpart, read after the barriers below
   if (METER) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
