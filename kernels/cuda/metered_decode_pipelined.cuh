@@ -66,6 +66,7 @@ struct PipeSmem {
   float m[GMAX];
   float eta[GMAX];
   float red[kWarps][GMAX];
+  float red_eta[kWarps][GMAX];  // the meter's η per warp, reduced beside red
   float vmax[kWarps];
   float qbn[GMAX][64];            // query band norms ‖q_b‖
   double q1[GMAX][64];            // per-band Σ|q_c| (Tier B ‖q‖₁)
@@ -160,6 +161,20 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
                            : (kTc8 ? (code_r & ~7) | ((code_r & 7) ^ Tc8Swizzle(code_r >> 3))
                                    : (code_r & ~15) | ((code_r & 15) ^ (code_r >> 4)));
   const int32_t code_dst = sl.codes + code_g0 * 8 * CB + code_dr * 16;  // in the stage
+  // The meter's witness chunks of a V stage (WitnessChunkOf): chunk ci by thread ci (and
+  // ci + kThreads, ... for a large B). B = 8 takes the chunk's role with constant divisors (the
+  // loop with divisions by a runtime B had cost the two warps that ran it ~80 instructions a
+  // stage, ahead of the weights step's barrier: ncu, bench/RESULTS.md twenty-second session).
+  auto copy_witness_chunk = [&](const WitnessChunk& c, uint8_t* st, const int32_t* sg) {
+    const int32_t v = sg[c.grp];
+    const bool ok = v != kGroupOutside;
+    const uint8_t* src = c.src + static_cast<int64_t>(ok ? v : 0) * c.src_per_vector;
+    if (c.bytes == 8) {
+      CpAsync8(st + c.dst, src, ok);
+    } else {
+      CpAsync16(st + c.dst, src, ok);
+    }
+  };
   auto issue = [&](int k) {
     if (k < 2 * n_st) {
       const bool isv = k >= n_st;
@@ -208,35 +223,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           }
         }
         if constexpr (kWit) {
-          // Per 8-token group: the band codes (8·B bytes: 16-byte chunks, 8-byte ones for odd
-          // B), the units (16 bytes) and the summaries (32 bytes), 3 + cpg chunks in all.
-          const bool odd = (nb & 1) != 0;
-          const int cw = odd ? 8 : 16, cpg = odd ? nb : nb / 2;  // code chunk bytes, chunks per group (8·B / cw)
-          const int ncode = kStageGroups * cpg;
-          const uint8_t* kw = p.kv.k_witness;
-          const uint8_t* ku = reinterpret_cast<const uint8_t*>(p.kv.k_witness_unit);
-          const uint8_t* vs = reinterpret_cast<const uint8_t*>(p.kv.v_summary);
-          for (int ci = tid; ci < ncode + 3 * kStageGroups; ci += kThreads) {
-            if (ci < ncode) {
-              const int grp = nb == 8 ? ci >> 2 : ci / cpg, r = nb == 8 ? ci & 3 : ci % cpg;
-              bool ok;
-              const int64_t v0 = group_vec(grp, &ok);
-              uint8_t* dst = st + sl.kwit + grp * 8 * nb + r * cw;
-              const uint8_t* src = kw + v0 * nb + r * cw;
-              if (odd) {
-                CpAsync8(dst, src, ok);
-              } else {
-                CpAsync16(dst, src, ok);
-              }
-            } else {
-              const int c2 = ci - ncode, grp = c2 / 3, r = c2 % 3;  // r 0: units, 1-2: summaries
-              bool ok;
-              const int64_t v0 = group_vec(grp, &ok);
-              if (r == 0) {
-                CpAsync16(st + sl.kunit + grp * 16, ku + v0 * 2, ok);
-              } else {
-                CpAsync16(st + sl.vsum + grp * 32 + (r - 1) * 16, vs + v0 * 4 + (r - 1) * 16, ok);
-              }
+          if (nb == 8) {
+            static_assert(kThreads >= 8 * kStageGroups / 2 + 3 * kStageGroups, "one B = 8 chunk a thread");
+            if (tid < WitnessChunksPerStage(8)) {
+              copy_witness_chunk(WitnessChunkOf(tid, 8, sl, p.kv.k_witness, p.kv.k_witness_unit, p.kv.v_summary), st, sg);
+            }
+          } else {
+            for (int ci = tid; ci < WitnessChunksPerStage(nb); ci += kThreads) {
+              copy_witness_chunk(WitnessChunkOf(ci, nb, sl, p.kv.k_witness, p.kv.k_witness_unit, p.kv.v_summary), st,
+                                 sg);
             }
           }
         }
@@ -557,21 +552,31 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         if constexpr (kTcEtaChain) tmax[n] = fmaxf(tmax[n], __shfl_xor_sync(0xffffffffu, tmax[n], o));
       }
       if (lane < 4) sm.red[warp][4 * n + lane] = mtc[n];
-      // The head's η over this warp's tokens (tc_logit_eta.cuh), written after the next barrier.
+      // The head's η over this warp's tokens (tc_logit_eta.cuh).
       if constexpr (kTcEta && !kTcEtaChain) {
         tmax[n] = TcLogitEtaFp8CodeBoundOf(qdigit_l1[n], kscale_max, qunscale[n]);
       } else if constexpr (kTcEta) {
         tmax[n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
       }
+      if (kTcEta && lane < 4) sm.red_eta[warp][4 * n + lane] = tmax[n];
     }
-  } else if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) {
-    sm.red[warp][my_h] = mloc;
+  } else {
+    if (lane < LPT && (part & (LPT / GMAX - 1)) == 0) sm.red[warp][my_h] = mloc;
+    if (METER && lane == 0) {
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) sm.red_eta[warp][g] = admax[g];
+    }
   }
   __syncthreads();
   if (tid < GMAX) {
     float m = -INFINITY;
     for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.red[w][tid]);
     sm.m[tid] = m > -INFINITY ? m : 0.0f;  // all logits NaN: the partial is marked bad later
+    if (METER) {
+      float a = 0.0f;
+      for (int w = 0; w < kWarps; ++w) a = fmaxf(a, sm.red_eta[w][tid]);
+      sm.eta[tid] = kTcEta ? a : meter::EtaFactor(D) * a * inv_sqrt_d;
+    }
     if (kVScaleMax && tid == 0) {  // 2^k above the split's largest V scale (0 where none is finite)
       float sv = 0.0f;
       for (int w = 0; w < kWarps; ++w) sv = fmaxf(sv, sm.vsmax[w]);
@@ -580,24 +585,6 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       e = max(e, -100);
       sm.vscale_mul = sv > 0.0f && sv <= 3.0e38f ? ldexpf(1.0f, -e) : 0.0f;
       sm.vscale_out = ldexpf(1.0f, e);
-    }
-  }
-  if (METER) {
-    __syncthreads();
-    if constexpr (kTcEta) {  // lane tig < 4 holds head 4n + tig's η in tmax[n]
-      if (lane < 4) {
-#pragma unroll
-        for (int n = 0; n < NTK; ++n) sm.red[warp][4 * n + lane] = tmax[n];
-      }
-    } else if (lane == 0) {
-#pragma unroll
-      for (int g = 0; g < GMAX; ++g) sm.red[warp][g] = admax[g];
-    }
-    __syncthreads();
-    if (tid < GMAX) {
-      float a = 0.0f;
-      for (int w = 0; w < kWarps; ++w) a = fmaxf(a, sm.red[w][tid]);
-      sm.eta[tid] = kTcEta ? a : meter::EtaFactor(D) * a * inv_sqrt_d;
     }
   }
   // sm.m / sm.eta become visible at the first V stage's barrier.
@@ -642,6 +629,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     CpAsyncWait<S - 2>();
     __syncthreads();
     issue(k + S - 1);
+    if (k == n_st) ws.LoadMax(sm);
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int32_t off0 = off_al + kStageTokens * (k - n_st);  // stage token 0's offset in the split
     const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
@@ -654,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       }
     };
     // (a) weights and certificate terms (pipe_weights_step.cuh)
-    ws.Stage(sm, st, sl, logits, lcap, off0, n_split, nb, inv_sqrt_d, infl, &vmax, store_weight, vscale_of);
+    ws.Stage(sm, sl, st, logits, lcap, off0, n_split, nb, inv_sqrt_d, infl, &vmax, store_weight, vscale_of);
     if constexpr (kTc) {
       // An edge stage's tokens outside [begin, end) may hold any bits (slots not yet written):
       // zero their rows, since a 0 weight times a NaN code would still reach the MMA's sums.

@@ -41,6 +41,7 @@ struct PipeWeightsStep {
 
   int g, j0;         // the thread's head and first token of a stage
   bool head_on;      // g < G
+  float m = 0.0f;    // head g's split max (LoadMax)
   MmaHeadSums hs;
   meter::EpsPowerSums hps;
   int32_t n_in = 0;  // the thread's in-range tokens so far
@@ -57,62 +58,87 @@ struct PipeWeightsStep {
 #pragma unroll
     for (int j = 0; j < 4; ++j) qd[j] = kWit && nb == 8 ? sm.qbn16[g][j] : 0u;
   }
+  // After the barrier that publishes the split max (the first V stage's).
+  template <class Smem>
+  __device__ __forceinline__ void LoadMax(const Smem& sm) { m = sm.m[g]; }
 
   // One V stage: st the stage's bytes (layout sl), logits [GMAX, lcap] of the split, off0 the
   // stage's token 0 as an offset in the split of n_split tokens. store_weight(g, jj, w, vs)
   // hands head g's weight of stage token jj to the value pass; vscale_of(jj) is the token's
   // V scale factor for it. vmax: the running max of ν over in-range tokens.
+  // With the meter a token's shared-memory reads come first (logit, V scale, K band codes and
+  // unit, value summary, K scale), so their latencies overlap, and the rare tokens' general
+  // arithmetic last: the step sits between two barriers, so its time is the thread's dependent
+  // chain (ncu, bench/RESULTS.md twenty-second session).
   template <class Smem, class StoreWeight, class VScaleOf>
-  __device__ __forceinline__ void Stage(const Smem& sm, const uint8_t* st, const StageLayout& sl, const float* logits,
-                                        int32_t lcap, int32_t off0, int32_t n_split, int nb, float inv_sqrt_d,
-                                        float infl, float* vmax, StoreWeight&& store_weight, VScaleOf&& vscale_of) {
+  __device__ __forceinline__ void Stage(const Smem& sm, const StageLayout& sl, const uint8_t* st,
+                                        const float* logits, int32_t lcap, int32_t off0, int32_t n_split, int nb,
+                                        float inv_sqrt_d, float infl, float* vmax, StoreWeight&& store_weight,
+                                        VScaleOf&& vscale_of) {
+    if constexpr (!METER) {
 #pragma unroll
-    for (int r = 0; r < NP; ++r) {
-      const int jj = j0 + TPH * r;
-      const int32_t o = off0 + jj;
-      const bool in = o >= 0 && o < n_split;
-      const bool act = in && head_on;
-      n_in += in ? 1 : 0;
-      if constexpr (!METER) {
+      for (int r = 0; r < NP; ++r) {
+        const int jj = j0 + TPH * r;
+        const int32_t o = off0 + jj;
+        const bool in = o >= 0 && o < n_split;
+        n_in += in ? 1 : 0;
         float w = 0.0f;
-        if (act) {
-          w = expf(logits[g * lcap + o] - sm.m[g]);
+        if (in && head_on) {
+          w = expf(logits[g * lcap + o] - m);
           hs.z += w;
         }
         store_weight(g, jj, w, vscale_of(jj));
-      } else {
-        const int32_t li = min(max(o, 0), lcap - 1);
-        const float l = logits[g * lcap + li];
-        const float w = act ? expf(l - sm.m[g]) : 0.0f;
-        store_weight(g, jj, w, vscale_of(jj));
-        float rho = 0.0f, e = 0.0f;
+      }
+    } else {
+      float l[NP], w[NP], e[NP], rho[NP];
+      bool rare[NP];
+#pragma unroll
+      for (int r = 0; r < NP; ++r) {
+        const int jj = j0 + TPH * r;
+        const int32_t o = off0 + jj;
+        const bool in = o >= 0 && o < n_split, act = in && head_on;
+        l[r] = logits[g * lcap + min(max(o, 0), lcap - 1)];
+        const float vs = vscale_of(jj);
+        float unit = 0.0f, ksc = 0.0f;
+        uint2 kw = make_uint2(0u, 0u);
+        uint32_t vsum = 0u;
         if constexpr (kWit) {
-          const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[jj]);
+          unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[jj]);
+          kw = *reinterpret_cast<const uint2*>(st + sl.kwit + (nb == 8 ? 8 * jj : 0));  // B = 8's codes
+          vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[jj];
+        }
+        if constexpr (kKScale) ksc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[jj * NS]);
+        n_in += in ? 1 : 0;
+        w[r] = act ? expf(l[r] - m) : 0.0f;
+        store_weight(g, jj, w[r], vs);
+        e[r] = 0.0f;
+        rho[r] = 0.0f;
+        if constexpr (kWit) {
           if (nb == 8) {  // ε ≥ Σ_b f_b·c_b·U in integers, rounded up (tier_a_digits.cuh)
-            e = TierAEpsilonOfDigits(qd, *reinterpret_cast<const uint2*>(st + sl.kwit + jj * 8), unit, qds);
+            e[r] = TierAEpsilonOfDigits(qd, kw, unit, qds);
           } else {
             const uint8_t* kc = st + sl.kwit + jj * nb;
             float wb[64];
             for (int b = 0; b < nb; ++b) wb[b] = meter::BandWitnessBound(kc[b], unit);
-            e = meter::TierAEpsilon(sm.qbn[g], wb, nb, inv_sqrt_d, infl);
+            e[r] = meter::TierAEpsilon(sm.qbn[g], wb, nb, inv_sqrt_d, infl);
           }
-          const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[jj];
-          rho = SummaryRho(vsum);
+          rho[r] = SummaryRho(vsum);
           *vmax = in ? meter::MaxAcc(*vmax, SummaryNu(vsum)) : *vmax;  // NaN ignored, as PartialAddToken does
         }
         if constexpr (kKScale) {  // Tier B: ε̂ = min(ε, u_t), u_t = C·s_t
           const float tb = sm.tierb[g];
           if (tb > 0.0f) {
-            const float ks = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[jj * NS]);
-            const float ub = tb * ks * (1.0f + 4 * meter::kUnitRoundoff);
-            e = kWit ? fminf(e, ub) : ub;
+            const float ub = tb * ksc * (1.0f + 4 * meter::kUnitRoundoff);
+            e[r] = kWit ? fminf(e[r], ub) : ub;
           }
         }
-        if (act && !meter::WeightedTokenIsCommon(l, w, e)) {
-          hs.Add(l, w, sm.m[g], e, rho);
-        } else {
-          hs.AddCommonPowers(act, w, e, rho, &hps);
-        }
+        const bool common = meter::WeightedTokenIsCommon(l[r], w[r], e[r]);
+        rare[r] = act && !common;
+        hs.AddCommonPowers(act && common, w[r], e[r], rho[r], &hps);
+      }
+#pragma unroll
+      for (int r = 0; r < NP; ++r) {
+        if (rare[r]) hs.Add(l[r], w[r], m, e[r], rho[r]);
       }
     }
   }
@@ -122,7 +148,7 @@ struct PipeWeightsStep {
   template <class Smem>
   __device__ __forceinline__ void WarpPartial(Smem& sm, int warp, int lane) {
     if constexpr (METER) hs.FoldPowerSums(hps);
-    meter::CertPartial cp = hs.ToPartial(sm.m[g], head_on ? n_in : 0);
+    meter::CertPartial cp = hs.ToPartial(m, head_on ? n_in : 0);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) cp = meter::SumPartialsSameMax(cp, ShflXorPartial(cp, o));
     if (lane == 0) sm.wpart(warp) = cp;
