@@ -254,17 +254,18 @@ __device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, b
 }
 
 // The meter's query prologue (CPU: PrepareMeteredQuery), shared by the decode kernels: the band
-// norms ‖q_b‖ and per-band Σ|q_c| of the G query heads into sm.qbn / sm.q1, by `threads` threads.
-template <int D, class Smem>
+// norms ‖q_b‖ and, for Tier B (ABS_SUMS), per-band Σ|q_c| of the G query heads into sm.qbn /
+// sm.q1, by `threads` threads.
+template <int D, bool ABS_SUMS = true, class Smem>
 __device__ __forceinline__ void QueryBandPrologue(const DecodeParams& p, int seq, int h0, int G, int nb, int tid,
                                                   int threads, Smem& sm) {
   for (int gi = tid; gi < G * nb; gi += threads) {
     const int g = gi / nb, b = gi % nb;
     const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-    double a1 = 0.0;
+    double a1 = 0.0;  // without ABS_SUMS unused: its double sums are dead code
     const float norm = QueryBandNorm<D>(qg, b, nb, p.layout.interleaved, &a1);
     sm.qbn[g][b] = norm;
-    sm.q1[g][b] = a1;
+    if constexpr (ABS_SUMS) sm.q1[g][b] = a1;
   }
 }
 

@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // ---- meter prologue, while the first stages load: query band norms and the Tier B
   // coefficient (CPU: PrepareMeteredQuery)
   if constexpr (METER) {
-    if (kWit) QueryBandPrologue<D>(p, seq, h0, G, nb, tid, kThreads, sm);
+    if (kWit) QueryBandPrologue<D, C::kTierB>(p, seq, h0, G, nb, tid, kThreads, sm);
     __syncthreads();  // qbn
     if (tid < GMAX) {  // read after the next barrier
       sm.tierb[tid] = tid < G ? TierBCoefficientOfHead<D, C::kTierB>(sm, tid, nb, Sctx, p.delta_loc) : 0.0f;
@@ -265,14 +265,20 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
 
   // ---- pass 1: logits of the whole split -------------------------------------------------
-  // kTc (fp16 / bf16 at d = 128): q·k on tensor cores. Warp w < 4 takes the stage's
-  // tokens [16w, 16w + 16) as the A operand (ldmatrix, swizzled rows as in the value pass)
-  // against B = the query as two digits per head (q·2^s_h = hi + lo, s_h a power of two that
+  // kTc (fp16 / bf16 at d = 128): q·k on tensor cores. Warp w < 4 takes the stage's tokens
+  // [16w, 16w + 16) (fp8: warp w < 8, tokens [8w, 8w + 8): kKRows) as the A operand (ldmatrix,
+  // swizzled rows as in the value pass) against B = the query as two digits per head (q·2^s_h = hi + lo, s_h a power of two that
   // puts the head's max|q| below 2^14), columns (head, digit) as in the value pass, two
   // accumulator chains. With the meter (kTcEta) a third chain runs the same keys and digits with
   // their sign bits cleared: T̂ = Σ_c (|hi_c| + |lo_c|)·|k_c| per token, whose max over the split
   // gives η under the tensor-core rounding model of tc_logit_eta.cuh (certificates.md §4).
   constexpr bool kTcEta = kTc && METER;
+  // Tokens a warp takes in the K pass: 16 (the A fragment's rows), so warps 0-3 cover a stage;
+  // fp8 (kTc8), whose fragments are built by conversion rather than loaded, 8 (rows gid + 8 are
+  // zeros), so that all 8 warps share the stage and each converts half as many codes: the K pass
+  // had been a chain of four warps while the other four waited at the barrier (ncu,
+  // bench/RESULTS.md twenty-second session).
+  constexpr int kKRows = kTc8 ? 8 : 16;
   // Scaled fp8 needs no T̂ chain: its codes are ≤ 448 in magnitude, so T_t ≤ 448·X₁ with X₁ the
   // head's digit sum Σ_c (|hi_c| + |lo_c|), and η follows from the split's largest K scale
   // (TcLogitEtaFp8CodeBoundOf). Raw fp8 keeps the chain (its keys are not near 448).
@@ -389,26 +395,21 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       }
     }
     if constexpr (kTc) {
-      if (warp < kStageTokens / 16) {
+      if (warp < kStageTokens / kKRows) {
         const int gid = lane >> 2, tig = lane & 3;
         // ldmatrix rows: matrix i = lane / 8 covers tokens 16·warp + 8·(i % 2) + [0, 8) and
         // channels 16·ks + 8·(i / 2) + [0, 8): chunk 2·ks + i / 2 of row lane % 8, swizzled.
         const int row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
         const uint32_t rbase = static_cast<uint32_t>(__cvta_generic_to_shared(st + sl.codes)) + row * CB;
-        // kTc8: the lane's 32 code bytes of rows gid and gid + 8 (both swizzled by gid): chunks tig
-        // (k-steps 0-3) and tig + 4 (k-steps 4-7); Tc8Swizzle keeps each quarter-warp's 16-byte
-        // loads on all 32 banks.
-        uint4 k8[kTc8 ? 2 : 1][kTc8 ? 2 : 1];  // [row gid / gid + 8, chunk tig / tig + 4]
+        // kTc8: the lane's 32 code bytes of row gid (token 8·warp + gid, swizzled by gid): chunks
+        // tig (k-steps 0-3) and tig + 4 (k-steps 4-7); Tc8Swizzle keeps each quarter-warp's 16-byte
+        // loads on all 32 banks. Rows gid + 8 of the A fragments are zeros.
+        uint4 k8[kTc8 ? 2 : 1];  // [chunk tig / tig + 4]
         if constexpr (kTc8) {
-          const uint8_t* r0 = st + sl.codes + (16 * warp + gid) * CB;
+          const uint8_t* r0 = st + sl.codes + (kKRows * warp + gid) * CB;
           const int sw = Tc8Swizzle(gid);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              k8[h][c] = *reinterpret_cast<const uint4*>(r0 + h * 8 * CB + (((tig + 4 * c) ^ sw) << 4));
-            }
-          }
+          for (int c = 0; c < 2; ++c) k8[c] = *reinterpret_cast<const uint4*>(r0 + (((tig + 4 * c) ^ sw) << 4));
         }
         float ca[NTK][4], cb[NTK][4];  // two accumulator chains (even, odd k-steps)
         float ct[kTcEtaChain ? NTK : 1][4];  // kTcEtaChain: T̂'s chain (sign bits cleared)
@@ -425,11 +426,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int ks = 0; ks < 8; ++ks) {
           uint32_t a[4];
           if constexpr (kTc8) {
-            const uint32_t w0 = Uint4Word(k8[0][ks / 4], ks % 4), w1 = Uint4Word(k8[1][ks / 4], ks % 4);
+            const uint32_t w0 = Uint4Word(k8[ks / 4], ks % 4);
             a[0] = mma::E4m3PairLoToF16x2(w0);
-            a[1] = mma::E4m3PairLoToF16x2(w1);
+            a[1] = 0u;
             a[2] = mma::E4m3PairHiToF16x2(w0);
-            a[3] = mma::E4m3PairHiToF16x2(w1);
+            a[3] = 0u;
           } else {
             mma::LdMatrixX4(a, rbase + (((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4));
           }
@@ -446,8 +447,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int n = 0; n < NTK; ++n) {
           const int g = 4 * n + tig;
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int j = 16 * warp + gid + 8 * half;
+          for (int half = 0; half < kKRows / 8; ++half) {
+            const int j = kKRows * warp + gid + 8 * half;
             const int32_t o = off0 + j;
             float dot = (ca[n][2 * half] + cb[n][2 * half]) + (ca[n][2 * half + 1] + cb[n][2 * half + 1]);
             float ksc = 1.0f;  // scaled fp8: the token's K scale (tc_logit_eta.cuh, TcLogitEtaScaledOf)
