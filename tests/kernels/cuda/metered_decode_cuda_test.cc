@@ -111,6 +111,7 @@ double TensorCoreEtaBound(const float* q, const std::vector<float>& k, const std
 struct DecodeCase {
   KvScheme scheme = KvScheme::kInt8Rtn;
   int32_t d = 64, group = 4, hkv = 2, bs = 16;
+  int32_t bands = 8;            // witness bands B
   std::vector<int64_t> ctx = {37};
   int32_t splits = 0;           // 0: heuristic
   bool meter = true;
@@ -129,7 +130,8 @@ struct DecodeCase {
   std::string Name() const {
     std::string s = std::string(SchemeInfo(scheme).name) + " d=" + std::to_string(d) +
                     " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) +
-                    " bs=" + std::to_string(bs) + " splits=" + std::to_string(splits) +
+                    " bs=" + std::to_string(bs) + " B=" + std::to_string(bands) +
+                    " splits=" + std::to_string(splits) +
                     (meter ? " meter" : " nometer") +
                     (exact_every > 0 ? " exact_every=" + std::to_string(exact_every) : "") +
                     (outliers > 0 ? " outliers=" + std::to_string(outliers) : "") + " ctx=";
@@ -158,7 +160,7 @@ class Problem {
     L_.num_kv_heads = c.hkv;
     L_.block_size = c.bs;
     L_.head_dim = c.d;
-    L_.num_bands = 8;
+    L_.num_bands = c.bands;
     L_.interleaved = c.interleaved;
     L_.scheme = c.scheme;
     L_.outlier_channels = c.outliers;
@@ -910,6 +912,37 @@ TEST(MeteredDecodeCuda, StageEdges) {
       c.delta = 1e-6;
       c.seed = seed++;
       RunCase(c);
+    }
+  }
+}
+
+// Witness band counts other than the default 8 (a serving option, engine_config num_bands):
+// the pipelined kernel's witness copies with a runtime B (odd B in 8-byte chunks; B = 64 with
+// more chunks a stage than threads) and its general ε, int8 off the tensor-core kernel (which
+// takes B = 8 alone), and the first kernel; every B that divides d/2 at the extremes.
+TEST(MeteredDecodeCuda, WitnessBandCounts) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int32_t d, bands;
+  };
+  int seed = 1200;
+  for (const Shape sh : {Shape{128, 1}, Shape{128, 4}, Shape{128, 16}, Shape{128, 64}, Shape{64, 2}, Shape{64, 32}}) {
+    for (KvScheme s : {KvScheme::kInt8Rtn, KvScheme::kInt8Dither, KvScheme::kFp8Scaled, KvScheme::kFp16}) {
+      for (int32_t kernel : {0, 1}) {
+        if (kernel == 1 && s != KvScheme::kInt8Rtn) continue;
+        DecodeCase c;
+        c.scheme = s;
+        c.d = sh.d;
+        c.bands = sh.bands;
+        c.group = seed % 2 == 0 ? 4 : 8;
+        c.hkv = c.group == 8 ? 1 : 2;
+        c.ctx = {1, 70, 300};
+        c.splits = 3;
+        c.delta = 1e-6;
+        c.kernel = kernel;
+        c.seed = seed++;
+        RunCase(c);
+      }
     }
   }
 }
