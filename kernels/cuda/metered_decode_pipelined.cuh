@@ -51,6 +51,7 @@
 #include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/cuda/pipe_stage_loader.cuh"
 #include "kernels/cuda/pipe_weights_step.cuh"
 #include "kernels/cuda/tc_logit_eta.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
@@ -144,101 +145,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 
   __syncthreads();  // gvec
 
-  // ---- the stage loader: stage k < n_st reads K, k ≥ n_st reads V (+ the K band witnesses,
-  // the V summaries and the K scales)
-  // The codes: a thread copies the same 16-byte chunk r of every GPI-th 8-token group, so its
-  // chunk, source column and swizzled destination are fixed once here; a stage then costs it
-  // one group-table read, one wide multiply and the copy per chunk (the loader had been most
-  // of the kernel's instructions, ncu: bench/RESULTS.md sixteenth session).
-  constexpr int CPG = CB / 2;  // 16-byte chunks per 8-token group
-  static_assert(kThreads % CPG == 0, "every thread copies one fixed chunk of its groups");
-  constexpr int GPI = kThreads / CPG;  // groups one pass of the CTA covers
-  constexpr int kCodePasses = GPI >= kStageGroups ? 1 : kStageGroups / GPI;
-  const int code_r = tid % CPG, code_g0 = tid / CPG;
-  // kTc: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16); kTc8: chunk
-  // r % 8 of token r / 8 (CB = 128) at (r % 8) ^ Tc8Swizzle(r / 8).
-  const int code_dr = !kTc ? code_r
-                           : (kTc8 ? (code_r & ~7) | ((code_r & 7) ^ Tc8Swizzle(code_r >> 3))
-                                   : (code_r & ~15) | ((code_r & 15) ^ (code_r >> 4)));
-  const int32_t code_dst = sl.codes + code_g0 * 8 * CB + code_dr * 16;  // in the stage
-  // The meter's witness chunks of a V stage (WitnessChunkOf): chunk ci by thread ci (and
-  // ci + kThreads, ... for a large B). B = 8 takes the chunk's role with constant divisors (the
-  // loop with divisions by a runtime B had cost the two warps that ran it ~80 instructions a
-  // stage, ahead of the weights step's barrier: ncu, bench/RESULTS.md twenty-second session).
-  auto copy_witness_chunk = [&](const WitnessChunk& c, uint8_t* st, const int32_t* sg) {
-    const int32_t v = sg[c.grp];
-    const bool ok = v != kGroupOutside;
-    const uint8_t* src = c.src + static_cast<int64_t>(ok ? v : 0) * c.src_per_vector;
-    if (c.bytes == 8) {
-      CpAsync8(st + c.dst, src, ok);
-    } else {
-      CpAsync16(st + c.dst, src, ok);
-    }
-  };
-  auto issue = [&](int k) {
-    if (k < 2 * n_st) {
-      const bool isv = k >= n_st;
-      const int32_t* sg = gvec + kStageGroups * (isv ? k - n_st : k);  // this stage's groups
-      uint8_t* st = ring + (k % S) * sl.bytes;
-      auto group_vec = [&](int grp, bool* ok) -> int64_t {
-        const int32_t v = sg[grp];
-        *ok = v != kGroupOutside;
-        return *ok ? v : 0;
-      };
-      // The source column from tid here (= code_r), so no pointer is held across the stages.
-      const uint8_t* csrc = (isv ? p.kv.v_codes : p.kv.k_codes) + (tid % CPG) * 16;
-#pragma unroll
-      for (int i = 0; i < kCodePasses; ++i) {
-        const int grp = code_g0 + i * GPI;
-        if (GPI <= kStageGroups || grp < kStageGroups) {
-          const int32_t v = sg[grp];
-          const bool ok = v != kGroupOutside;
-          CpAsync16(st + code_dst + i * GPI * 8 * CB, csrc + static_cast<int64_t>(ok ? v : 0) * CB, ok);
-        }
-      }
-      if constexpr (NS > 0) {
-        const uint8_t* sc = reinterpret_cast<const uint8_t*>(isv ? p.kv.v_scales : p.kv.k_scales);
-        for (int ci = tid; ci < kStageGroups * NS; ci += kThreads) {
-          const int grp = ci / NS, r = ci % NS;
-          bool ok;
-          const int64_t v0 = group_vec(grp, &ok);
-          CpAsync16(st + sl.scales + grp * 16 * NS + r * 16, sc + v0 * (2 * NS) + r * 16, ok);
-        }
-      }
-      if constexpr (kVScaleMax) {  // K stages: the V scales too, into kscales (free there), for their max
-        if (!isv && tid < kStageGroups) {
-          bool ok;
-          const int64_t v0 = group_vec(tid, &ok);
-          CpAsync16(st + sl.kscales + tid * 16, reinterpret_cast<const uint8_t*>(p.kv.v_scales) + v0 * 2, ok);
-        }
-      }
-      if (isv) {
-        if constexpr (kKScale) {
-          const uint8_t* sc = reinterpret_cast<const uint8_t*>(p.kv.k_scales);
-          for (int ci = tid; ci < kStageGroups * NS; ci += kThreads) {
-            const int grp = ci / NS, r = ci % NS;
-            bool ok;
-            const int64_t v0 = group_vec(grp, &ok);
-            CpAsync16(st + sl.kscales + grp * 16 * NS + r * 16, sc + v0 * (2 * NS) + r * 16, ok);
-          }
-        }
-        if constexpr (kWit) {
-          if (nb == 8) {
-            static_assert(kThreads >= 8 * kStageGroups / 2 + 3 * kStageGroups, "one B = 8 chunk a thread");
-            if (tid < WitnessChunksPerStage(8)) {
-              copy_witness_chunk(WitnessChunkOf(tid, 8, sl, p.kv.k_witness, p.kv.k_witness_unit, p.kv.v_summary), st, sg);
-            }
-          } else {
-            for (int ci = tid; ci < WitnessChunksPerStage(nb); ci += kThreads) {
-              copy_witness_chunk(WitnessChunkOf(ci, nb, sl, p.kv.k_witness, p.kv.k_witness_unit, p.kv.v_summary), st,
-                                 sg);
-            }
-          }
-        }
-      }
-    }
-    CpAsyncCommit();  // one group per call, possibly empty: keeps wait_group counting exact
-  };
+  // ---- the stage loader (pipe_stage_loader.cuh): stage k < n_st reads K, k ≥ n_st reads V (+ the
+  // K band witnesses, the V summaries and the K scales)
+  constexpr StageSwizzle kSwizzle = !kTc ? StageSwizzle::kNone : (kTc8 ? StageSwizzle::kTc8 : StageSwizzle::kTc);
+  const PipeStageLoader<CB, NS, S, kSwizzle, kVScaleMax, kKScale, kWit> loader(sl, tid);
+  auto issue = [&](int k) { loader.Issue(k, n_st, gvec, ring, sl, p.kv, nb); };
   // Launched to overlap the KV write (MeteredDecodeCudaArgs::overlap_previous): the first stages
   // stream before the wait, except in the split the write may still be changing. q is read after.
   if (range.HoldsNewest()) cuda_launch::WaitForPreviousKernel();
