@@ -514,8 +514,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       const int32_t li = min(max(t - t_lo, 0), p.lcap - 1);
       const float la = logits[ha * p.lcap + li];
       const float lb = logits[hb * p.lcap + li];
-      const float wa = act_a ? expf(la - ma) : 0.0f;
-      const float wb = act_b ? expf(lb - mb) : 0.0f;
+      const float ga = la - ma, gb = lb - mb;
+      const float wa = act_a ? expf(ga) : 0.0f;
+      const float wb = act_b ? expf(gb) : 0.0f;
       if constexpr (METER) {
         // The token's key band bounds c_b·U and value summary (ρ, ν); both lanes of the pair
         // read the same words (a broadcast). A masked token's bytes (zero-filled or stale) only
@@ -535,8 +536,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
           eb = tierb_b > 0.0f ? fminf(eb, tierb_b * ks) : eb;
         }
         const float rho = SummaryRho(vsum);
-        const bool rare = (act_a && !meter::WeightedTokenIsCommon(la, wa, ea)) ||
-                          (act_b && !meter::WeightedTokenIsCommon(lb, wb, eb));
+        const bool rare = (act_a && !meter::WeightedTokenIsCommonAtGap(la, ga, ea)) ||
+                          (act_b && !meter::WeightedTokenIsCommonAtGap(lb, gb, eb));
         if (rare) {
           if (act_a) cpa.Add(la, wa, ma, ea, rho);
           if (act_b) cpb.Add(lb, wb, mb, eb, rho);

@@ -109,7 +109,8 @@ struct PipeWeightsStep {
         }
         if constexpr (kKScale) ksc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[jj * NS]);
         n_in += in ? 1 : 0;
-        w[r] = act ? expf(l[r] - m) : 0.0f;
+        const float gap = l[r] - m;
+        w[r] = act ? expf(gap) : 0.0f;
         store_weight(g, jj, w[r], vs);
         e[r] = 0.0f;
         rho[r] = 0.0f;
@@ -132,7 +133,7 @@ struct PipeWeightsStep {
             e[r] = kWit ? fminf(e[r], ub) : ub;
           }
         }
-        const bool common = meter::WeightedTokenIsCommon(l[r], w[r], e[r]);
+        const bool common = meter::WeightedTokenIsCommonAtGap(l[r], gap, e[r]);  // not waiting for expf
         rare[r] = act && !common;
         hs.AddCommonPowers(act && common, w[r], e[r], rho[r], &hps);
       }

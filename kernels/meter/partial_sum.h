@@ -167,6 +167,17 @@ WITCERT_HD inline bool WeightedTokenIsCommon(float logit, float w, float eps_hat
          (eps_hat == 0.0f || w >= kMinDirectWeight);
 }
 
+// WeightedTokenIsCommon for w = expf(gap), gap = logit − m, decided from the gap instead of the
+// weight, so the GPU kernels' per-token test does not wait for the exponential: gap ≥ −69
+// gives w ≥ e^-69 ≈ 1.08·10⁻³⁰ > 2^-100 with a 37% margin over expf's few-ulp error, so a token
+// this calls common is common; the few it calls rare (gap in [−69.3, −69)) take the general
+// arithmetic, which is right for any token (tested against WeightedTokenIsCommon).
+constexpr float kMinDirectGap = -69.0f;
+WITCERT_HD inline bool WeightedTokenIsCommonAtGap(float logit, float gap, float eps_hat) {
+  return fabsf(logit) <= 3.0e38f && eps_hat >= 0.0f && eps_hat <= 0.5f &&
+         (eps_hat == 0.0f || gap >= kMinDirectGap);
+}
+
 // PartialAddTokenWeighted<kUpperSmall>(p, logit, w, eps_hat, rho, 0) for a token where
 // WeightedTokenIsCommon holds, or nothing where !active, without branches (the GPU kernels'
 // per-token step): a skipped term is selected to +0, and x + 0 = x for the non-negative sums.

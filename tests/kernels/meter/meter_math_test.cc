@@ -34,10 +34,14 @@ TEST(FloatFormats, HalfUpIsSmallestHalfAtOrAbove) {
     uint16_t h = FloatToHalfUp(x);
     float up = HalfToFloat(h);
     ASSERT_GE(up, x) << x;
-    if (h > 0 && h < 0x7c00u) ASSERT_LT(HalfToFloat(static_cast<uint16_t>(h - 1)), x) << x;
+    if (h > 0 && h < 0x7c00u) {
+      ASSERT_LT(HalfToFloat(static_cast<uint16_t>(h - 1)), x) << x;
+    }
     // nearest rounding differs from up-rounding on about half the inputs: check it is nearest
     float near = HalfToFloat(FloatToHalf(x));
-    if (near < 65504.0f) ASSERT_LE(std::fabs(near - x), std::fabs(up - x) + 0.0f);
+    if (near < 65504.0f) {
+      ASSERT_LE(std::fabs(near - x), std::fabs(up - x) + 0.0f);
+    }
   }
   EXPECT_EQ(FloatToHalfUp(70000.0f), 0x7c00u);  // beyond fp16: +inf, still ≥ value
   EXPECT_EQ(FloatToHalfUp(1e-10f), 0x0001u);    // tiny positive: smallest subnormal, not 0
@@ -220,6 +224,35 @@ TEST(PartialSum, CommonTokenStepMatchesTheGeneralAdd) {
   EXPECT_FALSE(WeightedTokenIsCommon(INFINITY, 1.0f, 0.1f));
   EXPECT_FALSE(WeightedTokenIsCommon(-80.0f, 1e-35f, 0.1f));
   EXPECT_TRUE(WeightedTokenIsCommon(-80.0f, 1e-35f, 0.0f));
+}
+
+// WeightedTokenIsCommonAtGap, the GPU kernels' test taken before the exponential, calls a token
+// common only where WeightedTokenIsCommon does for w = expf(gap): densely around its threshold
+// (every float in [−69.4, −68.9]) and on a grid elsewhere; both answers occur.
+TEST(PartialSum, CommonAtGapImpliesCommon) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> eps(1e-6f, 0.5f);
+  int common = 0, rare = 0;
+  auto check = [&](float gap) {
+    const float e = eps(rng), w = std::exp(gap);
+    if (WeightedTokenIsCommonAtGap(-1.0f, gap, e)) {
+      ASSERT_TRUE(WeightedTokenIsCommon(-1.0f, w, e)) << gap << " " << w;
+      ++common;
+    } else {
+      ++rare;
+    }
+  };
+  for (float gap = -69.4f; gap <= -68.9f; gap = std::nextafter(gap, 0.0f)) check(gap);
+  for (int i = 0; i <= 120000; ++i) check(-120.0f + 1e-3f * static_cast<float>(i));
+  EXPECT_GT(common, 0);
+  EXPECT_GT(rare, 0);
+  // Beyond the threshold the two agree: ε̂ = 0 is common at any gap; NaN or large ε̂ and a
+  // non-finite logit are not.
+  EXPECT_TRUE(WeightedTokenIsCommonAtGap(-80.0f, -80.0f, 0.0f));
+  EXPECT_FALSE(WeightedTokenIsCommonAtGap(-80.0f, -80.0f, 0.1f));
+  EXPECT_FALSE(WeightedTokenIsCommonAtGap(0.0f, 0.0f, NAN));
+  EXPECT_FALSE(WeightedTokenIsCommonAtGap(0.0f, 0.0f, 0.75f));
+  EXPECT_FALSE(WeightedTokenIsCommonAtGap(INFINITY, 0.0f, 0.1f));
 }
 
 // The tensor-core decode kernel's A−1 power sums (EpsPowerSums): over runs of common tokens their
