@@ -5,8 +5,9 @@
 # profiles the (SKIP+1)-th launch whose demangled name matches KERNEL_REGEX in `run NAME ARGS`,
 # (ncu prints template arguments demangled as `(bool)1`: e.g. 'Int8MmaDecodeKernel<\(bool\)1>'),
 # and prints: the launch's duration and issue statistics, the warp stall reasons (share of
-# samples), and the 25 source lines with the most stall samples. OUT_DIR/NAME_K.ncu-rep keeps
-# the report (open it in the Nsight Compute GUI for the full source view).
+# samples), the 25 source lines with the most stall samples, and the samples by barrier segment
+# (scripts/ncu_segments.py on OUT_DIR/NAME_K.sass.csv). OUT_DIR/NAME_K.ncu-rep keeps the report
+# (open it in the Nsight Compute GUI for the full source view).
 set -uo pipefail
 [ $# -ge 5 ] || { echo "usage: $0 PACK_DIR OUT_DIR NAME KERNEL_REGEX SKIP [-- ARGS...]" >&2; exit 2; }
 pack="$1"; out="$2"; name="$3"; regex="$4"; skip="$5"; shift 5
@@ -61,3 +62,5 @@ for v, l, s in sorted(data, key=lambda x: -x[0])[:25]:
     print(f"  {100*v/tot:5.1f}%  {l:>6}  {s}")
 PY
 done
+# The same samples cut at the kernel's barriers (phases of a pipelined kernel: scripts/ncu_segments.py).
+python3 "$(dirname "$0")/ncu_segments.py" "$rep.sass.csv" || true
