@@ -109,7 +109,9 @@ void Family::Render(std::string* out) const {
 
 Family& Registry::Add(std::unique_ptr<Family> family) {
   std::lock_guard<std::mutex> lock(mu_);
+#ifndef NDEBUG
   for (const auto& f : families_) assert(f->name() != family->name());
+#endif
   families_.push_back(std::move(family));
   return *families_.back();
 }

@@ -114,7 +114,9 @@ TEST(Gate, EveryBlockPromotedGivesZeroBoundAndExactOutput) {
   auto cells = Decode(f, p, &out);
   for (const auto& c : cells) {
     // The second query head of a GQA group reads the rows its sibling already promoted.
-    if (c.head % 2 == 0) EXPECT_GT(c.tv_before, 0.0f);
+    if (c.head % 2 == 0) {
+      EXPECT_GT(c.tv_before, 0.0f);
+    }
     EXPECT_EQ(c.tv_after, 0.0f);
     EXPECT_EQ(c.v_after, 0.0f);
     EXPECT_TRUE(c.certified);

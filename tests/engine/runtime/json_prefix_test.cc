@@ -181,7 +181,9 @@ TEST(JsonTokenMaskTest, CachedMasksEqualFreshOnes) {
       JsonTokenMask(table).Allowed(s, &want);
       ASSERT_EQ(got, want) << text.substr(0, i);
       ++states;
-      if (i < text.size()) ASSERT_TRUE(s.Feed(text[i]));
+      if (i < text.size()) {
+        ASSERT_TRUE(s.Feed(text[i]));
+      }
     }
   }
   EXPECT_GT(cached.cache_hits(), states / 2);
