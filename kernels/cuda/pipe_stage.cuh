@@ -1,5 +1,6 @@
 // Building blocks of the pipelined decode kernel (metered_decode_pipelined.cuh): the
-// shared-memory stage layout and ring plan (host and device agree on them), the dynamic shared
+// shared-memory stage layout and ring plan (host and device agree on them), the witness chunks
+// a V stage copies (WitnessChunkOf, for the loader in pipe_stage_loader.cuh), the dynamic shared
 // memory that holds a kernel at two CTAs per SM, the cp.async wrappers (from cp_async.cuh),
 // shared-memory chunk loads, and the reduce-scatter butterfly of the G dot products.
 //
