@@ -11,8 +11,9 @@
 #   mkdir -p /tmp/g && tar -xJf build/gpu_pack/dist.tar.xz -C /tmp/g
 #   scripts/gpu_ab.sh /tmp/g/dist "$OUT" 2 bench_old bench_new -- --only int8-rtn --batch 16
 # Runs old, new, old, new, … (ROUNDS pairs) with the same arguments, prints each run's
-# markdown rows ("| …") under a "== NAME ROUND" header, and leaves every log in one archive,
-# OUT/ab.tgz (a device call brings back at most 8 files).
+# markdown rows ("| …") under a "== NAME ROUND" header and then, for the decode benchmark, a
+# summary per shape (scripts/ab_summary.py), and leaves every log in one archive, OUT/ab.tgz
+# (a device call brings back at most 8 files).
 set -uo pipefail
 [ $# -ge 5 ] || { echo "usage: $0 PACK_DIR OUT_DIR ROUNDS OLD_NAME NEW_NAME [-- ARGS...]" >&2; exit 2; }
 pack="$1"; out="$2"; rounds="$3"; old="$4"; new="$5"; shift 5
@@ -37,4 +38,6 @@ done
 mkdir -p "$out"
 tar -czf "$out/ab.tgz" -C "$logs" .
 rm -rf "$logs"
+echo "== summary"
+python3 "$(dirname "$0")/ab_summary.py" "$out/ab.tgz" "$old" "$new" || true
 exit "$status"
