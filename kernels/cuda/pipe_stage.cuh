@@ -1,6 +1,5 @@
 // Building blocks of the pipelined decode kernel (metered_decode_pipelined.cuh): the
-// shared-memory stage layout and ring plan (host and device agree on them), the witness chunks
-// a V stage copies (WitnessChunkOf, for the loader in pipe_stage_loader.cuh), the dynamic shared
+// shared-memory stage layout and ring plan (host and device agree on them), the dynamic shared
 // memory that holds a kernel at two CTAs per SM, the cp.async wrappers (from cp_async.cuh),
 // shared-memory chunk loads, and the reduce-scatter butterfly of the G dot products.
 //
@@ -50,49 +49,6 @@ __host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32
   s.vsum = o;    o += kStageTokens * 4;                       // [64, 2] bf16 V summaries (ρ, ν)
   s.bytes = o;
   return s;
-}
-
-// The meter's witness bytes of one V stage as cp.async chunks: per 8-token group, the key band
-// codes (8·B bytes: 16-byte chunks, 8-byte ones for odd B), the units (16 bytes) and the value
-// summaries (32 bytes); ci < WitnessChunksPerStage(B) names one chunk. Source and destination
-// are fixed per chunk but for the group's first vector index v: src + v·src_per_vector.
-struct WitnessChunk {
-  int32_t grp = -1;            // 8-token group of the stage; −1: no chunk
-  int32_t dst = 0;             // byte offset in the stage
-  int32_t src_per_vector = 0;  // source bytes per vector
-  int32_t bytes = 16;          // 8 or 16
-  const uint8_t* src = nullptr;
-};
-__host__ __device__ inline int WitnessChunksPerStage(int nb) {
-  return kStageGroups * ((nb & 1) != 0 ? nb : nb / 2) + 3 * kStageGroups;
-}
-__host__ __device__ inline WitnessChunk WitnessChunkOf(int ci, int nb, const StageLayout& sl, const uint8_t* k_witness,
-                                                     const void* k_witness_unit, const void* v_summary) {
-  const bool odd = (nb & 1) != 0;
-  const int cw = odd ? 8 : 16, cpg = odd ? nb : nb / 2;  // code chunk bytes, chunks per group (8·B / cw)
-  const int ncode = kStageGroups * cpg;
-  WitnessChunk c;
-  if (ci < ncode) {
-    const int r = ci % cpg;
-    c.grp = ci / cpg;
-    c.dst = sl.kwit + c.grp * 8 * nb + r * cw;
-    c.src_per_vector = nb;
-    c.bytes = cw;
-    c.src = k_witness + r * cw;
-  } else {
-    const int c2 = ci - ncode, r = c2 % 3;  // r 0: units, 1-2: summaries
-    c.grp = c2 / 3;
-    if (r == 0) {
-      c.dst = sl.kunit + c.grp * 16;
-      c.src_per_vector = 2;
-      c.src = static_cast<const uint8_t*>(k_witness_unit);
-    } else {
-      c.dst = sl.vsum + c.grp * 32 + (r - 1) * 16;
-      c.src_per_vector = 4;
-      c.src = static_cast<const uint8_t*>(v_summary) + (r - 1) * 16;
-    }
-  }
-  return c;
 }
 
 // Dynamic shared memory of the pipelined kernel: ring, logits (later the output

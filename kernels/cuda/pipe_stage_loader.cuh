@@ -8,7 +8,7 @@
 //  * Scales (scaled codecs) with every stage; scaled fp8 on tensor cores (VSCALE_MAX) copies the V
 //    scales with the K stages too, into the stage's K-scale slot (free there), for their maximum.
 //  * V stages with the meter: Tier B's K scales (KSCALE) and the witness chunks (WIT,
-//    WitnessChunkOf): chunk ci by thread ci (and ci + kThreads, … for a large B). B = 8 takes the
+//    WitnessChunkOf, below): chunk ci by thread ci (and ci + kThreads, … for a large B). B = 8 takes the
 //    chunk's role with constant divisors (the loop with divisions by a runtime B had cost the two
 //    warps that ran it ~80 instructions a stage, ahead of the weights step's barrier: ncu,
 //    bench/RESULTS.md twenty-second session).
@@ -22,6 +22,49 @@
 #include "kernels/cuda/tc8_layout.h"
 
 namespace witcert::cuda_kv {
+
+// The meter's witness bytes of one V stage as cp.async chunks: per 8-token group, the key band
+// codes (8·B bytes: 16-byte chunks, 8-byte ones for odd B), the units (16 bytes) and the value
+// summaries (32 bytes); ci < WitnessChunksPerStage(B) names one chunk. Source and destination
+// are fixed per chunk but for the group's first vector index v: src + v·src_per_vector.
+struct WitnessChunk {
+  int32_t grp = 0;             // 8-token group of the stage
+  int32_t dst = 0;             // byte offset in the stage
+  int32_t src_per_vector = 0;  // source bytes per vector
+  int32_t bytes = 16;          // 8 or 16
+  const uint8_t* src = nullptr;
+};
+__host__ __device__ inline int WitnessChunksPerStage(int nb) {
+  return kStageGroups * ((nb & 1) != 0 ? nb : nb / 2) + 3 * kStageGroups;
+}
+__host__ __device__ inline WitnessChunk WitnessChunkOf(int ci, int nb, const StageLayout& sl, const uint8_t* k_witness,
+                                                     const void* k_witness_unit, const void* v_summary) {
+  const bool odd = (nb & 1) != 0;
+  const int cw = odd ? 8 : 16, cpg = odd ? nb : nb / 2;  // code chunk bytes, chunks per group (8·B / cw)
+  const int ncode = kStageGroups * cpg;
+  WitnessChunk c;
+  if (ci < ncode) {
+    const int r = ci % cpg;
+    c.grp = ci / cpg;
+    c.dst = sl.kwit + c.grp * 8 * nb + r * cw;
+    c.src_per_vector = nb;
+    c.bytes = cw;
+    c.src = k_witness + r * cw;
+  } else {
+    const int c2 = ci - ncode, r = c2 % 3;  // r 0: units, 1-2: summaries
+    c.grp = c2 / 3;
+    if (r == 0) {
+      c.dst = sl.kunit + c.grp * 16;
+      c.src_per_vector = 2;
+      c.src = static_cast<const uint8_t*>(k_witness_unit);
+    } else {
+      c.dst = sl.vsum + c.grp * 32 + (r - 1) * 16;
+      c.src_per_vector = 4;
+      c.src = static_cast<const uint8_t*>(v_summary) + (r - 1) * 16;
+    }
+  }
+  return c;
+}
 
 // Where a stage row's 16-byte code chunks go: in place, or swizzled for the tensor-core passes.
 enum class StageSwizzle {
@@ -65,9 +108,8 @@ class PipeStageLoader {
       for (int i = 0; i < kCodePasses; ++i) {
         const int grp = code_g0_ + i * kGroupsPerPass;
         if (kGroupsPerPass <= kStageGroups || grp < kStageGroups) {
-          const int32_t v = sg[grp];
-          const bool ok = v != kGroupOutside;
-          CpAsync16(st + code_dst_ + i * kGroupsPerPass * 8 * CB, csrc + static_cast<int64_t>(ok ? v : 0) * CB, ok);
+          bool ok;
+          CpAsync16(st + code_dst_ + i * kGroupsPerPass * 8 * CB, GroupSource(sg, grp, csrc, CB, &ok), ok);
         }
       }
       if constexpr (NS > 0) {
@@ -75,10 +117,9 @@ class PipeStageLoader {
       }
       if constexpr (VSCALE_MAX) {
         if (!isv && tid_ < kStageGroups) {
-          const int32_t v = sg[tid_];
-          const bool ok = v != kGroupOutside;
+          bool ok;
           CpAsync16(st + sl.kscales + tid_ * 16,
-                    reinterpret_cast<const uint8_t*>(kv.v_scales) + static_cast<int64_t>(ok ? v : 0) * 2, ok);
+                    GroupSource(sg, tid_, reinterpret_cast<const uint8_t*>(kv.v_scales), 2, &ok), ok);
         }
       }
       if (isv) {
@@ -101,19 +142,25 @@ class PipeStageLoader {
   }
 
  private:
+  // Group grp's first vector in `base` (per_vector bytes a vector) and *ok whether the group is
+  // in the split; outside it, base itself (the copy then zero-fills and reads nothing).
+  __device__ __forceinline__ static const uint8_t* GroupSource(const int32_t* sg, int grp, const uint8_t* base,
+                                                              int per_vector, bool* ok) {
+    const int32_t v = sg[grp];
+    *ok = v != kGroupOutside;
+    return base + static_cast<int64_t>(*ok ? v : 0) * per_vector;
+  }
   // The stage's NS bf16 scales per vector, 16 bytes per 8-token group and scale, from src.
   __device__ __forceinline__ void CopyScales(const int32_t* sg, uint8_t* dst, const uint8_t* src) const {
     for (int ci = tid_; ci < kStageGroups * NS; ci += kThreads) {
       const int grp = ci / NS, r = ci % NS;
-      const int32_t v = sg[grp];
-      const bool ok = v != kGroupOutside;
-      CpAsync16(dst + grp * 16 * NS + r * 16, src + static_cast<int64_t>(ok ? v : 0) * (2 * NS) + r * 16, ok);
+      bool ok;
+      CpAsync16(dst + grp * 16 * NS + r * 16, GroupSource(sg, grp, src, 2 * NS, &ok) + r * 16, ok);
     }
   }
   __device__ __forceinline__ static void CopyWitnessChunk(const WitnessChunk& c, uint8_t* st, const int32_t* sg) {
-    const int32_t v = sg[c.grp];
-    const bool ok = v != kGroupOutside;
-    const uint8_t* src = c.src + static_cast<int64_t>(ok ? v : 0) * c.src_per_vector;
+    bool ok;
+    const uint8_t* src = GroupSource(sg, c.grp, c.src, c.src_per_vector, &ok);
     if (c.bytes == 8) {
       CpAsync8(st + c.dst, src, ok);
     } else {

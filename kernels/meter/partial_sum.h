@@ -162,9 +162,12 @@ WITCERT_HD inline void PartialAddTokenWeighted(CertPartial* p, float logit, floa
 
 // Whether a token takes WeightedEpsTerm's common case: a finite logit, 0 ≤ ε̂ ≤ ½ and, where
 // ε̂ > 0, a weight in the direct form (w ≥ 2^-100, not the log form). NaN fails every comparison.
+// (direct_weight: the weight is in the direct form, however the caller knows it.)
+WITCERT_HD inline bool TokenIsCommon(float logit, float eps_hat, bool direct_weight) {
+  return fabsf(logit) <= 3.0e38f && eps_hat >= 0.0f && eps_hat <= 0.5f && (eps_hat == 0.0f || direct_weight);
+}
 WITCERT_HD inline bool WeightedTokenIsCommon(float logit, float w, float eps_hat) {
-  return fabsf(logit) <= 3.0e38f && eps_hat >= 0.0f && eps_hat <= 0.5f &&
-         (eps_hat == 0.0f || w >= kMinDirectWeight);
+  return TokenIsCommon(logit, eps_hat, w >= kMinDirectWeight);
 }
 
 // WeightedTokenIsCommon for w = expf(gap), gap = logit − m, decided from the gap instead of the
@@ -174,8 +177,7 @@ WITCERT_HD inline bool WeightedTokenIsCommon(float logit, float w, float eps_hat
 // arithmetic, which is right for any token (tested against WeightedTokenIsCommon).
 constexpr float kMinDirectGap = -69.0f;
 WITCERT_HD inline bool WeightedTokenIsCommonAtGap(float logit, float gap, float eps_hat) {
-  return fabsf(logit) <= 3.0e38f && eps_hat >= 0.0f && eps_hat <= 0.5f &&
-         (eps_hat == 0.0f || gap >= kMinDirectGap);
+  return TokenIsCommon(logit, eps_hat, gap >= kMinDirectGap);
 }
 
 // PartialAddTokenWeighted<kUpperSmall>(p, logit, w, eps_hat, rho, 0) for a token where
