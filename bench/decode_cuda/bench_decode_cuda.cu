@@ -299,11 +299,13 @@ int Main(int argc, char** argv) {
   if (!ctxs_flag.empty()) ctxs = ctxs_flag;
   std::vector<Row> rows;
   // int8-rtn and int8-dither twice: their default (tensor-core) kernel and the pipelined one,
-  // side by side. bf16, outside issue 5's table, runs only when named (--only bf16).
+  // side by side; kivi2 too: its default (the first kernel) and the pipelined one. bf16, outside
+  // issue 5's table, runs only when named (--only bf16).
   const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0},       {KvScheme::kInt8Rtn, 0},
                                            {KvScheme::kInt8Rtn, 2},    {KvScheme::kInt8Dither, 0},
                                            {KvScheme::kInt8Dither, 2}, {KvScheme::kFp8Scaled, 0},
-                                           {KvScheme::kKivi2, 0},      {KvScheme::kBf16, 0}};
+                                           {KvScheme::kKivi2, 0},      {KvScheme::kKivi2, 2},
+                                           {KvScheme::kBf16, 0}};
   for (const auto& [s, kern] : runs) {
     if (only == nullptr ? s == KvScheme::kBf16 : RunLabel(s, kern) != only) continue;
     if (RunScheme(s, kern, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), &rows)) {

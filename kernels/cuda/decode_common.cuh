@@ -171,6 +171,24 @@ __device__ __forceinline__ void FillGroupVectors(const DecodeParams& p, int seq,
   }
 }
 
+// Beside gvec: the exact-block cache slot of each group's (block, layer, KV head), −1 where the
+// block is not in the cache, there is no cache (p.exact_slot null) or the group is outside
+// [begin, end). The pipelined kernel reads such groups' rows exact (group-keyed schemes).
+__device__ __forceinline__ void FillGroupExactSlots(const DecodeParams& p, int seq, int kvh, int32_t begin_al,
+                                                    int32_t t_lo, int32_t t_hi, int32_t n_groups, int tid,
+                                                    int threads, int32_t* gexact) {
+  const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+  for (int i = tid; i < n_groups; i += threads) {
+    const int32_t t0 = 8 * i;
+    int32_t slot = -1;
+    if (p.exact_slot != nullptr && t0 < t_hi && t0 + 8 > t_lo) {
+      const int64_t blk = bt[(begin_al + t0) >> p.bs_shift];
+      slot = __ldg(p.exact_slot + (blk * p.num_layers + p.layer) * p.layout.num_kv_heads + kvh);
+    }
+    gexact[i] = slot;
+  }
+}
+
 // QueryBandNorm's arithmetic over n pairs, pair(i, &x0, &x1) giving pair i's two values: max|x|,
 // Σ|x| in double, and ‖x‖ scaled by the max so the squares cannot overflow (CPU: ScaledNorm).
 template <class Pair>

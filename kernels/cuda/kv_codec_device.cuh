@@ -186,33 +186,40 @@ struct DevKivi2 {
   static constexpr int kBytes = 2;
   static constexpr bool kScaled = false, kTierB = false, kExact = false, kWideRange = false, kGroupScale = false,
                         kAffineParams = true;
+  // One fp16 (zero, scale) pair as a word (zero in the low half) → floats.
+  __device__ __forceinline__ static void UnpackPair(uint32_t zs, float* z, float* s) {
+    *z = __half2float(__ushort_as_half(static_cast<unsigned short>(zs & 0xffffu)));
+    *s = __half2float(__ushort_as_half(static_cast<unsigned short>(zs >> 16)));
+  }
+  // x_i = z_i + s_i·m_i for the lane's 8 codes (16 bits of `codes`), pairs[i] channel ch0+i's.
+  __device__ __forceinline__ static void DecodeWithPairs(uint32_t codes, const uint32_t (&pairs)[8], float* x) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float z, s;
+      UnpackPair(pairs[i], &z, &s);
+      x[i] = __fadd_rn(z, __fmul_rn(s, static_cast<float>((codes >> (2 * i)) & 3u)));
+    }
+  }
+  // The same with one pair for all 8 channels (a value vector's).
+  __device__ __forceinline__ static void DecodeWithPair(uint32_t codes, uint32_t zs, float* x) {
+    float z, s;
+    UnpackPair(zs, &z, &s);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = __fadd_rn(z, __fmul_rn(s, static_cast<float>((codes >> (2 * i)) & 3u)));
+  }
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
     if (ctx.params == nullptr) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) x[i] = 0.0f;
       return;
     }
-    float z[8], s[8];
     if (ctx.is_value) {
-      const uint32_t zs = __ldg(reinterpret_cast<const uint32_t*>(ctx.params));
-      const float z0 = __half2float(__ushort_as_half(static_cast<unsigned short>(zs & 0xffffu)));
-      const float s0 = __half2float(__ushort_as_half(static_cast<unsigned short>(zs >> 16)));
-#pragma unroll
-      for (int i = 0; i < 8; ++i) { z[i] = z0; s[i] = s0; }
+      DecodeWithPair(w[0], __ldg(reinterpret_cast<const uint32_t*>(ctx.params)), x);
     } else {
       const uint4 a = __ldg(reinterpret_cast<const uint4*>(ctx.params));
       const uint4 b = __ldg(reinterpret_cast<const uint4*>(ctx.params) + 1);
       const uint32_t pr[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        z[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(pr[i] & 0xffffu)));
-        s[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(pr[i] >> 16)));
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float m = static_cast<float>((w[0] >> (2 * i)) & 3u);
-      x[i] = __fadd_rn(z[i], __fmul_rn(s[i], m));
+      DecodeWithPairs(w[0], pr, x);
     }
   }
 };

@@ -37,6 +37,7 @@ WITCERT_PIPE_EXTERN(DevFp8Scaled)
 WITCERT_PIPE_EXTERN(DevInt8Rtn)
 WITCERT_PIPE_EXTERN(DevInt8Dither)
 WITCERT_PIPE_EXTERN(DevInt4Rtn)
+WITCERT_PIPE_EXTERN(DevKivi2)
 #undef WITCERT_PIPE_EXTERN
 extern template CudaStatus LaunchInt8Mma<true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 extern template CudaStatus LaunchInt8Mma<false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
@@ -222,12 +223,7 @@ CudaStatus LaunchForScheme(KvScheme scheme, const DecodeParams& p, bool meter, d
 CudaStatus LaunchPipelinedForScheme(KvScheme scheme, const DecodeParams& p, const PipeSmemPlan& plan,
                                     bool meter, dim3 grid, cudaStream_t stream) {
   return WithDevCodec(scheme, "MeteredDecodeCuda: unknown scheme", [&](auto codec) {
-    using C = typename decltype(codec)::type;
-    if constexpr (C::kAffineParams) {
-      return CudaStatus::Error("MeteredDecodeCuda: the pipelined kernel has no kivi2 path");
-    } else {
-      return LaunchPipelinedForCodec<C>(p, plan, meter, grid, stream);
-    }
+    return LaunchPipelinedForCodec<typename decltype(codec)::type>(p, plan, meter, grid, stream);
   });
 }
 
@@ -394,13 +390,17 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>(args.batch));
   const bool exact = args.exact_slot != nullptr;
-  // Group-keyed schemes (kivi2) run the first kernel only, and read the blocks whose keys are
-  // not encoded yet from the exact table, meter on or off. So does the outlier bypass (its
-  // OUTLIERS variant puts the exact channels back), with the meter on unless the scheme is kivi2.
+  // Group-keyed schemes (kivi2) read the blocks whose keys are not encoded yet from the exact
+  // table, meter on or off: the pipelined kernel (kernel 2, block_size >= 8) or the first one.
+  // The outlier bypass runs the first kernel only (its OUTLIERS variant puts the exact channels
+  // back), with the meter on unless the scheme is kivi2.
   const bool group_keys = layout.group_keys();
   const bool outliers = layout.outliers() > 0;
-  if ((group_keys || outliers) && args.kernel != 0 && args.kernel != 1) {
-    return CudaStatus::Error("MeteredDecodeCuda: kivi2 and outlier channels run the first kernel only (kernel 0 or 1)");
+  if (outliers && args.kernel != 0 && args.kernel != 1) {
+    return CudaStatus::Error("MeteredDecodeCuda: outlier channels run the first kernel only (kernel 0 or 1)");
+  }
+  if (group_keys && args.kernel == 3) {
+    return CudaStatus::Error("MeteredDecodeCuda: kivi2 runs the pipelined or the first kernel (kernel 0, 1 or 2)");
   }
   if (outliers && (args.outlier_channels == nullptr || (!args.meter && !group_keys))) {
     return CudaStatus::Error("MeteredDecodeCuda: outlier channels need their table and the meter on");
@@ -411,9 +411,9 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   }
   if (exact) {
     if (args.exact_kv == nullptr || (!args.meter && !group_keys) || args.layer < 0 ||
-        args.layer >= args.num_layers || (args.kernel != 0 && args.kernel != 1)) {
+        args.layer >= args.num_layers || (args.kernel != 0 && args.kernel != 1 && !(group_keys && args.kernel == 2))) {
       return CudaStatus::Error("MeteredDecodeCuda: exact reads need exact_kv, the meter, "
-                               "0 <= layer < num_layers and the first kernel");
+                               "0 <= layer < num_layers and the first kernel (kivi2: or the pipelined one)");
     }
     p.exact_slot = args.exact_slot;
     p.exact_kv = args.exact_kv;
@@ -433,8 +433,10 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
                                                       : LaunchInt8Mma<false, true>(p, mplan, grid, stream))
                                         : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, stream)
                                                       : LaunchInt8Mma<false, false>(p, mplan, grid, stream)));
-  } else if (!exact && !group_keys && !outliers && (args.kernel == 0 || args.kernel == 2) && layout.block_size >= 8 &&
-             plan.bytes <= 200 * 1024) {
+  } else if (!outliers && layout.block_size >= 8 && plan.bytes <= 200 * 1024 &&
+             (group_keys ? args.kernel == 2 : !exact && (args.kernel == 0 || args.kernel == 2))) {
+    // kivi2 takes the pipelined kernel when asked (kernel 2) alone until its path has run on a GPU:
+    // written in the twenty-third session, which had no device (bench/RESULTS.md).
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
   } else {
     const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,

@@ -87,9 +87,17 @@ struct PipeSmem {
 template <class C, int D, int GMAX, bool METER>
 __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const DecodeParams p, const PipeSmemPlan plan) {
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kStageTokens / (kWarps * TPW);
-  constexpr int NW = C::kBytes / 4;
+  constexpr int NW = kChunkWords<C::kBytes>;
   constexpr int CB = C::kBytes * D / 8;  // code bytes per vector
-  constexpr int NS = C::kScaled ? (C::kGroupScale ? D / 32 : 1) : 0;
+  // kivi2 (kAffine): the K stages carry each block's key group parameters (KPB bytes: fp16 (zero,
+  // scale) per channel) and the V stages each value's pair in the scale slot (NS = 2 words); its
+  // blocks whose keys are not encoded yet, and blocks the gate promoted, are read from the exact
+  // cache (kReadsExact: FillGroupExactSlots, rows by ExactRow, ε = ρ = 0 and ν = ‖ṽ‖ as the first
+  // kernel's EXACT variant).
+  constexpr bool kAffine = C::kAffineParams;
+  constexpr bool kReadsExact = kAffine;
+  constexpr int NS = kAffine ? 2 : (C::kScaled ? (C::kGroupScale ? D / 32 : 1) : 0);
+  constexpr int KPB = kAffine ? 4 * D : 0;
   constexpr int S = PipeStages(C::kBytes, D);  // bits per channel = bytes per 8-channel lane
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
@@ -138,6 +146,30 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   const int32_t n_st = static_cast<int32_t>((end - begin_al + kStageTokens - 1) / kStageTokens);
   FillGroupVectors(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
                    static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gvec);
+  int32_t* gexact = reinterpret_cast<int32_t*>(dsm + plan.gexact_off);  // kReadsExact: [gvec_entries]
+  const bool has_exact = kReadsExact && p.exact_slot != nullptr;
+  if (has_exact) {
+    FillGroupExactSlots(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
+                        static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gexact);
+  }
+  const int32_t bs_mask = L.block_size - 1;
+  // Stage token jj's exact row (side 0: K, 1: V) if its group is in the exact cache: the lane's 8
+  // channels into x; false (x untouched) otherwise.
+  auto exact_row = [&](int stage, int jj, int side, float (&x)[8]) -> bool {
+    if constexpr (kReadsExact) {
+      const int32_t slot = gexact[kStageGroups * stage + jj / 8];
+      if (slot < 0) return false;
+      const int32_t pos = (static_cast<int32_t>(begin_al) + kStageTokens * stage + jj) & bs_mask;
+      const float4* src = reinterpret_cast<const float4*>(
+          p.exact_kv + ((static_cast<int64_t>(slot) * 2 + side) * L.block_size + pos) * D + ch0);
+      const float4 a = __ldg(src), b = __ldg(src + 1);
+      x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+      x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+      return true;
+    } else {
+      return false;
+    }
+  };
   const int scale_idx = C::kScaled ? (NS > 1 ? ch0 / 32 : 0) : 0;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
@@ -148,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // ---- the stage loader (pipe_stage_loader.cuh): stage k < n_st reads K, k ≥ n_st reads V (+ the
   // K band witnesses, the V summaries and the K scales)
   constexpr StageSwizzle kSwizzle = !kTc ? StageSwizzle::kNone : (kTc8 ? StageSwizzle::kTc8 : StageSwizzle::kTc);
-  const PipeStageLoader<CB, NS, S, kSwizzle, kVScaleMax, kKScale, kWit> loader(sl, tid);
+  const PipeStageLoader<CB, NS, S, kSwizzle, kVScaleMax, kKScale, kWit, KPB> loader(sl, tid, p.bs_shift);
   auto issue = [&](int k) { loader.Issue(k, n_st, gvec, ring, sl, p.kv, nb); };
   // Launched to overlap the KV write (MeteredDecodeCudaArgs::overlap_previous): the first stages
   // stream before the wait, except in the split the write may still be changing. q is read after.
@@ -379,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
       }
     } else {  // CUDA-core logits
-#pragma unroll
+#pragma unroll (kAffine ? 1 : U)  // kivi2: fewest spills at GMAX = 8 with the meter (ptxas)
       for (int u = 0; u < U; ++u) {
         const int j = u * kWarps * TPW + warp * TPW + sub;
         uint32_t raw[NW];
@@ -388,9 +420,17 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
         bool valid = true;
         if (edge) valid = off0 + j >= 0 && off0 + j < n_split;
-        DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
         float x[8];
-        C::Decode8(raw, ctx, x);
+        if constexpr (kAffine) {  // the block's (zero, scale) of the lane's 8 channels
+          const uint4* pp = reinterpret_cast<const uint4*>(st + sl.kparams + KeyParamSlot(j / 8, L.block_size) * KPB + 4 * ch0);
+          const uint4 a = pp[0], b = pp[1];
+          const uint32_t pairs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+          C::DecodeWithPairs(raw[0], pairs, x);
+        } else {
+          DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
+          C::Decode8(raw, ctx, x);
+        }
+        if (has_exact && valid) exact_row(k, j, 0, x);  // an exact row: sc = 1 already (unscaled codec)
         if (!valid) {
           sc = 0.0f;
 #pragma unroll
@@ -553,6 +593,24 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         return 1.0f;
       }
     };
+    if constexpr (kReadsExact && kWit) {
+      // Exact rows carry no quantization error: their staged unit and value summary become 0
+      // (ε = 0, ρ = 0, ν = 0 there; the V pass below takes their own ‖ṽ‖ into vmax).
+      if (has_exact) {
+        const int32_t* ge = gexact + kStageGroups * (k - n_st);
+        bool any = false;
+#pragma unroll
+        for (int i = 0; i < kStageGroups; ++i) any |= ge[i] >= 0;
+        if (any) {  // uniform across the CTA
+          if (tid < kStageTokens && ge[tid / 8] >= 0) {
+            uint8_t* stw = const_cast<uint8_t*>(st);
+            reinterpret_cast<uint16_t*>(stw + sl.kunit)[tid] = 0;
+            reinterpret_cast<uint32_t*>(stw + sl.vsum)[tid] = 0u;
+          }
+          __syncthreads();
+        }
+      }
+    }
     // (a) weights and certificate terms (pipe_weights_step.cuh)
     ws.Stage(sm, sl, st, logits, lcap, off0, n_split, nb, inv_sqrt_d, infl, &vmax, store_weight, vscale_of);
     if constexpr (kTc) {
@@ -611,7 +669,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int i = 0; i < 4; ++i) vacc[n][i] += sacc[n][i];
       }
     } else {  // CUDA-core values
-#pragma unroll
+#pragma unroll (kAffine ? 1 : U)
       for (int u = 0; u < U; ++u) {
         const int j = u * kWarps * TPW + warp * TPW + sub;
         uint32_t raw[NW];
@@ -620,9 +678,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         if constexpr (C::kScaled) sc = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[j * NS + scale_idx]);
         bool valid = true;
         if (edge) valid = off0 + j >= 0 && off0 + j < n_split;
-        DecodeCtx ctx{0ull, ch0, true};
         float x[8];
-        C::Decode8(raw, ctx, x);
+        if constexpr (kAffine) {
+          C::DecodeWithPair(raw[0], reinterpret_cast<const uint32_t*>(st + sl.scales)[j], x);
+        } else {
+          DecodeCtx ctx{0ull, ch0, true};
+          C::Decode8(raw, ctx, x);
+        }
+        const bool exact = has_exact && valid && exact_row(k - n_st, j, 1, x);
         if (!valid) {
           sc = 0.0f;
 #pragma unroll
@@ -637,6 +700,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         if constexpr (METER && C::kExact) {  // no summary: ‖ṽ‖ by the wide-range path (ρ = 0)
           const float norm = WideRangeRowNorm<D, LPT>(x, sc);
           if (valid) vmax = meter::MaxAcc(vmax, norm);  // NaN ignored, as PartialAddToken does
+        } else if constexpr (METER && kReadsExact) {  // exact rows alike; the vote keeps the shuffles uniform
+          if (has_exact && __any_sync(0xffffffffu, exact)) {
+            const float norm = WideRangeRowNorm<D, LPT>(x, sc);
+            if (exact) vmax = meter::MaxAcc(vmax, norm);
+          }
         }
       }
     }

@@ -16,13 +16,12 @@
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/pipe_stage_geometry.h"
 #include "kernels/cuda/tc8_layout.h"
 
 namespace witcert::cuda_kv {
 
-constexpr int kStageTokens = 64;
 static_assert(kSplitAlignTokens % kStageTokens == 0, "splits start on a stage");
-constexpr int kStageGroups = kStageTokens / 8;  // 8-token groups: one block each (block_size ≥ 8)
 
 // Ring depth: about 48 KB of codes per CTA in the ring (two CTAs per SM keep ≥ 32 KB per SM
 // in flight, what ~4.8 TB/s × ~1 µs of latency needs across 132 SMs), 2 to 4 stages.
@@ -36,38 +35,48 @@ __host__ __device__ constexpr int RoundUp16(int x) { return (x + 15) / 16 * 16; 
 
 // Byte offsets inside one stage of kStageTokens tokens (each 16-byte aligned).
 struct StageLayout {
-  int32_t codes, scales, kscales, kwit, kunit, vsum, bytes;
+  int32_t codes, scales, kscales, kwit, kunit, vsum, kparams, bytes;
 };
-__host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32_t nscale, int32_t nb) {
+// nscale: scale words per vector (kivi2: a value's fp16 (zero, scale), 2); kparam_bytes: a
+// (block, KV head)'s key group parameters (kivi2: 4·d bytes; 0 for every other scheme).
+__host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32_t nscale, int32_t nb,
+                                                       int32_t kparam_bytes) {
   StageLayout s;
   int32_t o = 0;
   s.codes = o;   o += kStageTokens * code_bytes;              // [64, code_bytes]
-  s.scales = o;  o += RoundUp16(kStageTokens * 2 * nscale);   // [64, nscale] bf16
+  s.scales = o;  o += RoundUp16(kStageTokens * 2 * nscale);   // [64, nscale] bf16 (kivi2 V: fp16 pairs)
   s.kscales = o; o += RoundUp16(kStageTokens * 2 * nscale);   // [64, nscale] K scales (Tier B)
   s.kwit = o;    o += RoundUp16(kStageTokens * nb);           // [64, B] uint8 K band codes
   s.kunit = o;   o += kStageTokens * 2;                       // [64] bf16 K band units
   s.vsum = o;    o += kStageTokens * 4;                       // [64, 2] bf16 V summaries (ρ, ν)
+  s.kparams = o; o += kStageGroups * RoundUp16(kparam_bytes); // [8 groups, kparam_bytes] K group parameters
   s.bytes = o;
   return s;
 }
 
+
 // Dynamic shared memory of the pipelined kernel: ring, logits (later the output
-// reduction), the split's group vector table. Offsets in bytes.
+// reduction), the split's group vector table and, where blocks may be read exact (kivi2), the
+// groups' exact-cache slots. Offsets in bytes.
 struct PipeSmemPlan {
   StageLayout stage;
-  int32_t stages, logits_off, gvec_off, gvec_entries;
+  int32_t stages, logits_off, gvec_off, gvec_entries, gexact_off;
   size_t bytes;
 };
 inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32_t lcap) {
   PipeSmemPlan p;
-  p.stage = MakeStageLayout(L.code_bytes(), L.scales_per_vector(false), L.num_bands);
+  const bool group_keys = L.group_keys();  // kivi2: the V stages carry each value's (zero, scale)
+  p.stage = MakeStageLayout(L.code_bytes(), L.scales_per_vector(group_keys), L.num_bands,
+                            2 * L.group_params_per_block());
   p.stages = PipeStages(SchemeInfo(L.scheme).bits_per_channel, L.head_dim);
   p.logits_off = p.stages * p.stage.bytes;
   const int64_t lf = std::max<int64_t>(int64_t{gmax} * lcap, int64_t{kWarps} * gmax * L.head_dim);
-  // gvec [8-token groups of the split's stages] int32 (FillGroupVectors).
+  // gvec [8-token groups of the split's stages] int32 (FillGroupVectors), then gexact alike
+  // (FillGroupExactSlots; group-keyed schemes only).
   p.gvec_off = p.logits_off + static_cast<int32_t>(4 * lf);
   p.gvec_entries = (lcap + 2 * kStageTokens) / 8 + 2;
-  p.bytes = static_cast<size_t>(p.gvec_off) + 4 * static_cast<size_t>(p.gvec_entries);
+  p.gexact_off = p.gvec_off + 4 * p.gvec_entries;
+  p.bytes = static_cast<size_t>(p.gexact_off) + (group_keys ? 4 * static_cast<size_t>(p.gvec_entries) : 0);
   return p;
 }
 
@@ -96,8 +105,10 @@ using cuda_copy::CpAsyncWait;
 
 // `BYTES` bytes from shared memory (generic pointer, suitably aligned).
 template <int BYTES>
-__device__ __forceinline__ void LoadSmemChunk(const uint8_t* p, uint32_t (&w)[BYTES / 4]) {
-  if constexpr (BYTES >= 16) {
+__device__ __forceinline__ void LoadSmemChunk(const uint8_t* p, uint32_t (&w)[kChunkWords<BYTES>]) {
+  if constexpr (BYTES == 2) {
+    w[0] = *reinterpret_cast<const uint16_t*>(p);
+  } else if constexpr (BYTES >= 16) {
 #pragma unroll
     for (int i = 0; i < BYTES / 16; ++i) {
       const uint4 a = reinterpret_cast<const uint4*>(p)[i];

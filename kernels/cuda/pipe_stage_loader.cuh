@@ -5,7 +5,9 @@
 //    source column and swizzled destination are fixed at construction; a stage then costs it one
 //    group-table read, one wide multiply and the copy per chunk (the loader had been most of the
 //    kernel's instructions, ncu: bench/RESULTS.md sixteenth session).
-//  * Scales (scaled codecs) with every stage; scaled fp8 on tensor cores (VSCALE_MAX) copies the V
+//  * Scales (scaled codecs) with every stage (kivi2: each value's (zero, scale) with the V stages);
+//    kivi2's K stages carry the key group parameters of each block instead (KPB bytes, KeyParamSlot);
+//    scaled fp8 on tensor cores (VSCALE_MAX) copies the V
 //    scales with the K stages too, into the stage's K-scale slot (free there), for their maximum.
 //  * V stages with the meter: Tier B's K scales (KSCALE) and the witness chunks (WIT,
 //    WitnessChunkOf, below): chunk ci by thread ci (and ci + kThreads, … for a large B). B = 8 takes the
@@ -73,8 +75,9 @@ enum class StageSwizzle {
   kTc8,  // fp8-e4m3 at d = 128 (CB = 128): chunk c of token t at c ^ Tc8Swizzle(t % 8)
 };
 
-// CB: code bytes per vector; NS: scales per vector (0: none); S: ring stages.
-template <int CB, int NS, int S, StageSwizzle SWIZZLE, bool VSCALE_MAX, bool KSCALE, bool WIT>
+// CB: code bytes per vector; NS: scales per vector (0: none); S: ring stages; KPB: key group
+// parameter bytes per (block, KV head) (kivi2; 0: none).
+template <int CB, int NS, int S, StageSwizzle SWIZZLE, bool VSCALE_MAX, bool KSCALE, bool WIT, int KPB = 0>
 class PipeStageLoader {
  public:
   static constexpr int kChunksPerGroup = CB / 2;  // 16-byte code chunks per 8-token group
@@ -82,7 +85,9 @@ class PipeStageLoader {
   static constexpr int kGroupsPerPass = kThreads / kChunksPerGroup;  // groups one pass of the CTA covers
   static constexpr int kCodePasses = kGroupsPerPass >= kStageGroups ? 1 : kStageGroups / kGroupsPerPass;
 
-  __device__ PipeStageLoader(const StageLayout& sl, int tid) : tid_(tid), code_g0_(tid / kChunksPerGroup) {
+  // bs_shift: log2(block_size) (read with KPB > 0 alone).
+  __device__ PipeStageLoader(const StageLayout& sl, int tid, int bs_shift = 0)
+      : tid_(tid), code_g0_(tid / kChunksPerGroup), bs_shift_(bs_shift) {
     const int r = tid % kChunksPerGroup;
     // kTc: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16); kTc8: chunk
     // r % 8 of token r / 8 (CB = 128) at (r % 8) ^ Tc8Swizzle(r / 8).
@@ -113,7 +118,10 @@ class PipeStageLoader {
         }
       }
       if constexpr (NS > 0) {
-        CopyScales(sg, st + sl.scales, reinterpret_cast<const uint8_t*>(isv ? kv.v_scales : kv.k_scales));
+        if (KPB == 0 || isv) CopyScales(sg, st + sl.scales, reinterpret_cast<const uint8_t*>(isv ? kv.v_scales : kv.k_scales));
+      }
+      if constexpr (KPB > 0) {
+        if (!isv) CopyKeyParams(sg, st + sl.kparams, reinterpret_cast<const uint8_t*>(kv.k_group));
       }
       if constexpr (VSCALE_MAX) {
         if (!isv && tid_ < kStageGroups) {
@@ -158,6 +166,21 @@ class PipeStageLoader {
       CpAsync16(dst + grp * 16 * NS + r * 16, GroupSource(sg, grp, src, 2 * NS, &ok) + r * 16, ok);
     }
   }
+  // kivi2: each block's key group parameters, 16 bytes a copy, into the slot of the block's first
+  // group of the stage (KeyParamSlot). A split starts on a stage, so a block with a group in the
+  // split has its first group of the stage there too.
+  __device__ __forceinline__ void CopyKeyParams(const int32_t* sg, uint8_t* dst, const uint8_t* src) const {
+    constexpr int kChunks = KPB / 16;
+    static_assert(KPB % 16 == 0, "16-byte chunks");
+    for (int ci = tid_; ci < kStageGroups * kChunks; ci += kThreads) {
+      const int grp = ci / kChunks, r = ci % kChunks;
+      if (KeyParamSlot(grp, 1 << bs_shift_) != grp) continue;
+      const int32_t v = sg[grp];
+      const bool ok = v != kGroupOutside;
+      const int64_t unit = ok ? (v >> bs_shift_) : 0;  // block·Hkv + head
+      CpAsync16(dst + grp * KPB + r * 16, src + unit * KPB + r * 16, ok);
+    }
+  }
   __device__ __forceinline__ static void CopyWitnessChunk(const WitnessChunk& c, uint8_t* st, const int32_t* sg) {
     bool ok;
     const uint8_t* src = GroupSource(sg, c.grp, c.src, c.src_per_vector, &ok);
@@ -168,7 +191,7 @@ class PipeStageLoader {
     }
   }
 
-  int tid_, code_g0_;
+  int tid_, code_g0_, bs_shift_;
   int32_t code_dst_;  // the thread's code chunk's byte offset in a stage
 };
 
