@@ -50,6 +50,7 @@
 #include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
+#include "kernels/cuda/pipe_exact_rows.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/cuda/pipe_stage_loader.cuh"
 #include "kernels/cuda/pipe_weights_step.cuh"
@@ -90,10 +91,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int NW = kChunkWords<C::kBytes>;
   constexpr int CB = C::kBytes * D / 8;  // code bytes per vector
   // kivi2 (kAffine): the K stages carry each block's key group parameters (KPB bytes: fp16 (zero,
-  // scale) per channel) and the V stages each value's pair in the scale slot (NS = 2 words); its
-  // blocks whose keys are not encoded yet, and blocks the gate promoted, are read from the exact
-  // cache (kReadsExact: FillGroupExactSlots, rows by ExactRow, ε = ρ = 0 and ν = ‖ṽ‖ as the first
-  // kernel's EXACT variant).
+  // scale) per channel, KeyParamSlot) and the V stages each value's pair in the scale slot (NS = 2
+  // words); its blocks whose keys are not encoded yet, and blocks the gate promoted, are read from
+  // the exact cache (kReadsExact: pipe_exact_rows.cuh).
   constexpr bool kAffine = C::kAffineParams;
   constexpr bool kReadsExact = kAffine;
   constexpr int NS = kAffine ? 2 : (C::kScaled ? (C::kGroupScale ? D / 32 : 1) : 0);
@@ -146,30 +146,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   const int32_t n_st = static_cast<int32_t>((end - begin_al + kStageTokens - 1) / kStageTokens);
   FillGroupVectors(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
                    static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gvec);
-  int32_t* gexact = reinterpret_cast<int32_t*>(dsm + plan.gexact_off);  // kReadsExact: [gvec_entries]
-  const bool has_exact = kReadsExact && p.exact_slot != nullptr;
-  if (has_exact) {
-    FillGroupExactSlots(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
-                        static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gexact);
-  }
-  const int32_t bs_mask = L.block_size - 1;
-  // Stage token jj's exact row (side 0: K, 1: V) if its group is in the exact cache: the lane's 8
-  // channels into x; false (x untouched) otherwise.
-  auto exact_row = [&](int stage, int jj, int side, float (&x)[8]) -> bool {
-    if constexpr (kReadsExact) {
-      const int32_t slot = gexact[kStageGroups * stage + jj / 8];
-      if (slot < 0) return false;
-      const int32_t pos = (static_cast<int32_t>(begin_al) + kStageTokens * stage + jj) & bs_mask;
-      const float4* src = reinterpret_cast<const float4*>(
-          p.exact_kv + ((static_cast<int64_t>(slot) * 2 + side) * L.block_size + pos) * D + ch0);
-      const float4 a = __ldg(src), b = __ldg(src + 1);
-      x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
-      x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
-      return true;
-    } else {
-      return false;
-    }
-  };
+  const PipeExactRows<D, kReadsExact> exact_rows(p, reinterpret_cast<int32_t*>(dsm + plan.gexact_off), seq, kvh,
+                                                 static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
+                                                 static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, ch0);
   const int scale_idx = C::kScaled ? (NS > 1 ? ch0 / 32 : 0) : 0;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
@@ -430,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
           C::Decode8(raw, ctx, x);
         }
-        if (has_exact && valid) exact_row(k, j, 0, x);  // an exact row: sc = 1 already (unscaled codec)
+        if (exact_rows.on() && valid) exact_rows.Row(k, j, 0, x);  // an exact row: sc = 1 already (unscaled codec)
         if (!valid) {
           sc = 0.0f;
 #pragma unroll
@@ -593,24 +572,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         return 1.0f;
       }
     };
-    if constexpr (kReadsExact && kWit) {
-      // Exact rows carry no quantization error: their staged unit and value summary become 0
-      // (ε = 0, ρ = 0, ν = 0 there; the V pass below takes their own ‖ṽ‖ into vmax).
-      if (has_exact) {
-        const int32_t* ge = gexact + kStageGroups * (k - n_st);
-        bool any = false;
-#pragma unroll
-        for (int i = 0; i < kStageGroups; ++i) any |= ge[i] >= 0;
-        if (any) {  // uniform across the CTA
-          if (tid < kStageTokens && ge[tid / 8] >= 0) {
-            uint8_t* stw = const_cast<uint8_t*>(st);
-            reinterpret_cast<uint16_t*>(stw + sl.kunit)[tid] = 0;
-            reinterpret_cast<uint32_t*>(stw + sl.vsum)[tid] = 0u;
-          }
-          __syncthreads();
-        }
-      }
-    }
+    // Exact rows carry no quantization error: ε̂ = ρ = 0 (the V pass below takes their ‖ṽ‖ into vmax).
+    if constexpr (kWit) exact_rows.ClearStagedWitness(k - n_st, const_cast<uint8_t*>(st), sl, tid);
     // (a) weights and certificate terms (pipe_weights_step.cuh)
     ws.Stage(sm, sl, st, logits, lcap, off0, n_split, nb, inv_sqrt_d, infl, &vmax, store_weight, vscale_of);
     if constexpr (kTc) {
@@ -685,7 +648,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           DecodeCtx ctx{0ull, ch0, true};
           C::Decode8(raw, ctx, x);
         }
-        const bool exact = has_exact && valid && exact_row(k - n_st, j, 1, x);
+        const bool exact = exact_rows.on() && valid && exact_rows.Row(k - n_st, j, 1, x);
         if (!valid) {
           sc = 0.0f;
 #pragma unroll
@@ -701,7 +664,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           const float norm = WideRangeRowNorm<D, LPT>(x, sc);
           if (valid) vmax = meter::MaxAcc(vmax, norm);  // NaN ignored, as PartialAddToken does
         } else if constexpr (METER && kReadsExact) {  // exact rows alike; the vote keeps the shuffles uniform
-          if (has_exact && __any_sync(0xffffffffu, exact)) {
+          if (exact_rows.on() && __any_sync(0xffffffffu, exact)) {
             const float norm = WideRangeRowNorm<D, LPT>(x, sc);
             if (exact) vmax = meter::MaxAcc(vmax, norm);
           }

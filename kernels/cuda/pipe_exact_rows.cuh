@@ -1,0 +1,81 @@
+// Rows the pipelined decode kernel (metered_decode_pipelined.cuh) reads exact, from the exact-block
+// cache: a group-keyed scheme's (kivi2) blocks whose keys are not encoded yet, and blocks the gate
+// promoted. What the first kernel's EXACT variant does, per 8-token group of the split's stages:
+//  * the group's cache slot is looked up once per CTA (FillGroupExactSlots, decode_common.cuh);
+//  * in either pass, a token of such a group takes the lane's 8 channels from the cache (fp32)
+//    instead of its codes, scale 1 (the codecs that read exact rows are unscaled);
+//  * with the meter, the V stage's staged unit and value summary of those tokens are zeroed before
+//    the weights step, so ε̂ = ρ = 0 and ν = 0 there, and the value pass takes the row's own ‖ṽ‖
+//    into vmax (the wide-range norm, as for an exact scheme).
+// ENABLED = false compiles to nothing: every other codec's kernel is unchanged.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/pipe_stage.cuh"
+
+namespace witcert::cuda_kv {
+
+template <int D, bool ENABLED>
+class PipeExactRows {
+ public:
+  // gexact: [n_groups] int32 of dynamic shared memory (PipeSmemPlan::gexact_off); the stages'
+  // groups from begin_al on, [t_lo, t_hi) the split's tokens as offsets from begin_al (as
+  // FillGroupVectors). Every thread constructs; the table is read after the caller's next barrier.
+  __device__ PipeExactRows(const DecodeParams& p, int32_t* gexact, int seq, int kvh, int32_t begin_al, int32_t t_lo,
+                           int32_t t_hi, int32_t n_groups, int tid, int ch0)
+      : gexact_(gexact), exact_kv_(p.exact_kv), begin_al_(begin_al), block_size_(p.layout.block_size), ch0_(ch0),
+        on_(ENABLED && p.exact_slot != nullptr) {
+    if (on_) FillGroupExactSlots(p, seq, kvh, begin_al, t_lo, t_hi, n_groups, tid, kThreads, gexact);
+  }
+
+  __device__ __forceinline__ bool on() const { return on_; }
+
+  // Stage `stage`'s token jj (K stage index, or V stage index − n_st): its exact row of `side`
+  // (0: K, 1: V), the lane's 8 channels, into x, if its group is in the cache; false (x untouched)
+  // otherwise.
+  __device__ __forceinline__ bool Row(int stage, int jj, int side, float (&x)[8]) const {
+    if constexpr (ENABLED) {
+      const int32_t slot = gexact_[kStageGroups * stage + jj / 8];
+      if (slot < 0) return false;
+      const int32_t pos = (begin_al_ + kStageTokens * stage + jj) & (block_size_ - 1);
+      const float4* src = reinterpret_cast<const float4*>(
+          exact_kv_ + ((static_cast<int64_t>(slot) * 2 + side) * block_size_ + pos) * D + ch0_);
+      const float4 a = __ldg(src), b = __ldg(src + 1);
+      x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+      x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+      return true;
+    } else {
+      return false;
+    }
+  }
+
+  // V stage `stage` (index − n_st), before the weights step reads it: the staged K band unit and
+  // value summary of its exact tokens become 0. Every thread calls; where the stage has an exact
+  // group (uniform across the CTA) the writes are followed by a barrier.
+  __device__ __forceinline__ void ClearStagedWitness(int stage, uint8_t* st, const StageLayout& sl, int tid) const {
+    if constexpr (ENABLED) {
+      if (!on_) return;
+      const int32_t* ge = gexact_ + kStageGroups * stage;
+      bool any = false;
+#pragma unroll
+      for (int i = 0; i < kStageGroups; ++i) any |= ge[i] >= 0;
+      if (!any) return;
+      if (tid < kStageTokens && ge[tid / 8] >= 0) {
+        reinterpret_cast<uint16_t*>(st + sl.kunit)[tid] = 0;
+        reinterpret_cast<uint32_t*>(st + sl.vsum)[tid] = 0u;
+      }
+      __syncthreads();
+    }
+  }
+
+ private:
+  const int32_t* gexact_;
+  const float* exact_kv_;
+  int32_t begin_al_, block_size_;
+  int ch0_;
+  bool on_;
+};
+
+}  // namespace witcert::cuda_kv
