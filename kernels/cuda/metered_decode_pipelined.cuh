@@ -85,19 +85,29 @@ struct PipeSmem {
   }
 };
 
+// What a stage holds per codec, as the kernel reads it: code bytes per vector, scale words per
+// vector (kivi2: a value's fp16 (zero, scale)), key group parameter bytes per block (kivi2: d
+// pairs). LaunchPipelined checks the host's plan (MakePipeSmemPlan) against these.
+template <class C, int D>
+inline constexpr int kPipeCodeBytes = C::kBytes * D / 8;
+template <class C, int D>
+inline constexpr int kPipeScaleWords = C::kAffineParams ? 2 : (C::kScaled ? (C::kGroupScale ? D / 32 : 1) : 0);
+template <class C, int D>
+inline constexpr int kPipeKeyParamBytes = C::kAffineParams ? 4 * D : 0;
+
 template <class C, int D, int GMAX, bool METER>
 __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const DecodeParams p, const PipeSmemPlan plan) {
   constexpr int LPT = D / 8, TPW = 32 / LPT, U = kStageTokens / (kWarps * TPW);
   constexpr int NW = kChunkWords<C::kBytes>;
-  constexpr int CB = C::kBytes * D / 8;  // code bytes per vector
+  constexpr int CB = kPipeCodeBytes<C, D>;  // code bytes per vector
   // kivi2 (kAffine): the K stages carry each block's key group parameters (KPB bytes: fp16 (zero,
   // scale) per channel, KeyParamSlot) and the V stages each value's pair in the scale slot (NS = 2
   // words); its blocks whose keys are not encoded yet, and blocks the gate promoted, are read from
   // the exact cache (kReadsExact: pipe_exact_rows.cuh).
   constexpr bool kAffine = C::kAffineParams;
   constexpr bool kReadsExact = kAffine;
-  constexpr int NS = kAffine ? 2 : (C::kScaled ? (C::kGroupScale ? D / 32 : 1) : 0);
-  constexpr int KPB = kAffine ? 4 * D : 0;
+  constexpr int NS = kPipeScaleWords<C, D>;
+  constexpr int KPB = kPipeKeyParamBytes<C, D>;
   constexpr int S = PipeStages(C::kBytes, D);  // bits per channel = bytes per 8-channel lane
   constexpr bool kWit = METER && !C::kExact;
   constexpr bool kKScale = METER && C::kTierB;
@@ -738,6 +748,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 
 template <class C, int D, int GMAX, bool METER>
 CudaStatus LaunchPipelined(const DecodeParams& p, const PipeSmemPlan& plan, dim3 grid, cudaStream_t stream) {
+  const StageLayout want = MakeStageLayout(kPipeCodeBytes<C, D>, kPipeScaleWords<C, D>, p.layout.num_bands,
+                                          kPipeKeyParamBytes<C, D>);
+  const StageLayout& got = plan.stage;
+  if (got.codes != want.codes || got.scales != want.scales || got.kscales != want.kscales || got.kwit != want.kwit ||
+      got.kunit != want.kunit || got.vsum != want.vsum || got.kparams != want.kparams || got.bytes != want.bytes ||
+      plan.stages != PipeStages(C::kBytes, D)) {
+    return CudaStatus::Error("MeteredDecodeCuda: the pipelined kernel's stage plan does not match its codec");
+  }
   auto kernel = PipelinedDecodeKernel<C, D, GMAX, METER>;
   static const size_t two_per_sm = TwoCtasPerSmBytes(reinterpret_cast<const void*>(kernel));  // per instantiation
   const size_t bytes = std::max(plan.bytes, two_per_sm);
