@@ -646,6 +646,20 @@ TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
       }
     }
   }
+  // kivi2 on the pipelined kernel (kernel 2): each context's last block read exact (its keys are
+  // not encoded yet), so a stage mixes exact and coded groups and the V stage clears the exact
+  // groups' staged witness behind its own barrier (pipe_exact_rows.cuh): racecheck's case.
+  for (bool meter : {true, false}) {
+    DecodeCase c;
+    c.scheme = KvScheme::kKivi2;
+    c.d = 128;
+    c.kernel = 2;
+    c.ctx = {1, 37, 300};
+    c.meter = meter;
+    c.exact_every = 3;
+    c.poison_pool = true;
+    RunCase(c);
+  }
 }
 
 // kivi2 (keys per block), the pipelined kernel (kernel 2) and the first (0 and 1): full blocks encoded
