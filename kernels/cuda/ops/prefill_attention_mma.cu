@@ -60,7 +60,6 @@ struct MmaTile {
   static constexpr int kRowHalves = D + kRowPadHalves;  // shared-memory row pitch
   static constexpr int kVec4PerRow = D / 4;
   static constexpr int kRowsPerPass = kThreads / kVec4PerRow;  // rows one CTA-wide load covers
-  static constexpr int kKvPasses = kBlockN / kRowsPerPass;     // float4 staging regs / thread
   static constexpr int kQPasses = kBlockM / kRowsPerPass;
   static constexpr int kQHalves = kBlockM * kRowHalves;
   static constexpr int kKvHalves = kBlockN * kRowHalves;
@@ -69,8 +68,9 @@ struct MmaTile {
   static_assert(kThreads % kVec4PerRow == 0 && kBlockN % kRowsPerPass == 0);
 };
 
+// float4 staging registers a thread holds for one K or V tile (the same for either tile shape).
 template <int D>
-constexpr int kKvPasses = MmaTile<D, 1>::kKvPasses;
+constexpr int kKvPasses = kBlockN / MmaTile<D, 1>::kRowsPerPass;
 
 // This thread's float4 share of rows [row0, row0 + kBlockN) of one head: rows ≥ n read as 0.
 // head_base points at column 0 of that head in row 0.
@@ -82,7 +82,7 @@ __device__ __forceinline__ void LoadKvRows(float4 (&staged)[kKvPasses<D>],
   const int col4 = threadIdx.x % Tile::kVec4PerRow;
   const int row = threadIdx.x / Tile::kVec4PerRow;
 #pragma unroll
-  for (int p = 0; p < Tile::kKvPasses; ++p) {
+  for (int p = 0; p < kKvPasses<D>; ++p) {
     const int r = row0 + row + p * Tile::kRowsPerPass;
     staged[p] = r < n ? __ldg(reinterpret_cast<const float4*>(head_base + r * stride) + col4)
                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -96,7 +96,7 @@ __device__ __forceinline__ void StoreKvRows(__half* tile, const float4 (&staged)
   const int col4 = threadIdx.x % Tile::kVec4PerRow;
   const int row = threadIdx.x / Tile::kVec4PerRow;
 #pragma unroll
-  for (int p = 0; p < Tile::kKvPasses; ++p) {
+  for (int p = 0; p < kKvPasses<D>; ++p) {
     const float4 x = staged[p];
     *reinterpret_cast<uint2*>(tile + (row + p * Tile::kRowsPerPass) * Tile::kRowHalves + 4 * col4) =
         make_uint2(mma::PackHalf2(x.x, x.y), mma::PackHalf2(x.z, x.w));
