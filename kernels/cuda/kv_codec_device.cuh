@@ -191,21 +191,27 @@ struct DevKivi2 {
     *z = __half2float(__ushort_as_half(static_cast<unsigned short>(zs & 0xffffu)));
     *s = __half2float(__ushort_as_half(static_cast<unsigned short>(zs >> 16)));
   }
-  // x_i = z_i + s_i·m_i for the lane's 8 codes (16 bits of `codes`), pairs[i] channel ch0+i's.
-  __device__ __forceinline__ static void DecodeWithPairs(uint32_t codes, const uint32_t (&pairs)[8], float* x) {
+  // Code i of the lane's 16 bits as a float, exact: 2^23 + m − 2^23 (no conversion instruction).
+  __device__ __forceinline__ static float Code(uint32_t codes, int i) {
+    return __uint_as_float(0x4B000000u | ((codes >> (2 * i)) & 3u)) - 8388608.0f;
+  }
+  // x_i = z_i + s_i·m_i for the lane's 8 codes with channel ch0+i's parameters as floats.
+  __device__ __forceinline__ static void DecodeWithFloats(uint32_t codes, const float (&z)[8], const float (&s)[8],
+                                                          float* x) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      float z, s;
-      UnpackPair(pairs[i], &z, &s);
-      x[i] = __fadd_rn(z, __fmul_rn(s, static_cast<float>((codes >> (2 * i)) & 3u)));
-    }
+    for (int i = 0; i < 8; ++i) x[i] = __fadd_rn(z[i], __fmul_rn(s[i], Code(codes, i)));
+  }
+  // The lane's 8 (zero, scale) pairs (pairs[i]: channel ch0+i's) as floats.
+  __device__ __forceinline__ static void UnpackPairs(const uint32_t (&pairs)[8], float (&z)[8], float (&s)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) UnpackPair(pairs[i], &z[i], &s[i]);
   }
   // The same with one pair for all 8 channels (a value vector's).
   __device__ __forceinline__ static void DecodeWithPair(uint32_t codes, uint32_t zs, float* x) {
     float z, s;
     UnpackPair(zs, &z, &s);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = __fadd_rn(z, __fmul_rn(s, static_cast<float>((codes >> (2 * i)) & 3u)));
+    for (int i = 0; i < 8; ++i) x[i] = __fadd_rn(z, __fmul_rn(s, Code(codes, i)));
   }
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
     if (ctx.params == nullptr) {
@@ -219,7 +225,9 @@ struct DevKivi2 {
       const uint4 a = __ldg(reinterpret_cast<const uint4*>(ctx.params));
       const uint4 b = __ldg(reinterpret_cast<const uint4*>(ctx.params) + 1);
       const uint32_t pr[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      DecodeWithPairs(w[0], pr, x);
+      float z[8], s[8];
+      UnpackPairs(pr, z, s);
+      DecodeWithFloats(w[0], z, s, x);
     }
   }
 };

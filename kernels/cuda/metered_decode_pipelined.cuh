@@ -400,9 +400,21 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
       }
     } else {  // CUDA-core logits
-#pragma unroll (kAffine ? 1 : U)  // kivi2: fewest spills at GMAX = 8 with the meter (ptxas)
+      // kivi2: warp w takes the stage's 8-token group w (tokens 8w + sub + TPW·u), one paged block,
+      // so at GMAX ≤ 4 the lane's 8 channels' key parameters are loaded and unpacked once a stage
+      // (kKeyFloats). At GMAX = 8 they are read per token: held across the loop they spilled with
+      // the meter (ptxas: 176-184 bytes against 120).
+      static_assert(!kAffine || (kWarps == kStageGroups && TPW * U == 8), "a warp per 8-token group");
+      constexpr bool kKeyFloats = kAffine && GMAX <= 4;
+      const uint4* kparams = reinterpret_cast<const uint4*>(st + sl.kparams + KeyParamSlot(warp, L.block_size) * KPB + 4 * ch0);
+      float kz[kKeyFloats ? 8 : 1], ks[kKeyFloats ? 8 : 1];
+      if constexpr (kKeyFloats) {
+        const uint4 a = kparams[0], b = kparams[1];
+        C::UnpackPairs({a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, kz, ks);
+      }
+#pragma unroll (kAffine && GMAX > 4 ? 1 : U)  // kivi2 at GMAX = 8: fewest spills with the meter (ptxas)
       for (int u = 0; u < U; ++u) {
-        const int j = u * kWarps * TPW + warp * TPW + sub;
+        const int j = kAffine ? 8 * warp + sub + TPW * u : u * kWarps * TPW + warp * TPW + sub;
         uint32_t raw[NW];
         LoadSmemChunk<C::kBytes>(st + sl.codes + j * CB + part * C::kBytes, raw);
         float sc = 1.0f;
@@ -410,11 +422,13 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         bool valid = true;
         if (edge) valid = off0 + j >= 0 && off0 + j < n_split;
         float x[8];
-        if constexpr (kAffine) {  // the block's (zero, scale) of the lane's 8 channels
-          const uint4* pp = reinterpret_cast<const uint4*>(st + sl.kparams + KeyParamSlot(j / 8, L.block_size) * KPB + 4 * ch0);
-          const uint4 a = pp[0], b = pp[1];
-          const uint32_t pairs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-          C::DecodeWithPairs(raw[0], pairs, x);
+        if constexpr (kKeyFloats) {
+          C::DecodeWithFloats(raw[0], kz, ks, x);
+        } else if constexpr (kAffine) {
+          const uint4 a = kparams[0], b = kparams[1];
+          float z[8], s[8];
+          C::UnpackPairs({a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, z, s);
+          C::DecodeWithFloats(raw[0], z, s, x);
         } else {
           DecodeCtx ctx{C::kTierB ? thash[k & 1][j] : 0ull, ch0, false};
           C::Decode8(raw, ctx, x);
@@ -642,7 +656,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int i = 0; i < 4; ++i) vacc[n][i] += sacc[n][i];
       }
     } else {  // CUDA-core values
-#pragma unroll (kAffine ? 1 : U)
+#pragma unroll (kAffine ? 1 : U)  // kivi2: the V loop unrolled spilled (ptxas: 100 bytes at GMAX = 4)
       for (int u = 0; u < U; ++u) {
         const int j = u * kWarps * TPW + warp * TPW + sub;
         uint32_t raw[NW];
