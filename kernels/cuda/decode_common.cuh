@@ -155,37 +155,27 @@ __device__ __forceinline__ SplitRange BeginSplit(const DecodeParams& p, int seq,
 // bench/RESULTS.md 2026-12-03). The tensor-core kernel keeps its per-call lookup: the table
 // made its int8-dither meter-on kernel 2-7% slower there. Vector indices are < 2^31.
 constexpr int32_t kGroupOutside = INT32_MIN;
+// gexact (null: not wanted): beside gvec, the exact-block cache slot of each group's (block, layer,
+// KV head), −1 where the block is not cached, there is no cache (p.exact_slot null) or the group
+// is outside [begin, end); the pipelined kernel reads such groups' rows exact (pipe_exact_rows.cuh).
 __device__ __forceinline__ void FillGroupVectors(const DecodeParams& p, int seq, int kvh, int32_t begin_al,
                                                  int32_t t_lo, int32_t t_hi, int32_t n_groups, int tid,
-                                                 int threads, int32_t* gvec) {
+                                                 int threads, int32_t* gvec, int32_t* gexact = nullptr) {
   const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
   const int32_t hkv = p.layout.num_kv_heads, bmask = p.layout.block_size - 1;
   for (int i = tid; i < n_groups; i += threads) {
     const int32_t t0 = 8 * i;
-    int32_t v = kGroupOutside;
+    int32_t v = kGroupOutside, slot = -1;
     if (t0 < t_hi && t0 + 8 > t_lo) {
       const int32_t pos = begin_al + t0;
-      v = ((bt[pos >> p.bs_shift] * hkv + kvh) << p.bs_shift) + (pos & bmask);
+      const int32_t blk = bt[pos >> p.bs_shift];
+      v = ((blk * hkv + kvh) << p.bs_shift) + (pos & bmask);
+      if (gexact != nullptr && p.exact_slot != nullptr) {
+        slot = __ldg(p.exact_slot + (static_cast<int64_t>(blk) * p.num_layers + p.layer) * hkv + kvh);
+      }
     }
     gvec[i] = v;
-  }
-}
-
-// Beside gvec: the exact-block cache slot of each group's (block, layer, KV head), −1 where the
-// block is not in the cache, there is no cache (p.exact_slot null) or the group is outside
-// [begin, end). The pipelined kernel reads such groups' rows exact (group-keyed schemes).
-__device__ __forceinline__ void FillGroupExactSlots(const DecodeParams& p, int seq, int kvh, int32_t begin_al,
-                                                    int32_t t_lo, int32_t t_hi, int32_t n_groups, int tid,
-                                                    int threads, int32_t* gexact) {
-  const int32_t* bt = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
-  for (int i = tid; i < n_groups; i += threads) {
-    const int32_t t0 = 8 * i;
-    int32_t slot = -1;
-    if (p.exact_slot != nullptr && t0 < t_hi && t0 + 8 > t_lo) {
-      const int64_t blk = bt[(begin_al + t0) >> p.bs_shift];
-      slot = __ldg(p.exact_slot + (blk * p.num_layers + p.layer) * p.layout.num_kv_heads + kvh);
-    }
-    gexact[i] = slot;
+    if (gexact != nullptr) gexact[i] = slot;
   }
 }
 

@@ -208,10 +208,11 @@ struct DevKivi2 {
   }
   // The same with one pair for all 8 channels (a value vector's).
   __device__ __forceinline__ static void DecodeWithPair(uint32_t codes, uint32_t zs, float* x) {
-    float z, s;
-    UnpackPair(zs, &z, &s);
+    float z[8], s[8];
+    UnpackPair(zs, &z[0], &s[0]);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = __fadd_rn(z, __fmul_rn(s, Code(codes, i)));
+    for (int i = 1; i < 8; ++i) { z[i] = z[0]; s[i] = s[0]; }
+    DecodeWithFloats(codes, z, s, x);
   }
   __device__ static void Decode8(const uint32_t* w, const DecodeCtx& ctx, float* x) {
     if (ctx.params == nullptr) {

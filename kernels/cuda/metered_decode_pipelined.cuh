@@ -53,6 +53,7 @@
 #include "kernels/cuda/pipe_exact_rows.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/cuda/pipe_stage_loader.cuh"
+#include "kernels/cuda/pipe_tc_query.cuh"
 #include "kernels/cuda/pipe_weights_step.cuh"
 #include "kernels/cuda/tc_logit_eta.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
@@ -154,11 +155,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   const int32_t n_split = static_cast<int32_t>(end - begin), lcap = p.lcap;
   const int32_t off_al = static_cast<int32_t>(begin_al - begin);  // stage 0's token 0, in (−64, 0]
   const int32_t n_st = static_cast<int32_t>((end - begin_al + kStageTokens - 1) / kStageTokens);
+  int32_t* gexact = reinterpret_cast<int32_t*>(dsm + plan.gexact_off);  // kReadsExact: [gvec_entries]
   FillGroupVectors(p, seq, kvh, static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
-                   static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gvec);
-  const PipeExactRows<D, kReadsExact> exact_rows(p, reinterpret_cast<int32_t*>(dsm + plan.gexact_off), seq, kvh,
-                                                 static_cast<int32_t>(begin_al), static_cast<int32_t>(begin - begin_al),
-                                                 static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, ch0);
+                   static_cast<int32_t>(end - begin_al), n_st * kStageGroups, tid, kThreads, gvec,
+                   kReadsExact ? gexact : nullptr);
+  const PipeExactRows<D, kReadsExact> exact_rows(p, gexact, static_cast<int32_t>(begin_al), ch0);
   const int scale_idx = C::kScaled ? (NS > 1 ? ch0 / 32 : 0) : 0;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
   const int h0 = kvh * G;
@@ -221,57 +222,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   float qunscale[NTK];     // kTc: 2^-s of the head whose logits the lane finishes (4n + tig)
   float qdigit_l1[NTK];    // scaled fp8 with the meter: X₁ of head 4n + tig (fp32 sum)
   if constexpr (kTc) {
-    const int gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int n = 0; n < NTK; ++n) {
-      const int g = 4 * n + gid / 2;  // this lane's B column: head g, digit gid % 2
-      const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + (g < G ? g : 0)) * D;
-      float2 qv[8][2];
-      float amax = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int c = kTc8 ? Tc8KeyChannel(ks, tig, 2 * r) : 16 * ks + 8 * r + 2 * tig;
-          qv[ks][r] = g < G ? *reinterpret_cast<const float2*>(qg + c) : make_float2(0.0f, 0.0f);
-          amax = fmaxf(amax, fmaxf(fabsf(qv[ks][r].x), fabsf(qv[ks][r].y)));
-        }
-      }
-      // The head's 32 channels of each k-step lie with the 4 tig lanes and both digit lanes.
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-      int e = 0;
-      if (amax > 0.0f && amax <= 3.0e38f) frexpf(amax, &e);  // amax < 2^e
-      e = max(e, -100);
-      const float scale = ldexpf(1.0f, 14 - e);
-      const bool lo_digit = (gid & 1) != 0;
-#pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t dx = Digits::Pair(qv[ks][r].x * scale), dy = Digits::Pair(qv[ks][r].y * scale);
-          qb[n][ks][r] = lo_digit ? (dx >> 16) | (dy & 0xffff0000u) : (dx & 0xffffu) | (dy << 16);
-        }
-      }
-      qunscale[n] = __shfl_sync(0xffffffffu, 1.0f / scale, 8 * tig) * inv_sqrt_d;  // lane 8·tig: head 4n + tig
-      if constexpr (kTcEta && !kTcEtaChain) {
-        // The lane's digit (gid % 2) of head 4n + gid / 2 over its 32 channels, then the 8 lanes
-        // of that head (both digits, the 4 tig lanes); lane 8·tig holds head 4n + tig's X₁.
-        float l1 = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            l1 += fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(qb[n][ks][r] & 0xffffu))));
-            l1 += fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(qb[n][ks][r] >> 16))));
-          }
-        }
-#pragma unroll
-        for (int o = 1; o <= 4; o <<= 1) l1 += __shfl_xor_sync(0xffffffffu, l1, o);
-        qdigit_l1[n] = __shfl_sync(0xffffffffu, l1, 8 * tig);
-      }
-    }
+    TcQueryFragments<D, NTK, kTc8, kBf16, kTcEta && !kTcEtaChain>(p, seq, h0, G, lane, inv_sqrt_d, qb, qunscale,
+                                                                  qdigit_l1);
   } else {
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {

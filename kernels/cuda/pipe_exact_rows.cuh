@@ -1,7 +1,7 @@
 // Rows the pipelined decode kernel (metered_decode_pipelined.cuh) reads exact, from the exact-block
 // cache: a group-keyed scheme's (kivi2) blocks whose keys are not encoded yet, and blocks the gate
 // promoted. What the first kernel's EXACT variant does, per 8-token group of the split's stages:
-//  * the group's cache slot is looked up once per CTA (FillGroupExactSlots, decode_common.cuh);
+//  * the group's cache slot is looked up once per CTA, beside its vector index (FillGroupVectors);
 //  * in either pass, a token of such a group takes the lane's 8 channels from the cache (fp32)
 //    instead of its codes, scale 1 (the codecs that read exact rows are unscaled);
 //  * with the meter, the V stage's staged unit and value summary of those tokens are zeroed before
@@ -20,15 +20,12 @@ namespace witcert::cuda_kv {
 template <int D, bool ENABLED>
 class PipeExactRows {
  public:
-  // gexact: [n_groups] int32 of dynamic shared memory (PipeSmemPlan::gexact_off); the stages'
-  // groups from begin_al on, [t_lo, t_hi) the split's tokens as offsets from begin_al (as
-  // FillGroupVectors). Every thread constructs; the table is read after the caller's next barrier.
-  __device__ PipeExactRows(const DecodeParams& p, int32_t* gexact, int seq, int kvh, int32_t begin_al, int32_t t_lo,
-                           int32_t t_hi, int32_t n_groups, int tid, int ch0)
+  // gexact: the split's groups' cache slots, filled by FillGroupVectors (decode_common.cuh) in
+  // dynamic shared memory (PipeSmemPlan::gexact_off) and read after the caller's next barrier;
+  // begin_al: the split's first stage's token 0.
+  __device__ PipeExactRows(const DecodeParams& p, const int32_t* gexact, int32_t begin_al, int ch0)
       : gexact_(gexact), exact_kv_(p.exact_kv), begin_al_(begin_al), block_size_(p.layout.block_size), ch0_(ch0),
-        on_(ENABLED && p.exact_slot != nullptr) {
-    if (on_) FillGroupExactSlots(p, seq, kvh, begin_al, t_lo, t_hi, n_groups, tid, kThreads, gexact);
-  }
+        on_(ENABLED && p.exact_slot != nullptr) {}
 
   __device__ __forceinline__ bool on() const { return on_; }
 

@@ -58,7 +58,6 @@ __host__ __device__ inline StageLayout MakeStageLayout(int32_t code_bytes, int32
   return s;
 }
 
-
 // Dynamic shared memory of the pipelined kernel: ring, logits (later the output
 // reduction), the split's group vector table and, where blocks may be read exact (kivi2), the
 // groups' exact-cache slots. Offsets in bytes.
@@ -76,7 +75,7 @@ inline PipeSmemPlan MakePipeSmemPlan(const PagedKvLayout& L, int32_t gmax, int32
   p.logits_off = p.stages * p.stage.bytes;
   const int64_t lf = std::max<int64_t>(int64_t{gmax} * lcap, int64_t{kWarps} * gmax * L.head_dim);
   // gvec [8-token groups of the split's stages] int32 (FillGroupVectors), then gexact alike
-  // (FillGroupExactSlots; group-keyed schemes only).
+  // (the groups' exact-cache slots, FillGroupVectors too; group-keyed schemes only).
   p.gvec_off = p.logits_off + static_cast<int32_t>(4 * lf);
   p.gvec_entries = (lcap + 2 * kStageTokens) / 8 + 2;
   p.gexact_off = p.gvec_off + 4 * p.gvec_entries;
