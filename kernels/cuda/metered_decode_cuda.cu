@@ -434,9 +434,9 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
                                         : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, stream)
                                                       : LaunchInt8Mma<false, false>(p, mplan, grid, stream)));
   } else if (!outliers && layout.block_size >= 8 && plan.bytes <= 200 * 1024 &&
-             (group_keys ? args.kernel == 2 : !exact && (args.kernel == 0 || args.kernel == 2))) {
-    // kivi2 takes the pipelined kernel when asked (kernel 2) alone until its path has run on a GPU:
-    // written in the twenty-third session, which had no device (bench/RESULTS.md).
+             (args.kernel == 0 || args.kernel == 2) && (group_keys || !exact)) {
+    // kivi2 reads its exact blocks in the pipelined kernel too (PipeExactRows); other schemes'
+    // exact reads (the gate's promoted blocks) take the first kernel.
     WITCERT_CUDA_RETURN_IF_ERROR(LaunchPipelinedForScheme(layout.scheme, p, plan, args.meter, grid, stream));
   } else {
     const size_t dyn = sizeof(float) * std::max<size_t>(static_cast<size_t>(gmax) * p.lcap,

@@ -15,9 +15,8 @@
 // (metered_decode_int8_mma.cuh: exact int8 MMAs on digit-split queries and weights); else the
 // pipelined one (metered_decode_pipelined.cuh: a cp.async ring of 64-token stages keeps loads
 // in flight across every phase); block_size < 8 or args.kernel = 1 select the first,
-// two-phase kernel (metered_decode_kernel.cuh). kivi2 runs the first kernel, or the pipelined
-// one when args.kernel = 2 (not yet run on a GPU, so not the default):
-// its keys are decoded with their block's per-channel parameters, and a block whose keys are
+// two-phase kernel (metered_decode_kernel.cuh). kivi2 runs the pipelined kernel (the first
+// one with args.kernel = 1 or block_size < 8): its keys are decoded with their block's per-channel parameters, and a block whose keys are
 // not encoded yet (fewer than block_size tokens, paged_kv_cuda.h) must be listed in exact_slot
 // with its exact rows in exact_kv — read exact, ε̂ = 0, ρ = 0, with the meter on or off.
 // Split count: ChooseNumSplits (below). The meter is a template flag: `meter = false` runs a
@@ -58,7 +57,7 @@ struct MeteredDecodeCudaArgs {
   // The gate's promoted blocks (certificates.md §6): when exact_slot is set, the token of a
   // (physical block, layer, KV head) with a slot ≥ 0 is read from exact_kv as fp32 and counts
   // ε̂ = 0, ρ = 0. Needs the meter (kivi2: not), runs the first kernel (kernel must be 0 or 1;
-  // kivi2: the pipelined kernel too, kernel 2). The table is read before the wait of an
+  // kivi2: 0 and 2 run the pipelined kernel). The table is read before the wait of an
   // overlapped launch: the kernel before must not change it.
   const int32_t* exact_slot = nullptr;  // [num_blocks, num_layers, Hkv] slot or −1, device
   const float* exact_kv = nullptr;      // [slots, 2 (K, V), block_size, d] fp32, device

@@ -662,35 +662,35 @@ TEST(MeteredDecodeCuda, SmallMatchesCpu) {  // also the sanitizer case
   }
 }
 
-// kivi2 (keys per block), the pipelined kernel (kernel 2) and the first (0 and 1): full blocks encoded
+// kivi2 (keys per block), the pipelined kernel (kernel 0, the default) and the first (1): full blocks encoded
 // whole, each sequence's unfilled last block read exact from the exact table; meter on and off,
 // both head dims, GQA 1/4/8, block sizes 8/16/32/128 (one to eight key parameter slots a stage),
 // forced splits that cut blocks, adversarial rows, promoted blocks too.
 TEST(MeteredDecodeCuda, Kivi2MatchesCpu) {
   WITCERT_SKIP_WITHOUT_GPU();
   int seed = 900;
-  for (int32_t kernel : {2, 0}) {
-  for (int32_t d : {64, 128}) {
-    for (int32_t group : {1, 4, 8}) {
-      for (bool meter : {true, false}) {
-        DecodeCase c;
-        c.kernel = kernel;
-        c.scheme = KvScheme::kKivi2;
-        c.d = d;
-        c.group = group;
-        c.bs = group == 4 ? 32 : (group == 8 ? 16 : (d == 64 ? 8 : 128));
-        c.ctx = {1, 16, 37, 300, 1500};
-        c.meter = meter;
-        c.splits = group == 8 ? 3 : 0;
-        c.adversarial = group == 4;
-        c.key_scale = group == 4 ? 8.0f : 1.0f;
-        c.exact_every = group == 1 ? 3 : 0;
-        c.interleaved = (seed % 2) == 0;
-        c.seed = seed++;
-        RunCase(c);
+  for (int32_t kernel : {0, 1}) {
+    for (int32_t d : {64, 128}) {
+      for (int32_t group : {1, 4, 8}) {
+        for (bool meter : {true, false}) {
+          DecodeCase c;
+          c.kernel = kernel;
+          c.scheme = KvScheme::kKivi2;
+          c.d = d;
+          c.group = group;
+          c.bs = group == 4 ? 32 : (group == 8 ? 16 : (d == 64 ? 8 : 128));
+          c.ctx = {1, 16, 37, 300, 1500};
+          c.meter = meter;
+          c.splits = group == 8 ? 3 : 0;
+          c.adversarial = group == 4;
+          c.key_scale = group == 4 ? 8.0f : 1.0f;
+          c.exact_every = group == 1 ? 3 : 0;
+          c.interleaved = (seed % 2) == 0;
+          c.seed = seed++;
+          RunCase(c);
+        }
       }
     }
-  }
   }
 }
 
