@@ -60,9 +60,9 @@
 
 namespace witcert::cuda_kv {
 
-template <int GMAX, bool TCV>
+template <int GMAX, bool TCV, bool WT32>
 struct PipeSmem {
-  float wt[TCV ? 1 : GMAX][kStageTokens];  // weights of the current V stage (CUDA-core values)
+  float wt[WT32 ? GMAX : 1][kStageTokens];  // weights of the current V stage (CUDA-core values; kivi2: exact rows')
   // TCV: the weights' fp16 / bf16 digits [head·2 + digit, token] (DigitFormat), rows padded to 72
   // halves (36 words) so the B-fragment loads of one warp hit 32 distinct banks.
   uint16_t wt16[TCV ? 2 * GMAX : 1][TCV ? kStageTokens + 8 : 2];
@@ -78,6 +78,7 @@ struct PipeSmem {
   float tierb[GMAX];
   float vsmax[kWarps];            // fp8-e4m3 on tensor cores: the split's largest V scale per warp
   float vscale_mul, vscale_out;   // and 2^-k, 2^k with that scale < 2^k (the weights' digits)
+  float vzero[kWarps];            // kivi2 on tensor cores: Σ w·z_t of the warp's head over the split
   // [kWarps] CertPartial (pipe_weights_step.cuh), raw storage: a __shared__ object may not
   // have initializers.
   alignas(8) unsigned char wpart_raw[kWarps][sizeof(meter::CertPartial)];
@@ -132,10 +133,19 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr bool kFp8 = std::is_same_v<C, DevFp8Scaled> || std::is_same_v<C, DevFp8Raw>;
   constexpr bool kTc = (std::is_same_v<C, DevFp16> || kBf16 || kFp8) && D == 128;  // both passes on tensor cores
   constexpr bool kTc8 = kTc && kFp8;
-  constexpr bool kVScaleMax = kTc8 && C::kScaled;
+  // kivi2 at d = 128 (kTcV2): the value pass on tensor cores, the logits on CUDA cores (the key
+  // scales are per channel, inside the dot product). ṽ_t = z_t + s_t·m_t, so Σ_t w_t·ṽ_t =
+  // Σ_t w_t·z_t (a sum per head, in the weights step) + Σ_t (w_t·s_t)·m_t: the 2-bit codes m are
+  // the A operand, exact in fp16 (mma::TwoBitPairToF16x2), at kTc8's lane mapping; the weights'
+  // digits those of w·s_t·2^-k as scaled fp8's. Rows read exact go to the MMAs with weight 0 and are
+  // summed on CUDA cores beside them (rare: a sequence's unfilled block, the gate's promoted ones).
+  constexpr bool kTcV2 = kAffine && D == 128;
+  constexpr bool kTcV = kTc || kTcV2;        // the value pass on tensor cores
+  constexpr bool kPairRows = kTc8 || kTcV2;  // V tile rows gid, gid + 8 = channels 2gid, 2gid + 1
+  constexpr bool kVScaleMax = (kTc8 && C::kScaled) || kTcV2;
   using Digits = DigitFormat<kBf16>;
   extern __shared__ __align__(128) uint8_t dsm[];
-  __shared__ PipeSmem<GMAX, kTc> sm;
+  __shared__ PipeSmem<GMAX, kTcV, !kTcV || kTcV2> sm;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int sub = lane / LPT, part = lane % LPT, ch0 = part * 8;
@@ -275,7 +285,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
     if constexpr (kVScaleMax) {  // thread = token
       if (tid < kStageTokens && off0 + tid >= 0 && off0 + tid < n_split) {
-        vscale_max = meter::MaxAcc(vscale_max, Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[tid]));
+        float vs;
+        if constexpr (kAffine) {  // the scale of the value's (zero, scale) pair
+          float z;
+          C::UnpackPair(reinterpret_cast<const uint32_t*>(st + sl.kscales)[tid], &z, &vs);
+        } else {
+          vs = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kscales)[tid]);
+        }
+        vscale_max = meter::MaxAcc(vscale_max, vs);
       }
     }
     if constexpr (kTc) {
@@ -497,37 +514,23 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // sm.m / sm.eta become visible at the first V stage's barrier.
 
   // ---- pass 2: per V stage, weights + meter, then values ------------------------------------
-  // CUDA-core values: acc [GMAX heads, the lane's 8 channels]. kTc: vacc [GMAX/4 n-tiles, 4]
+  // CUDA-core values: acc [GMAX heads, the lane's 8 channels]. kTcV: vacc [GMAX/4 n-tiles, 4]
   // the MMA's fp32 D fragments, column 2·tig + {0, 1} = head 4·tile + tig's two digits, rows
-  // channels 16·warp + gid and + 8 (summed per stage, then added here: one rounding a stage).
-  constexpr int NT = kTc ? GMAX / 4 : 1;
-  float acc[kTc ? 1 : GMAX][8];
+  // channels 16·warp + gid and + 8 (kPairRows: 2·gid, 2·gid + 1) (summed per stage, then added
+  // here: one rounding a stage). kTcV2: eacc [n-tile, row] the exact rows' Σ w·ṽ at the lane's
+  // two channels for head 4·tile + tig, vzero_acc the thread's Σ w·z_t for its weights-step head.
+  constexpr int NT = kTcV ? GMAX / 4 : 1;
+  float acc[kTcV ? 1 : GMAX][8];
   float vacc[NT][4];
+  float eacc[kTcV2 ? NT : 1][2] = {};
+  float vzero_acc = 0.0f;
 #pragma unroll
-  for (int g = 0; g < (kTc ? 1 : GMAX); ++g) {
+  for (int g = 0; g < (kTcV ? 1 : GMAX); ++g) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
   }
 #pragma unroll
   for (int n = 0; n < NT; ++n) vacc[n][0] = vacc[n][1] = vacc[n][2] = vacc[n][3] = 0.0f;
-  // w of head g for stage token jj; vs: the token's V scale times 2^-k (kVScaleMax), else 1.
-  auto store_weight = [&](int g, int jj, float w, float vs) {
-    if constexpr (kTc) {
-      int col = jj;
-      if constexpr (kTc8) {
-        col = Tc8WeightColumn(jj);
-        if constexpr (kVScaleMax) {
-          w *= vs;  // ≤ 1: w ≤ 1 and s_t < 2^k; NaN (a bad partial) or a stale slot's bits: 0
-          if (!(w >= 0.0f && w <= 1.0f)) w = 0.0f;
-        }
-      }
-      const uint32_t d = Digits::Weight(w);
-      sm.wt16[2 * g][col] = static_cast<uint16_t>(d);
-      sm.wt16[2 * g + 1][col] = static_cast<uint16_t>(d >> 16);
-    } else {
-      sm.wt[g][jj] = w;
-    }
-  };
   PipeWeightsStep<C, GMAX, METER, NS> ws;  // the weights step's per-thread state
   ws.Init(sm, tid, G, nb);
   float vmax = 0.0f;  // max over the thread's in-range tokens of ν (the exact scheme: ‖ṽ‖)
@@ -542,10 +545,36 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
     const float vmul = kVScaleMax ? sm.vscale_mul : 1.0f;
     auto vscale_of = [&](int jj) -> float {
-      if constexpr (kVScaleMax) {
+      if constexpr (kVScaleMax && !kTcV2) {
         return Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.scales)[jj]) * vmul;
       } else {
         return 1.0f;
+      }
+    };
+    // w of head g for stage token jj; vs: the token's V scale times 2^-k (kVScaleMax), else 1.
+    auto store_weight = [&](int g, int jj, float w, float vs) {
+      if constexpr (kTcV) {
+        const int col = kPairRows ? Tc8WeightColumn(jj) : jj;
+        if constexpr (kTcV2) {  // w·z_t summed here, w·s_t·2^-k to the MMAs; an exact row's w kept in fp32
+          float z, s;
+          C::UnpackPair(reinterpret_cast<const uint32_t*>(st + sl.scales)[jj], &z, &s);
+          if (exact_rows.IsExact(k - n_st, jj)) {
+            sm.wt[g][jj] = w;
+            w = 0.0f;
+          } else if (w > 0.0f) {  // a masked token's w is 0 (its pair may be stale bytes); NaN: a bad partial
+            vzero_acc = fmaf(w, z, vzero_acc);
+          }
+          vs = s * vmul;
+        }
+        if constexpr (kVScaleMax) {
+          w *= vs;  // ≤ 1: w ≤ 1 and s_t < 2^k; NaN (a bad partial) or a stale slot's bits: 0
+          if (!(w >= 0.0f && w <= 1.0f)) w = 0.0f;
+        }
+        const uint32_t d = Digits::Weight(w);
+        sm.wt16[2 * g][col] = static_cast<uint16_t>(d);
+        sm.wt16[2 * g + 1][col] = static_cast<uint16_t>(d >> 16);
+      } else {
+        sm.wt[g][jj] = w;
       }
     };
     // Exact rows carry no quantization error: ε̂ = ρ = 0 (the V pass below takes their ‖ṽ‖ into vmax).
@@ -563,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
     __syncthreads();
     // (b) values
-    if constexpr (kTc) {
+    if constexpr (kTcV) {
       const int gid = lane >> 2, tig = lane & 3;
       // ldmatrix rows: matrix i = lane / 8 covers tokens 8·(i / 2) + [0, 8) of the k-step and
       // channels 16·warp + 8·(i % 2) + [0, 8): chunk 2·warp + i % 2 of row lane % 8, swizzled.
@@ -574,6 +603,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       // tig, so the 2-byte loads are free of bank conflicts.
       const uint8_t* v8 = st + sl.codes + tig * CB + 2 * gid;
       const int v8_even = (warp ^ Tc8Swizzle(tig)) << 4, v8_odd = (warp ^ Tc8Swizzle(tig + 4)) << 4;
+      // kTcV2: word `warp` of a token's 32 code bytes holds the warp's 16 channels, 2 bits each, so
+      // the lane's channels 16·warp + 2·gid + {0, 1} are its bits 4·gid + [0, 4); tokens tig + 4j as
+      // kTc8. One j's loads are four words 32 bytes apart (one per tig): no bank conflicts.
+      const uint32_t* v2 = reinterpret_cast<const uint32_t*>(st + sl.codes + tig * CB) + warp;
       float sacc[NT][4];
 #pragma unroll
       for (int n = 0; n < NT; ++n) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
@@ -592,6 +625,16 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           a[1] = mma::E4m3PairHiToF16x2(p01);
           a[2] = mma::E4m3PairLoToF16x2(p23);
           a[3] = mma::E4m3PairHiToF16x2(p23);
+        } else if constexpr (kTcV2) {
+          uint32_t r[4];  // token tig + 4j: channel 2gid's code in bits 0-1, 2gid + 1's in bits 2-3
+#pragma unroll
+          for (int j = 0; j < 4; ++j) r[j] = v2[(ks * 16 + 4 * j) * (CB / 4)] >> (4 * gid);
+          // Tokens (j, j + 1) in the (low, high) halves, j = 0 and 2.
+          const uint32_t p01 = __byte_perm(r[0], r[1], 0x5410), p23 = __byte_perm(r[2], r[3], 0x5410);
+          a[0] = mma::TwoBitPairToF16x2(p01);
+          a[1] = mma::TwoBitPairToF16x2(p01 >> 2);
+          a[2] = mma::TwoBitPairToF16x2(p23);
+          a[3] = mma::TwoBitPairToF16x2(p23 >> 2);
         } else {
           mma::LdMatrixX4Trans(a, arow + ks * 16 * CB);
         }
@@ -606,6 +649,37 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       for (int n = 0; n < NT; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) vacc[n][i] += sacc[n][i];
+      }
+      if constexpr (kTcV2) {
+        // Rows read exact (weight 0 in the MMAs): Σ w·ṽ at the lane's two channels on CUDA cores,
+        // and with the meter their ‖ṽ‖ into vmax (their summaries were zeroed), warp w taking
+        // group w by the wide-range norm as the CUDA-core pass does.
+        const int es = k - n_st;
+        if (exact_rows.StageHasExact(es)) {
+#pragma unroll 1
+          for (int jj = 0; jj < kStageTokens; ++jj) {
+            const float* row = exact_rows.RowOf(es, jj, 1);
+            if (row == nullptr || off0 + jj < 0 || off0 + jj >= n_split) continue;
+            const float2 x = __ldg(reinterpret_cast<const float2*>(row + 16 * warp + 2 * gid));
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+              const float w = sm.wt[4 * n + tig][jj];
+              eacc[n][0] = fmaf(w, x.x, eacc[n][0]);
+              eacc[n][1] = fmaf(w, x.y, eacc[n][1]);
+            }
+          }
+          if (METER && exact_rows.IsExact(es, 8 * warp)) {
+#pragma unroll 1
+            for (int u = 0; u < 8 / TPW; ++u) {
+              const int j = 8 * warp + sub + TPW * u;
+              const bool valid = off0 + j >= 0 && off0 + j < n_split;
+              float x[8] = {};
+              if (valid) exact_rows.Row(es, j, 1, x);
+              const float norm = WideRangeRowNorm<D, LPT>(x, 1.0f);
+              if (valid) vmax = meter::MaxAcc(vmax, norm);
+            }
+          }
+        }
       }
     } else {  // CUDA-core values
 #pragma unroll (kAffine ? 1 : U)  // kivi2: the V loop unrolled spilled (ptxas: 100 bytes at GMAX = 4)
@@ -653,6 +727,11 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 
   // ---- reductions: certificate partials, vmax, then output accumulators ----------------------
   ws.WarpPartial(sm, warp, lane);  // sm.wpart, read after the barriers below
+  if constexpr (kTcV2) {  // a warp's threads share their weights-step head
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) vzero_acc += __shfl_xor_sync(0xffffffffu, vzero_acc, o);
+    if (lane == 0) sm.vzero[warp] = vzero_acc;
+  }
   if (METER) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
@@ -660,22 +739,32 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   __syncthreads();  // every thread is done with logits / sm.wt
   if (lane == 0) sm.vmax[warp] = vmax;
   const int64_t cell0 = (static_cast<int64_t>(seq) * p.num_q_heads + h0) * p.num_splits + split;
-  if constexpr (kTc) {  // the warp's 16 channels of every head are complete: no reduction
+  if constexpr (kTcV) {  // the warp's 16 channels of every head are complete: no reduction
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const int g = 4 * n + tig;
       if (g < G) {
-        // Rows gid and gid + 8: channels gid and gid + 8 of the warp's 16, kTc8 2·gid and 2·gid + 1.
+        // Rows gid and gid + 8: channels gid and gid + 8 of the warp's 16, kPairRows 2·gid and 2·gid + 1.
         float* out = p.part_acc + (cell0 + static_cast<int64_t>(g) * p.num_splits) * D + 16 * warp;
         const float unscale = kVScaleMax ? sm.vscale_out : 1.0f;
-        out[kTc8 ? 2 * gid : gid] = (vacc[n][0] + vacc[n][1]) * (1.0f / Digits::kWeightScale) * unscale;
-        out[kTc8 ? 2 * gid + 1 : gid + 8] = (vacc[n][2] + vacc[n][3]) * (1.0f / Digits::kWeightScale) * unscale;
+        float o0 = (vacc[n][0] + vacc[n][1]) * (1.0f / Digits::kWeightScale) * unscale;
+        float o1 = (vacc[n][2] + vacc[n][3]) * (1.0f / Digits::kWeightScale) * unscale;
+        if constexpr (kTcV2) {  // + Σ w·z_t of head g (its weights-step warps) + the exact rows' sums
+          constexpr int kHeadWarps = PipeWeightsStep<C, GMAX, METER, NS>::TPH / 32;
+          float zs = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kHeadWarps; ++w) zs += sm.vzero[g * kHeadWarps + w];
+          o0 += zs + eacc[n][0];
+          o1 += zs + eacc[n][1];
+        }
+        out[kPairRows ? 2 * gid : gid] = o0;
+        out[kPairRows ? 2 * gid + 1 : gid + 8] = o1;
       }
     }
   }
   float* red = logits;  // [kWarps, GMAX, D]
-  if constexpr (!kTc) {
+  if constexpr (!kTcV) {
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {
 #pragma unroll
@@ -704,7 +793,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     }
     p.parts[cell0 + static_cast<int64_t>(tid) * p.num_splits] = c;
   }
-  for (int i = kTc ? G * D : tid; i < G * D; i += kThreads) {
+  for (int i = kTcV ? G * D : tid; i < G * D; i += kThreads) {
     const int g = i / D, c = i % D;
     float s = 0.0f;
     for (int w = 0; w < kWarps; ++w) s += red[(w * GMAX + g) * D + c];

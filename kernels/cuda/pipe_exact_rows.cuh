@@ -33,16 +33,42 @@ class PipeExactRows {
   // (0: K, 1: V), the lane's 8 channels, into x, if its group is in the cache; false (x untouched)
   // otherwise.
   __device__ __forceinline__ bool Row(int stage, int jj, int side, float (&x)[8]) const {
+    const float* row = RowOf(stage, jj, side);
+    if (row == nullptr) return false;
+    const float4* src = reinterpret_cast<const float4*>(row + ch0_);
+    const float4 a = __ldg(src), b = __ldg(src + 1);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+    return true;
+  }
+
+  // The same token's whole exact row of `side` ([D] fp32, global), or null where its group is
+  // not in the cache.
+  __device__ __forceinline__ const float* RowOf(int stage, int jj, int side) const {
     if constexpr (ENABLED) {
       const int32_t slot = gexact_[kStageGroups * stage + jj / 8];
-      if (slot < 0) return false;
+      if (slot < 0) return nullptr;
       const int32_t pos = (begin_al_ + kStageTokens * stage + jj) & (block_size_ - 1);
-      const float4* src = reinterpret_cast<const float4*>(
-          exact_kv_ + ((static_cast<int64_t>(slot) * 2 + side) * block_size_ + pos) * D + ch0_);
-      const float4 a = __ldg(src), b = __ldg(src + 1);
-      x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
-      x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
-      return true;
+      return exact_kv_ + ((static_cast<int64_t>(slot) * 2 + side) * block_size_ + pos) * D;
+    } else {
+      return nullptr;
+    }
+  }
+
+  // Whether stage `stage`'s token jj is read exact.
+  __device__ __forceinline__ bool IsExact(int stage, int jj) const {
+    return ENABLED && on_ && gexact_[kStageGroups * stage + jj / 8] >= 0;
+  }
+
+  // Whether any group of stage `stage` is read exact (uniform across the CTA).
+  __device__ __forceinline__ bool StageHasExact(int stage) const {
+    if constexpr (ENABLED) {
+      if (!on_) return false;
+      const int32_t* ge = gexact_ + kStageGroups * stage;
+      bool any = false;
+#pragma unroll
+      for (int i = 0; i < kStageGroups; ++i) any |= ge[i] >= 0;
+      return any;
     } else {
       return false;
     }
@@ -53,13 +79,8 @@ class PipeExactRows {
   // group (uniform across the CTA) the writes are followed by a barrier.
   __device__ __forceinline__ void ClearStagedWitness(int stage, uint8_t* st, const StageLayout& sl, int tid) const {
     if constexpr (ENABLED) {
-      if (!on_) return;
-      const int32_t* ge = gexact_ + kStageGroups * stage;
-      bool any = false;
-#pragma unroll
-      for (int i = 0; i < kStageGroups; ++i) any |= ge[i] >= 0;
-      if (!any) return;
-      if (tid < kStageTokens && ge[tid / 8] >= 0) {
+      if (!StageHasExact(stage)) return;
+      if (tid < kStageTokens && gexact_[kStageGroups * stage + tid / 8] >= 0) {
         reinterpret_cast<uint16_t*>(st + sl.kunit)[tid] = 0;
         reinterpret_cast<uint32_t*>(st + sl.vsum)[tid] = 0u;
       }

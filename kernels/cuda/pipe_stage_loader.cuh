@@ -7,8 +7,8 @@
 //    kernel's instructions, ncu: bench/RESULTS.md sixteenth session).
 //  * Scales (scaled codecs) with every stage (kivi2: each value's (zero, scale) with the V stages);
 //    kivi2's K stages carry the key group parameters of each block instead (KPB bytes, KeyParamSlot);
-//    scaled fp8 on tensor cores (VSCALE_MAX) copies the V
-//    scales with the K stages too, into the stage's K-scale slot (free there), for their maximum.
+//    scaled fp8 and kivi2 on tensor cores (VSCALE_MAX) copy the V scales (kivi2: the pairs) with the
+//    K stages too, into the stage's K-scale slot (free there), for their maximum.
 //  * V stages with the meter: Tier B's K scales (KSCALE) and the witness chunks (WIT,
 //    WitnessChunkOf, below): chunk ci by thread ci (and ci + kThreads, … for a large B). B = 8 takes the
 //    chunk's role with constant divisors (the loop with divisions by a runtime B had cost the two
@@ -123,11 +123,14 @@ class PipeStageLoader {
       if constexpr (KPB > 0) {
         if (!isv) CopyKeyParams(sg, st + sl.kparams, reinterpret_cast<const uint8_t*>(kv.k_group));
       }
-      if constexpr (VSCALE_MAX) {
-        if (!isv && tid_ < kStageGroups) {
+      if constexpr (VSCALE_MAX) {  // the V scale words (NS bf16, or kivi2's fp16 pair), 16·NS bytes a group
+        static_assert(NS == 1 || NS == 2, "one bf16 scale or one fp16 pair a vector");
+        if (!isv && tid_ < kStageGroups * NS) {
           bool ok;
           CpAsync16(st + sl.kscales + tid_ * 16,
-                    GroupSource(sg, tid_, reinterpret_cast<const uint8_t*>(kv.v_scales), 2, &ok), ok);
+                    GroupSource(sg, tid_ / NS, reinterpret_cast<const uint8_t*>(kv.v_scales), 2 * NS, &ok) +
+                        (tid_ % NS) * 16,
+                    ok);
         }
       }
       if (isv) {

@@ -80,6 +80,15 @@ __device__ __forceinline__ uint32_t E4m3PairHiToF16x2(uint32_t w) {
   return r;
 }
 
+// Two 2-bit codes as an fp16 pair, exactly: bits 0-1 of each 16-bit half of w (the rest ignored)
+// become m ∈ {0, 1, 2, 3} in that half, as 1024 + m (fp16 0x6400 | m, exact) minus 1024: one LOP3
+// and one HADD2. How kivi2's codes feed the fp16 MMAs above.
+__device__ __forceinline__ uint32_t TwoBitPairToF16x2(uint32_t w) {
+  const uint32_t biased = (w & 0x00030003u) | 0x64006400u;
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&biased), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 // lo in the low half (the smaller column), as the fragments above expect.
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
