@@ -24,15 +24,14 @@ namespace witcert::cuda_kv {
 static_assert(kSplitAlignTokens % kStageTokens == 0, "splits start on a stage");
 
 // Ring depth: about 48 KB of codes per CTA in the ring (two CTAs per SM keep ≥ 32 KB per SM
-// in flight, what ~4.8 TB/s × ~1 µs of latency needs across 132 SMs), 2 to 4 stages; 6 for
-// 2-bit codes (kivi2), whose 2 KB stages (d = 128; its K stages also carry up to 2 KB of key
-// parameters) would hold ~10 KB per CTA in flight at 4. Six 7.5 KB stages beside 8 heads' logits
-// of a 1536-token split still fit two CTAs per SM. Not yet measured (bench/RESULTS.md,
-// twenty-third session).
+// in flight, what ~4.8 TB/s × ~1 µs of latency needs across 132 SMs), 2 to 4 stages. kivi2's
+// 2-bit stages hold less (~10 KB per CTA in flight at 4), but its kernel is bound by instructions,
+// not loads: six stages measured 0.3-3.5% slower with the meter and no faster without it on an
+// H100 (bench/RESULTS.md, twenty-fourth session).
 __host__ __device__ constexpr int PipeStages(int bits_per_channel, int head_dim) {
   const int stage_code_bytes = kStageTokens * bits_per_channel * head_dim / 8;
-  const int s = 49152 / stage_code_bytes, cap = bits_per_channel <= 2 ? 6 : 4;
-  return s < 2 ? 2 : (s > cap ? cap : s);
+  const int s = 49152 / stage_code_bytes;
+  return s < 2 ? 2 : (s > 4 ? 4 : s);
 }
 
 __host__ __device__ constexpr int RoundUp16(int x) { return (x + 15) / 16 * 16; }
