@@ -652,36 +652,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
         for (int i = 0; i < 4; ++i) vacc[n][i] += sacc[n][i];
       }
-      if constexpr (kTcV2) {
-        // Rows read exact (weight 0 in the MMAs): Σ w·ṽ at the lane's two channels on CUDA cores,
-        // and with the meter their ‖ṽ‖ into vmax (their summaries were zeroed), warp w taking
-        // group w by the wide-range norm as the CUDA-core pass does.
-        const int es = k - n_st;
-        if (exact_rows.StageHasExact(es)) {
-#pragma unroll 1
-          for (int jj = 0; jj < kStageTokens; ++jj) {
-            const float* row = exact_rows.RowOf(es, jj, 1);
-            if (row == nullptr || off0 + jj < 0 || off0 + jj >= n_split) continue;
-            const float2 x = __ldg(reinterpret_cast<const float2*>(row + 16 * warp + 2 * gid));
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              const float w = sm.wt[4 * n + tig][jj];
-              eacc[n][0] = fmaf(w, x.x, eacc[n][0]);
-              eacc[n][1] = fmaf(w, x.y, eacc[n][1]);
-            }
-          }
-          if (METER && exact_rows.IsExact(es, 8 * warp)) {
-#pragma unroll 1
-            for (int u = 0; u < 8 / TPW; ++u) {
-              const int j = 8 * warp + sub + TPW * u;
-              const bool valid = off0 + j >= 0 && off0 + j < n_split;
-              float x[8] = {};
-              if (valid) exact_rows.Row(es, j, 1, x);
-              const float norm = WideRangeRowNorm<D, LPT>(x, 1.0f);
-              if (valid) vmax = meter::MaxAcc(vmax, norm);
-            }
-          }
-        }
+      if constexpr (kTcV2) {  // rows read exact: on CUDA cores beside the MMAs (their weight there is 0)
+        exact_rows.template AddTcValueRows<METER, NT, LPT>(k - n_st, off0, n_split, 16 * warp + 2 * gid, tig, sm.wt, eacc,
+                                                           warp, sub, &vmax);
       }
     } else {  // CUDA-core values
 #pragma unroll (kAffine ? 1 : U)  // kivi2: the V loop unrolled spilled (ptxas: 100 bytes at GMAX = 4)

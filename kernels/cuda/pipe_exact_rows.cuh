@@ -88,6 +88,43 @@ class PipeExactRows {
     }
   }
 
+  // kivi2's tensor-core value pass (metered_decode_pipelined.cuh, kTcV2), whose MMAs take the
+  // exact rows with weight 0. Where V stage `stage` has an exact group (uniform across the CTA):
+  //  * eacc[n] += Σ_t w[4n + tig][t]·ṽ_t at channels ch, ch + 1 over its exact tokens t inside
+  //    the split (t's offset off0 + t in [0, n_split)), w the stage's fp32 weights [head, token];
+  //  * with the meter, group `grp`'s rows' ‖ṽ‖ into *vmax by the wide-range norm, lanes as the
+  //    CUDA-core pass holds them (LPT a token, `sub` the lane's token of a pass): every lane of the
+  //    warp calls, the group uniform across it.
+  template <bool METER, int NT, int LPT, int TOKENS>
+  __device__ __forceinline__ void AddTcValueRows(int stage, int32_t off0, int32_t n_split, int ch, int tig,
+                                                 const float (&w)[NT * 4][TOKENS], float (&eacc)[NT][2], int grp,
+                                                 int sub, float* vmax) const {
+    if (!StageHasExact(stage)) return;
+#pragma unroll 1
+    for (int jj = 0; jj < TOKENS; ++jj) {
+      const float* row = RowOf(stage, jj, 1);
+      if (row == nullptr || off0 + jj < 0 || off0 + jj >= n_split) continue;
+      const float2 x = __ldg(reinterpret_cast<const float2*>(row + ch));
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        eacc[n][0] = fmaf(w[4 * n + tig][jj], x.x, eacc[n][0]);
+        eacc[n][1] = fmaf(w[4 * n + tig][jj], x.y, eacc[n][1]);
+      }
+    }
+    if (METER && IsExact(stage, 8 * grp)) {
+      constexpr int kTokensPerPass = 32 / LPT;
+#pragma unroll 1
+      for (int u = 0; u < 8 / kTokensPerPass; ++u) {
+        const int j = 8 * grp + sub + kTokensPerPass * u;
+        const bool valid = off0 + j >= 0 && off0 + j < n_split;
+        float x[8] = {};
+        if (valid) Row(stage, j, 1, x);
+        const float norm = WideRangeRowNorm<D, LPT>(x, 1.0f);
+        if (valid) *vmax = meter::MaxAcc(*vmax, norm);
+      }
+    }
+  }
+
  private:
   const int32_t* gexact_;
   const float* exact_kv_;
