@@ -38,8 +38,10 @@
 //    |code| ≤ 448, bounds it instead, with no chain), and η follows from a stated
 //    model of the tensor cores' fp32 accumulation (tc_logit_eta.cuh, checked on the device by
 //    kernels_cuda_mma_rounding_model_test). No other certificate term passes through them.
-//  * kivi2 at d = 128 (kTcV2): the V pass alone on tensor cores (its codes exact in fp16, the
-//    weights' digits w·s_t·2^-k, Σ w·z_t per head beside them); its logits stay on CUDA cores.
+//  * kivi2 at d = 128 (kTcV2, kTcK2): both passes on tensor cores. V: its codes exact in fp16,
+//    the weights' digits w·s_t·2^-k, Σ w·z_t per head beside them. K: the codes' bit planes times
+//    the block's scales as exact fp16 rows, the zeros beside them, a bound chain for η
+//    (pipe_tc_kivi2_keys.cuh).
 //  * Tier A's ε with B = 8 is computed as the tensor-core kernel does it (tier_a_digits.cuh):
 //    the band factors as 16-bit digits rounded up, four dp2a against the token's band codes.
 #pragma once
@@ -55,6 +57,7 @@
 #include "kernels/cuda/pipe_exact_rows.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/cuda/pipe_stage_loader.cuh"
+#include "kernels/cuda/pipe_tc_kivi2_keys.cuh"
 #include "kernels/cuda/pipe_tc_query.cuh"
 #include "kernels/cuda/pipe_weights_step.cuh"
 #include "kernels/cuda/tc_logit_eta.cuh"
@@ -142,6 +145,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // digits those of w·s_t·2^-k as scaled fp8's. Rows read exact go to the MMAs with weight 0 and are
   // summed on CUDA cores beside them (rare: a sequence's unfilled block, the gate's promoted ones).
   constexpr bool kTcV2 = kAffine && D == 128;
+  // Its logits too (kTcK2): the codes' two bit planes times the block's scales as exact fp16 A
+  // operands, the zeros in a chain of their own (pipe_tc_kivi2_keys.cuh); exact rows on CUDA cores.
+  constexpr bool kTcK2 = kAffine && D == 128;
+  constexpr bool kTcK = kTc || kTcK2;        // the key pass on tensor cores
   constexpr bool kTcV = kTc || kTcV2;        // the value pass on tensor cores
   constexpr bool kPairRows = kTc8 || kTcV2;  // V tile rows gid, gid + 8 = channels 2gid, 2gid + 1
   constexpr bool kVScaleMax = (kTc8 && C::kScaled) || kTcV2;
@@ -217,25 +224,36 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // accumulator chains. With the meter (kTcEta) a third chain runs the same keys and digits with
   // their sign bits cleared: T̂ = Σ_c (|hi_c| + |lo_c|)·|k_c| per token, whose max over the split
   // gives η under the tensor-core rounding model of tc_logit_eta.cuh (certificates.md §4).
-  constexpr bool kTcEta = kTc && METER;
+  constexpr bool kTcEta = kTcK && METER;
   // Tokens a warp takes in the K pass: 16 (the A fragment's rows), so warps 0-3 cover a stage;
   // fp8 (kTc8), whose fragments are built by conversion rather than loaded, 8 (rows gid + 8 are
   // zeros), so that all 8 warps share the stage and each converts half as many codes: the K pass
   // had been a chain of four warps while the other four waited at the barrier (ncu,
   // bench/RESULTS.md twenty-second session).
-  constexpr int kKRows = kTc8 ? 8 : 16;
+  constexpr int kKRows = kTc8 || kTcK2 ? 8 : 16;
   // Scaled fp8 needs no T̂ chain: its codes are ≤ 448 in magnitude, so T_t ≤ 448·X₁ with X₁ the
   // head's digit sum Σ_c (|hi_c| + |lo_c|), and η follows from the split's largest K scale
   // (TcLogitEtaFp8CodeBoundOf). Raw fp8 keeps the chain (its keys are not near 448).
-  constexpr bool kTcEtaChain = kTcEta && !(kTc8 && C::kScaled);
-  constexpr int NTK = kTc ? GMAX / 4 : 1;
+  constexpr bool kTcEtaChain = kTcEta && !(kTc8 && C::kScaled) && !kTcK2;
+  constexpr int NTK = kTcK ? GMAX / 4 : 1;
   float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
   uint32_t qb[NTK][8][2];  // kTc: B fragments [n-tile, k-step of 16 channels, register]
   float qunscale[NTK];     // kTc: 2^-s of the head whose logits the lane finishes (4n + tig)
   float qdigit_l1[NTK];    // scaled fp8 with the meter: X₁ of head 4n + tig (fp32 sum)
-  if constexpr (kTc) {
-    TcQueryFragments<D, NTK, kTc8, kBf16, kTcEta && !kTcEtaChain>(p, seq, h0, G, lane, inv_sqrt_d, qb, qunscale,
-                                                                  qdigit_l1);
+  // kTcK2 at 8 heads with the meter: qb in shared memory [n-tile][k-step][lane] for the K pass (in
+  // registers it spilled: ptxas, 136 bytes).
+  constexpr bool kQbShared = kTcK2 && NTK == 2 && METER;
+  __shared__ uint2 qb_shared[kQbShared ? NTK * 8 * 32 : 1];
+  if constexpr (kTcK) {
+    TcQueryFragments<D, NTK, kTc8 || kTcK2, kBf16, kTcEta && !kTcEtaChain && !kTcK2>(p, seq, h0, G, lane, inv_sqrt_d,
+                                                                                   qb, qunscale, qdigit_l1);
+    if (kQbShared && warp == 0) {  // the same for every warp; read after the first K stage's barrier
+#pragma unroll
+      for (int n = 0; n < NTK; ++n) {
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) qb_shared[(n * 8 + ks) * 32 + lane] = make_uint2(qb[n][ks][0], qb[n][ks][1]);
+      }
+    }
   } else {
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {
@@ -247,6 +265,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
   float mtc[NTK];   // kTc: the lane's max logit of head 4n + tig
   float tmax[NTK];  // kTcEta: the lane's max T̂ (scaled: T̂·s_t) of head 4n + tig (over its valid tokens), then its η
+                    // (kTcK2: its max η)
   float kscale_max = 0.0f;  // kTcEta, scaled fp8: the lane's max K scale over its valid tokens
   float vscale_max = 0.0f;  // kVScaleMax: the thread's max V scale over its valid tokens (threads < 64)
 #pragma unroll
@@ -370,8 +389,53 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           }
         }
       }
+    } else if constexpr (kTcK2) {  // lane (gid, tig): token 8·warp + gid, heads 4n + tig
+      const int gid = lane >> 2, tig = lane & 3;
+      const int j = 8 * warp + gid;
+      const int32_t o = off0 + j;
+      const bool valid = o >= 0 && o < n_split;
+      if (exact_rows.IsExact(k, 8 * warp)) {  // warp-uniform: the row's fp32 dot on CUDA cores
+        const float* row = exact_rows.RowOf(k, j, 0);
+#pragma unroll
+        for (int n = 0; n < NTK; ++n) {
+          const int g = 4 * n + tig;
+          if (g < G && valid) {
+            const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
+            float dot = 0.0f, ad = 0.0f;
+#pragma unroll 4
+            for (int c = 0; c < D; c += 4) {
+              const float4 xv = __ldg(reinterpret_cast<const float4*>(row + c));
+              const float4 qv = __ldg(reinterpret_cast<const float4*>(qg + c));
+              dot = fmaf(qv.w, xv.w, fmaf(qv.z, xv.z, fmaf(qv.y, xv.y, fmaf(qv.x, xv.x, dot))));
+              if constexpr (METER) {
+                ad = fmaf(fabsf(qv.w), fabsf(xv.w),
+                          fmaf(fabsf(qv.z), fabsf(xv.z), fmaf(fabsf(qv.y), fabsf(xv.y), fmaf(fabsf(qv.x), fabsf(xv.x), ad))));
+              }
+            }
+            const float l = dot * inv_sqrt_d;
+            logits[g * lcap + o] = l;
+            mtc[n] = fmaxf(mtc[n], l);
+            if constexpr (METER) tmax[n] = fmaxf(tmax[n], meter::EtaFactor(D) * ad * inv_sqrt_d);
+          }
+        }
+      } else {
+        float dot[NTK], cw[NTK][4];
+        Kivi2TcKeyTile<NTK, METER, kQbShared>(st + sl.codes + j * CB,
+                                              st + sl.kparams + KeyParamSlot(warp, L.block_size) * KPB, lane, qb,
+                                              qb_shared, dot, cw);
+#pragma unroll
+        for (int n = 0; n < NTK; ++n) {
+          const int g = 4 * n + tig;
+          const float l = dot[n] * qunscale[n];
+          if (g < G && valid) {
+            logits[g * lcap + o] = l;
+            mtc[n] = fmaxf(mtc[n], l);
+            if constexpr (METER) tmax[n] = fmaxf(tmax[n], TcLogitEtaKivi2Of(cw[n], qunscale[n]));
+          }
+        }
+      }
     } else {  // CUDA-core logits
-      // kivi2: warp w takes the stage's 8-token group w (tokens 8w + sub + TPW·u), one paged block,
+      // kivi2 at d = 64: warp w takes the stage's 8-token group w (tokens 8w + sub + TPW·u), one paged block,
       // so at GMAX ≤ 4 the lane's 8 channels' key parameters are loaded and unpacked once a stage
       // (kKeyFloats). At GMAX = 8 they are read per token: held across the loop they spilled with
       // the meter (ptxas: 176-184 bytes against 120).
@@ -444,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (o & kHeadBits) continue;
     mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, o));
   }
-  if (METER && !kTc) {
+  if (METER && !kTcK) {
     if constexpr (kEtaByNorm) {
       const float xn = meter::EtaLaneFactor(xss_max);
 #pragma unroll
@@ -469,19 +533,19 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     for (int o = 16; o > 0; o >>= 1) vscale_max = fmaxf(vscale_max, __shfl_xor_sync(0xffffffffu, vscale_max, o));
     if (lane == 0) sm.vsmax[warp] = vscale_max;
   }
-  if constexpr (kTc) {  // lanes of one tig hold the same head: max over gid
+  if constexpr (kTcK) {  // lanes of one tig hold the same head: max over gid
 #pragma unroll
     for (int n = 0; n < NTK; ++n) {
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) {
         mtc[n] = fmaxf(mtc[n], __shfl_xor_sync(0xffffffffu, mtc[n], o));
-        if constexpr (kTcEtaChain) tmax[n] = fmaxf(tmax[n], __shfl_xor_sync(0xffffffffu, tmax[n], o));
+        if constexpr (kTcEtaChain || (kTcK2 && METER)) tmax[n] = fmaxf(tmax[n], __shfl_xor_sync(0xffffffffu, tmax[n], o));
       }
       if (lane < 4) sm.red[warp][4 * n + lane] = mtc[n];
-      // The head's η over this warp's tokens (tc_logit_eta.cuh).
-      if constexpr (kTcEta && !kTcEtaChain) {
+      // The head's η over this warp's tokens (tc_logit_eta.cuh; kTcK2: already η).
+      if constexpr (kTcEta && !kTcEtaChain && !kTcK2) {
         tmax[n] = TcLogitEtaFp8CodeBoundOf(qdigit_l1[n], kscale_max, qunscale[n]);
-      } else if constexpr (kTcEta) {
+      } else if constexpr (kTcEta && !kTcK2) {
         tmax[n] = TcLogitEtaOf<kBf16>(tmax[n], qunscale[n]);
       }
       if (kTcEta && lane < 4) sm.red_eta[warp][4 * n + lane] = tmax[n];

@@ -89,4 +89,45 @@ __host__ __device__ __forceinline__ float TcLogitEtaFp8CodeBoundOf(float digit_l
   return TcLogitEtaScaledOf<false>(448.0f * digit_l1 * scale_max * (1.0f + 0x1p-16f), scale_max, unscale);
 }
 
+// kivi2 keys at d = 128 (the pipelined kernel's kTcK2, pipe_tc_kivi2_keys.cuh): k̃_c = fl(z_c +
+// s_c·m_c), fp16 (z_c, s_c) per channel over a paged block and 2-bit codes m_c = b0_c + 2·b1_c,
+// never decoded. Against the query's fp16 digits (d_c = hi_c + lo_c, as above) each k-step runs
+//  * the code planes, rows gid = s_c·b0_c and gid + 8 = s_c·b1_c (both exact in fp16: s_c or 0),
+//  * the zeros, rows gid = z_c (gid + 8 empty),
+// into two chains of 8 MMAs (ca: even k-steps, cb: odd): rows gid sum P0 + Pz = Σ d_c·(s_c·b0_c +
+// z_c), rows gid + 8 P1 = Σ d_c·s_c·b1_c; and, with the meter, a third chain of 8, rows gid = |z_c|
+// and gid + 8 = |s_c| against |hi|, |lo|: Ŵz ≈ Wz = Σ_c (|hi_c| + |lo_c|)·|z_c| and Ŵs ≈ Ws =
+// Σ_c (|hi_c| + |lo_c|)·|s_c|, the block's (the same on every row). The token's sum is
+// Kivi2TcDot(ca, cb) = (P0 + Pz) + 2·P1 in fp32 (eight terms, seven additions), then times the
+// unscale. Against Σ_c x_c·k̃_c (x = q·2^s), with W = 3·Ws + Wz ≥ Σ_c (|hi_c| + |lo_c|)·(|z_c| + 3|s_c|):
+//  * the MMAs: ≤ 8.02μ·(T_P0 + T_z + 2·T_P1) + 32ν ≤ 8.02μ·W + 32ν (b0 + 2·b1 = m ≤ 3);
+//  * the seven additions, the unscale's product and its own error: ≤ 11u·(1 + 8.02μ)·W;
+//  * the digit split (|x_c − d_c| ≤ ρ|x_c| + α) over |z_c + s_c·m_c| ≤ |z_c| + 3|s_c| ≤ 4·65504:
+//    ≤ ρ(1 + 2ρ)·W + d·α·4·65504·(1 + 2ρ);
+//  * the stored key's own rounding, which the planes do not repeat (z_c + s_c·m_c is a multiple of
+//    2^-24 below 2^19, so fl() errs relatively, never subnormal): ≤ u·(1 + 2ρ)·(W + d·α·4·65504);
+//  * W ≤ fl(3·fl(c2 + c3) + fl(c0 + c1))·(1 + 8.02μ + 3u) + 8ν from the bound chain (non-negative).
+// So η = (c_rel·Ŵ + c_abs)·unscale·(1 + 2^-19), c_rel ≥ (8.02μ + 12u + ρ(1 + 2ρ))·(1 + 8.02μ +
+// 3u)·(1 + 2u) = 1.2348e-4 (taken as 1.25e-4), c_abs ≥ 128·2^-25·262016·(1 + 2^-20) + 48ν = 0.99951
+// (taken as 1.0). kernels_cuda_tc_logit_eta_test re-derives them and replays the arithmetic.
+struct TcLogitEtaKivi2 {
+  static constexpr float kRel = 1.25e-4f;
+  static constexpr float kAbs = 1.0f;
+};
+
+// (P0 + Pz) + 2·P1 from the lane's two chains' accumulators (elements 0, 1: row gid's hi and lo
+// digit columns; 2, 3: row gid + 8's).
+__host__ __device__ __forceinline__ float Kivi2TcDot(const float (&ca)[4], const float (&cb)[4]) {
+  const float p0 = (ca[0] + cb[0]) + (ca[1] + cb[1]);
+  const float p1 = (ca[2] + cb[2]) + (ca[3] + cb[3]);
+  return p0 + 2.0f * p1;
+}
+
+// η of the block's logits for one head from the bound chain's accumulator cw (0, 1: Ŵz's hi / lo
+// columns; 2, 3: Ŵs's) and the head's unscale fl(2^-s·fl(1/√d)). inf and NaN pass through.
+__host__ __device__ __forceinline__ float TcLogitEtaKivi2Of(const float (&cw)[4], float unscale) {
+  const float w = fmaf(3.0f, cw[2] + cw[3], cw[0] + cw[1]);
+  return fmaf(TcLogitEtaKivi2::kRel, w, TcLogitEtaKivi2::kAbs) * unscale * (1.0f + 0x1p-19f);
+}
+
 }  // namespace witcert::cuda_kv

@@ -89,6 +89,16 @@ __device__ __forceinline__ uint32_t TwoBitPairToF16x2(uint32_t w) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// 0xffff in the low half where bit 7 of byte j (0..3) of `lo` is set, in the high half where bit 7
+// of byte j of `hi` is (PRMT's sign replication; __byte_perm has no such mode). Two 2-bit codes'
+// bit planes as masks over an fp16 pair: one PRMT for both halves. j is a constant where unrolled.
+__device__ __forceinline__ uint32_t ByteSignHalfMasks(uint32_t lo, uint32_t hi, int j) {
+  const uint32_t sel = (8u | j) * 0x11u | ((12u | j) * 0x11u) << 8;
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
+  return r;
+}
+
 // lo in the low half (the smaller column), as the fragments above expect.
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);

@@ -3,12 +3,15 @@
 // any device sees it. The model itself is checked on the device by mma_rounding_model_test.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/f16_digits.cuh"
+#include "kernels/cuda/tc8_layout.h"
 #include "kernels/cuda/tc_logit_eta.cuh"
 
 namespace witcert {
@@ -132,6 +135,134 @@ TEST(TcLogitEta, MonotoneAndNeverSmallOnBadInput) {
   }
   EXPECT_TRUE(std::isinf(cuda_kv::TcLogitEtaOf<true>(std::numeric_limits<float>::infinity(), us)));
   EXPECT_TRUE(std::isnan(cuda_kv::TcLogitEtaOf<false>(std::nanf(""), us)));
+}
+
+// kivi2's constants (TcLogitEtaKivi2): chains of 8 MMAs, seven additions, the unscale's product
+// and its own error, the stored key's rounding; keys |z| + 3|s| ≤ 4·65504 in the absolute term.
+TEST(TcLogitEta, Kivi2ConstantsCoverTheirDerivation) {
+  const long double mu = cuda_kv::kTcMu, nu = cuda_kv::kTcNu, rho = std::ldexp(1.0L, -22), alpha = std::ldexp(1.0L, -25);
+  const long double rel = (ChainFactor(8) * mu + 12 * kU + rho * (1 + 2 * rho)) * (1 + ChainFactor(8) * mu + 3 * kU) *
+                          (1 + 2 * kU);
+  const long double abs = kD * alpha * 4 * 65504.0L * (1 + 2 * rho) * (1 + std::ldexp(1.0L, -20)) + 48 * nu;
+  EXPECT_GE(static_cast<long double>(cuda_kv::TcLogitEtaKivi2::kRel), rel);
+  EXPECT_LE(static_cast<long double>(cuda_kv::TcLogitEtaKivi2::kRel), rel * 1.02L);
+  EXPECT_GE(static_cast<long double>(cuda_kv::TcLogitEtaKivi2::kAbs), abs);
+}
+
+float HalfBitsToFloat(uint32_t bits16) {
+  return static_cast<float>(__half2float(__ushort_as_half(static_cast<unsigned short>(bits16 & 0xffffu))));
+}
+
+// One fp32 accumulator element of an MMA under the model: the exact C + Σ products, rounded to
+// fp32, pushed by `push`·μ·(|C| + Σ|products|) (|push| < 1).
+float ModelMma(float c, const long double* products, int n, long double push) {
+  long double exact = c, abs_sum = std::fabs(static_cast<long double>(c));
+  for (int i = 0; i < n; ++i) {
+    exact += products[i];
+    abs_sum += std::fabs(products[i]);
+  }
+  return static_cast<float>(exact + push * static_cast<long double>(cuda_kv::kTcMu) * abs_sum);
+}
+
+// kivi2's K pass replayed on the CPU (pipe_tc_kivi2_keys.cuh): the query's fp16 digits under the
+// head's power-of-two scale as pipe_tc_query.cuh forms them, the k-steps' channels as
+// Tc8KeyChannel maps them, the code planes and the zeros into chains ca (even k-steps) and cb (odd)
+// and the bound chain, every MMA element pushed by up to 0.99μ of its absolute sum, then the
+// kernel's own Kivi2TcDot and TcLogitEtaKivi2Of. Against long double over the stored keys
+// k̃_c = fl(z_c + fl(s_c·m_c)) on blocks built to hurt: random, cancelling (k̃ ≈ 0 while z and s·m
+// are large), outlier channels, tiny (subnormal fp16) parameters, one-signed with every push in
+// the error's direction. Returns the worst |ℓ̂ − ℓ| / η.
+double Kivi2WorstShareOfEta(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto f16 = [](float x) { return static_cast<float>(__half2float(__float2half_rn(x))); };
+  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(kD));
+  double worst = 0.0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int pattern = trial % 5;
+    float q[kD], z[kD], s[kD];
+    int m[kD];
+    const int qe = static_cast<int>(rng() % 41) - 20;
+    for (int c = 0; c < kD; ++c) {
+      const float qu = pattern == 4 ? std::fabs(unit(rng)) : unit(rng);
+      q[c] = std::ldexp(qu, qe + (pattern == 2 ? static_cast<int>(rng() % 16) : 0));
+      m[c] = pattern == 4 ? 3 : static_cast<int>(rng() % 4);
+      switch (pattern) {
+        case 0: s[c] = f16(std::fabs(unit(rng))); z[c] = f16(2.0f * unit(rng)); break;
+        case 1:  // z + s·m ≈ 0 at the token's code
+          s[c] = f16(std::fabs(unit(rng)) * 300.0f + 0.01f);
+          z[c] = f16(-s[c] * static_cast<float>(m[c]) * (1.0f + 1e-3f * unit(rng)));
+          break;
+        case 2:
+          s[c] = f16(c % 17 == 0 ? 3000.0f * std::fabs(unit(rng)) : 1e-3f * std::fabs(unit(rng)));
+          z[c] = f16(c % 17 == 0 ? -4000.0f * std::fabs(unit(rng)) : 1e-3f * unit(rng));
+          break;
+        case 3: s[c] = f16(std::ldexp(std::fabs(unit(rng)), -20)); z[c] = f16(std::ldexp(unit(rng), -18)); break;
+        default: s[c] = f16(std::fabs(unit(rng)) * 1000.0f); z[c] = f16(std::fabs(unit(rng)) * 1000.0f); break;
+      }
+    }
+    long double truth = 0;
+    for (int c = 0; c < kD; ++c) {
+      const float sm = s[c] * static_cast<float>(m[c]);
+      const float kt = z[c] + sm;  // fl(z + fl(s·m)), as every decoder of the stored key
+      truth += static_cast<long double>(q[c]) * kt;
+    }
+    truth *= 1.0L / std::sqrt(static_cast<long double>(kD));
+    // The query's digits (pipe_tc_query.cuh): max|q| < 2^e, x = q·2^(14−e).
+    float amax = 0.0f;
+    for (float v : q) amax = std::max(amax, std::fabs(v));
+    int e = 0;
+    if (amax > 0.0f) std::frexp(amax, &e);
+    e = std::max(e, -100);
+    const float scale = std::ldexp(1.0f, 14 - e);
+    float hi[kD], lo[kD];
+    for (int c = 0; c < kD; ++c) {
+      const uint32_t dp = cuda_kv::F16DigitPair(q[c] * scale);
+      hi[c] = HalfBitsToFloat(dp);
+      lo[c] = HalfBitsToFloat(dp >> 16);
+    }
+    const float unscale = (1.0f / scale) * inv_sqrt_d;
+    // Pushes: pattern 4 (every term one-signed) pushes every MMA up; the rest at random.
+    auto push = [&]() -> long double {
+      if (pattern == 4) return 0.99L;
+      return (static_cast<long double>(rng() % 1999) / 1000.0L - 0.999L) * 0.99L;
+    };
+    float ca[4] = {}, cb[4] = {}, cw[4] = {};  // [row gid hi, lo, row gid + 8 hi, lo]
+    for (int ks = 0; ks < 8; ++ks) {
+      float* acc = (ks & 1) ? cb : ca;
+      long double plane[4][16], zero[2][16], bound[4][16];
+      int i = 0;
+      for (int tig = 0; tig < 4; ++tig) {
+        for (int j = 0; j < 4; ++j, ++i) {
+          const int c = cuda_kv::Tc8KeyChannel(ks, tig, j);
+          const long double dg[2] = {hi[c], lo[c]};
+          for (int col = 0; col < 2; ++col) {
+            plane[col][i] = dg[col] * static_cast<long double>(s[c]) * (m[c] & 1);
+            plane[2 + col][i] = dg[col] * static_cast<long double>(s[c]) * (m[c] >> 1);
+            zero[col][i] = dg[col] * static_cast<long double>(z[c]);
+            bound[col][i] = std::fabs(dg[col]) * std::fabs(static_cast<long double>(z[c]));
+            bound[2 + col][i] = std::fabs(dg[col]) * std::fabs(static_cast<long double>(s[c]));
+          }
+        }
+      }
+      for (int el = 0; el < 4; ++el) acc[el] = ModelMma(acc[el], plane[el], 16, push());
+      for (int el = 0; el < 2; ++el) acc[el] = ModelMma(acc[el], zero[el], 16, push());
+      for (int el = 0; el < 4; ++el) cw[el] = ModelMma(cw[el], bound[el], 16, pattern == 4 ? -0.99L : push());
+    }
+    const float l = cuda_kv::Kivi2TcDot(ca, cb) * unscale;
+    const float eta = cuda_kv::TcLogitEtaKivi2Of(cw, unscale);
+    worst = std::max(worst, static_cast<double>(std::fabs(static_cast<long double>(l) - truth) / eta));
+  }
+  return worst;
+}
+
+TEST(TcLogitEta, Kivi2PlanesCoverTheStoredKeysDot) {
+  double worst = 0.0;
+  for (uint64_t seed : {3u, 11u, 29u}) worst = std::max(worst, Kivi2WorstShareOfEta(seed));
+  EXPECT_LE(worst, 1.0);
+  // The replay is not vacuous: the pushes and roundings use a visible part of η.
+  EXPECT_GT(worst, 0.02);
+  std::printf("kivi2 on tensor cores: worst error %.3f of η\n", worst);
 }
 
 // The model against an emulated accumulator of the kind published for NVIDIA tensor cores: exact
