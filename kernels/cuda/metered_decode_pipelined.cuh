@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // summed on CUDA cores beside them (rare: a sequence's unfilled block, the gate's promoted ones).
   constexpr bool kTcV2 = kAffine && D == 128;
   // Its logits too (kTcK2): the codes' two bit planes times the block's scales as exact fp16 A
-  // operands, the zeros in a chain of their own (pipe_tc_kivi2_keys.cuh); exact rows on CUDA cores.
-  constexpr bool kTcK2 = kAffine && D == 128;
+  // operands, the zeros in the same chains (pipe_tc_kivi2_keys.cuh); exact rows on CUDA cores.
+  constexpr bool kTcK2 = kTcV2;
   constexpr bool kTcK = kTc || kTcK2;        // the key pass on tensor cores
   constexpr bool kTcV = kTc || kTcV2;        // the value pass on tensor cores
   constexpr bool kPairRows = kTc8 || kTcV2;  // V tile rows gid, gid + 8 = channels 2gid, 2gid + 1
@@ -237,8 +237,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr bool kTcEtaChain = kTcEta && !(kTc8 && C::kScaled) && !kTcK2;
   constexpr int NTK = kTcK ? GMAX / 4 : 1;
   float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
-  uint32_t qb[NTK][8][2];  // kTc: B fragments [n-tile, k-step of 16 channels, register]
-  float qunscale[NTK];     // kTc: 2^-s of the head whose logits the lane finishes (4n + tig)
+  uint32_t qb[NTK][8][2];  // kTcK: B fragments [n-tile, k-step of 16 channels, register]
+  float qunscale[NTK];     // kTcK: 2^-s of the head whose logits the lane finishes (4n + tig)
   float qdigit_l1[NTK];    // scaled fp8 with the meter: X₁ of head 4n + tig (fp32 sum)
   // kTcK2 at 8 heads with the meter: qb in shared memory [n-tile][k-step][lane] for the K pass (in
   // registers it spilled: ptxas, 136 bytes).
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       }
     }
   }
-  float mtc[NTK];   // kTc: the lane's max logit of head 4n + tig
+  float mtc[NTK];   // kTcK: the lane's max logit of head 4n + tig
   float tmax[NTK];  // kTcEta: the lane's max T̂ (scaled: T̂·s_t) of head 4n + tig (over its valid tokens), then its η
                     // (kTcK2: its max η)
   float kscale_max = 0.0f;  // kTcEta, scaled fp8: the lane's max K scale over its valid tokens
@@ -395,27 +395,16 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       const int32_t o = off0 + j;
       const bool valid = o >= 0 && o < n_split;
       if (exact_rows.IsExact(k, 8 * warp)) {  // warp-uniform: the row's fp32 dot on CUDA cores
-        const float* row = exact_rows.RowOf(k, j, 0);
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
           const int g = 4 * n + tig;
           if (g < G && valid) {
-            const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
-            float dot = 0.0f, ad = 0.0f;
-#pragma unroll 4
-            for (int c = 0; c < D; c += 4) {
-              const float4 xv = __ldg(reinterpret_cast<const float4*>(row + c));
-              const float4 qv = __ldg(reinterpret_cast<const float4*>(qg + c));
-              dot = fmaf(qv.w, xv.w, fmaf(qv.z, xv.z, fmaf(qv.y, xv.y, fmaf(qv.x, xv.x, dot))));
-              if constexpr (METER) {
-                ad = fmaf(fabsf(qv.w), fabsf(xv.w),
-                          fmaf(fabsf(qv.z), fabsf(xv.z), fmaf(fabsf(qv.y), fabsf(xv.y), fmaf(fabsf(qv.x), fabsf(xv.x), ad))));
-              }
-            }
-            const float l = dot * inv_sqrt_d;
+            float eta = 0.0f;
+            const float l = exact_rows.template KeyLogit<METER>(
+                k, j, p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D, inv_sqrt_d, &eta);
             logits[g * lcap + o] = l;
             mtc[n] = fmaxf(mtc[n], l);
-            if constexpr (METER) tmax[n] = fmaxf(tmax[n], meter::EtaFactor(D) * ad * inv_sqrt_d);
+            if constexpr (METER) tmax[n] = fmaxf(tmax[n], eta);
           }
         }
       } else {

@@ -4,6 +4,7 @@
 //  * the group's cache slot is looked up once per CTA, beside its vector index (FillGroupVectors);
 //  * in either pass, a token of such a group takes the lane's 8 channels from the cache (fp32)
 //    instead of its codes, scale 1 (the codecs that read exact rows are unscaled);
+//    kivi2's tensor-core passes take them beside their MMAs (KeyLogit, AddTcValueRows);
 //  * with the meter, the V stage's staged unit and value summary of those tokens are zeroed before
 //    the weights step, so ε̂ = ρ = 0 and ν = 0 there, and the value pass takes the row's own ‖ṽ‖
 //    into vmax (the wide-range norm, as for an exact scheme).
@@ -88,6 +89,27 @@ class PipeExactRows {
     }
   }
 
+  // kivi2's tensor-core K pass (metered_decode_pipelined.cuh, kTcK2), whose tiles take no exact
+  // rows: stage `stage`'s token jj's logit for the query row qg ([D] fp32, global) from its exact key
+  // row (its group must be in the cache: IsExact), a sequential fp32 dot over √d; with METER, *eta
+  // its η, EtaFactor(d)·Σ|q_c x_c|/√d (certificates.md §4).
+  template <bool METER>
+  __device__ __forceinline__ float KeyLogit(int stage, int jj, const float* qg, float inv_sqrt_d, float* eta) const {
+    const float* row = RowOf(stage, jj, 0);
+    float dot = 0.0f, ad = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < D; c += 4) {
+      const float4 xv = __ldg(reinterpret_cast<const float4*>(row + c));
+      const float4 qv = __ldg(reinterpret_cast<const float4*>(qg + c));
+      dot = fmaf(qv.w, xv.w, fmaf(qv.z, xv.z, fmaf(qv.y, xv.y, fmaf(qv.x, xv.x, dot))));
+      if constexpr (METER) {
+        ad = fmaf(fabsf(qv.w), fabsf(xv.w),
+                  fmaf(fabsf(qv.z), fabsf(xv.z), fmaf(fabsf(qv.y), fabsf(xv.y), fmaf(fabsf(qv.x), fabsf(xv.x), ad))));
+      }
+    }
+    if constexpr (METER) *eta = meter::EtaFactor(D) * ad * inv_sqrt_d;
+    return dot * inv_sqrt_d;
+  }
   // kivi2's tensor-core value pass (metered_decode_pipelined.cuh, kTcV2), whose MMAs take the
   // exact rows with weight 0. Where V stage `stage` has an exact group (uniform across the CTA):
   //  * eacc[n] += Σ_t w[4n + tig][t]·ṽ_t at channels ch, ch + 1 over its exact tokens t inside

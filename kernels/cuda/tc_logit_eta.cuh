@@ -106,7 +106,8 @@ __host__ __device__ __forceinline__ float TcLogitEtaFp8CodeBoundOf(float digit_l
 //    ≤ ρ(1 + 2ρ)·W + d·α·4·65504·(1 + 2ρ);
 //  * the stored key's own rounding, which the planes do not repeat (z_c + s_c·m_c is a multiple of
 //    2^-24 below 2^19, so fl() errs relatively, never subnormal): ≤ u·(1 + 2ρ)·(W + d·α·4·65504);
-//  * W ≤ fl(3·fl(c2 + c3) + fl(c0 + c1))·(1 + 8.02μ + 3u) + 8ν from the bound chain (non-negative).
+//  * W ≤ Ŵ·(1 + 8.02μ + 3u) + 8ν, Ŵ = fma(3, fl(c2 + c3), fl(c0 + c1)) from the bound chain
+//    (non-negative terms).
 // So η = (c_rel·Ŵ + c_abs)·unscale·(1 + 2^-19), c_rel ≥ (8.02μ + 12u + ρ(1 + 2ρ))·(1 + 8.02μ +
 // 3u)·(1 + 2u) = 1.2348e-4 (taken as 1.25e-4), c_abs ≥ 128·2^-25·262016·(1 + 2^-20) + 48ν = 0.99951
 // (taken as 1.0). kernels_cuda_tc_logit_eta_test re-derives them and replays the arithmetic.
