@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr bool kTcV2 = kAffine && D == 128;
   // Its logits too (kTcK2): the codes' two bit planes times the block's scales as exact fp16 A
   // operands, the zeros in the same chains (pipe_tc_kivi2_keys.cuh); exact rows on CUDA cores.
+  // With the meter, η from the digits and the channel groups' largest |z|, |s| (no MMA).
   constexpr bool kTcK2 = kTcV2;
   constexpr bool kTcK = kTc || kTcK2;        // the key pass on tensor cores
   constexpr bool kTcV = kTc || kTcV2;        // the value pass on tensor cores
@@ -233,7 +234,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr int kKRows = kTc8 || kTcK2 ? 8 : 16;
   // Scaled fp8 needs no T̂ chain: its codes are ≤ 448 in magnitude, so T_t ≤ 448·X₁ with X₁ the
   // head's digit sum Σ_c (|hi_c| + |lo_c|), and η follows from the split's largest K scale
-  // (TcLogitEtaFp8CodeBoundOf). Raw fp8 keeps the chain (its keys are not near 448).
+  // (TcLogitEtaFp8CodeBoundOf). Raw fp8 keeps the chain (its keys are not near 448). kivi2 bounds
+  // its keys by the channel groups' parameters (Kivi2TcBoundSum).
   constexpr bool kTcEtaChain = kTcEta && !(kTc8 && C::kScaled) && !kTcK2;
   constexpr int NTK = kTcK ? GMAX / 4 : 1;
   float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   float qdigit_l1[NTK];    // scaled fp8 with the meter: X₁ of head 4n + tig (fp32 sum)
   // kTcK2 at 8 heads with the meter: qb in shared memory [n-tile][k-step][lane] for the K pass (in
   // registers it spilled: ptxas, 136 bytes).
-  constexpr bool kQbShared = kTcK2 && NTK == 2 && METER;
+  constexpr bool kQbShared = kTcK2 && METER;
   __shared__ uint2 qb_shared[kQbShared ? NTK * 8 * 32 : 1];
   if constexpr (kTcK) {
     TcQueryFragments<D, NTK, kTc8 || kTcK2, kBf16, kTcEta && !kTcEtaChain && !kTcK2>(p, seq, h0, G, lane, inv_sqrt_d,
@@ -265,7 +267,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   }
   float mtc[NTK];   // kTcK: the lane's max logit of head 4n + tig
   float tmax[NTK];  // kTcEta: the lane's max T̂ (scaled: T̂·s_t) of head 4n + tig (over its valid tokens), then its η
-                    // (kTcK2: its max η)
+                    // (kTcK2: the max η of its exact rows)
+  // kTcK2 with the meter: channel group `lane`'s largest (|z|, |s|) (f16x2) over the blocks with a
+  // valid token, bit 15 set once there is one (Kivi2TcParamMax).
+  uint32_t kparam_max = 0;
   float kscale_max = 0.0f;  // kTcEta, scaled fp8: the lane's max K scale over its valid tokens
   float vscale_max = 0.0f;  // kVScaleMax: the thread's max V scale over its valid tokens (threads < 64)
 #pragma unroll
@@ -408,10 +413,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           }
         }
       } else {
-        float dot[NTK], cw[NTK][4];
-        Kivi2TcKeyTile<NTK, METER, kQbShared>(st + sl.codes + j * CB,
-                                              st + sl.kparams + KeyParamSlot(warp, L.block_size) * KPB, lane, qb,
-                                              qb_shared, dot, cw);
+        const uint8_t* params = st + sl.kparams + KeyParamSlot(warp, L.block_size) * KPB;
+        if constexpr (METER) {
+          if (__any_sync(0xffffffffu, valid)) {  // a valid token among the warp's 8
+            kparam_max = Kivi2TcParamMax(kparam_max, params, lane);
+          }
+        }
+        float dot[NTK];
+        Kivi2TcKeyTile<NTK, kQbShared>(st + sl.codes + j * CB, params, lane, qb, qb_shared, dot);
 #pragma unroll
         for (int n = 0; n < NTK; ++n) {
           const int g = 4 * n + tig;
@@ -419,7 +428,6 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           if (g < G && valid) {
             logits[g * lcap + o] = l;
             mtc[n] = fmaxf(mtc[n], l);
-            if constexpr (METER) tmax[n] = fmaxf(tmax[n], TcLogitEtaKivi2Of(cw[n], qunscale[n]));
           }
         }
       }
@@ -521,6 +529,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) vscale_max = fmaxf(vscale_max, __shfl_xor_sync(0xffffffffu, vscale_max, o));
     if (lane == 0) sm.vsmax[warp] = vscale_max;
+  }
+  if constexpr (kTcK2 && METER) {  // the coded rows' η, the same on every lane of a tig
+    if (kparam_max & Kivi2TcParamMaxSeen) {
+      float w[NTK];
+      Kivi2TcBoundSum<NTK, kQbShared>(kparam_max, qb, qb_shared, lane, w);
+#pragma unroll
+      for (int n = 0; n < NTK; ++n) tmax[n] = fmaxf(tmax[n], TcLogitEtaKivi2Of(w[n], qunscale[n]));
+    }
   }
   if constexpr (kTcK) {  // lanes of one tig hold the same head: max over gid
 #pragma unroll

@@ -7,12 +7,17 @@
 // both exact fp16 (a PRMT mask over the block's s pair, ByteSignHalfMasks), so one MMA takes both
 // planes and the token's sum is row gid + 2·row gid + 8. The zero term Σ d_c·z_c (the block's,
 // the same on every row) is a second MMA a k-step with z in rows gid, into the same two chains
-// (even and odd k-steps: 8 MMAs each), and with the meter a third chain forms the block's Ŵz, Ŵs
-// for η (tc_logit_eta.cuh, TcLogitEtaKivi2Of; certificates.md). Costs per lane and k-step: one
-// 16-byte load of the block's (z, s) words, four PRMTs to pair them, four mask PRMTs and four ANDs
-// for the planes, and 2 (3 with the meter) MMAs per 4 heads; the codes' 7 shifts a word. (A chain
-// of the zeros' own would halve the chain factor of η's z part, 8.02μ → 4.01μ, for 4 more
-// accumulator registers an n-tile; not measured.)
+// (even and odd k-steps: 8 MMAs each). Costs per lane and k-step: one 16-byte load of the block's
+// (z, s) words, four PRMTs to pair them, four mask PRMTs and four ANDs for the planes, and 2 MMAs
+// per 4 heads; the codes' 7 shifts a word.
+//
+// The meter's share (η, tc_logit_eta.cuh: TcLogitEtaKivi2Of; certificates.md) is no MMA: η needs
+// W = Σ_c (|hi_c| + |lo_c|)·(|z_c| + 3|s_c|) bounded above, and with the channels in 32 groups of
+// four (group l = channels 4l..4l+3, one 16-byte load of (z, s) words) W ≤ Σ_c (|hi_c| + |lo_c|)·
+// (Z_l(c) + 3·S_l(c)), Z_l and S_l the largest |z|, |s| of group l over every block the warp read.
+// Lane l keeps group l's pair (Kivi2TcParamMax, once a block: a load, four ANDs, four f16x2
+// maxima); the sum is formed once a split (Kivi2TcBoundSum). Outlier channels raise only their
+// own group's terms.
 #pragma once
 
 #include <cstdint>
@@ -23,33 +28,34 @@
 
 namespace witcert::cuda_kv {
 
+// The lane's B fragment of n-tile n, k-step ks: from registers, or (QB_SHARED) from shared memory
+// [n-tile][k-step][lane].
+template <int NTK, bool QB_SHARED>
+__device__ __forceinline__ uint2 Kivi2QueryB(const uint32_t (&qb)[NTK][8][2], const uint2* qbs, int n, int ks,
+                                             int lane) {
+  if constexpr (QB_SHARED) {
+    return qbs[(n * 8 + ks) * 32 + lane];
+  } else {
+    return make_uint2(qb[n][ks][0], qb[n][ks][1]);
+  }
+}
+
 // codes: the lane's token's 32 code bytes (row gid of the warp's tile; channel c's code at bits
 // 2·(c % 4) of byte c / 4); params: the token's block's [128] (z, s) words (zero in the low half),
 // 16-byte aligned; qb: the query's B fragments [n-tile][k-step][register], or with QB_SHARED
-// qbs, the same in shared memory [n-tile][k-step][lane] (8 heads with the meter, whose registers
-// would spill). Out: dot[n], the token's Σ d_c·k_c for head 4n + tig before the unscale
-// (Kivi2TcDot); METER: cw[n], the bound chain's accumulator for that head (the block's,
-// TcLogitEtaKivi2Of).
-template <int NTK, bool METER, bool QB_SHARED>
+// qbs, the same in shared memory [n-tile][k-step][lane] (8 heads with the meter). Out: dot[n],
+// the token's Σ d_c·k_c for head 4n + tig before the unscale (Kivi2TcDot).
+template <int NTK, bool QB_SHARED>
 __device__ __forceinline__ void Kivi2TcKeyTile(const uint8_t* codes, const uint8_t* params, int lane,
-                                               const uint32_t (&qb)[NTK][8][2], const uint2* qbs, float (&dot)[NTK],
-                                               float (&cw)[NTK][4]) {
+                                               const uint32_t (&qb)[NTK][8][2], const uint2* qbs, float (&dot)[NTK]) {
   const int tig = lane & 3;
-  auto b_of = [&](int n, int ks) -> uint2 {
-    if constexpr (QB_SHARED) {
-      return qbs[(n * 8 + ks) * 32 + lane];
-    } else {
-      return make_uint2(qb[n][ks][0], qb[n][ks][1]);
-    }
-  };
-  constexpr uint32_t kMag = 0x7fff7fffu;  // both halves' sign bits cleared
   const uint32_t* row = reinterpret_cast<const uint32_t*>(codes);
   const uint32_t words[2] = {row[tig], row[tig + 4]};  // k-steps 0-3, 4-7 (Tc8KeyChannel)
   float ca[NTK][4], cb[NTK][4];  // the chains of even and odd k-steps
 #pragma unroll
   for (int n = 0; n < NTK; ++n) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) ca[n][i] = cb[n][i] = cw[n][i] = 0.0f;
+    for (int i = 0; i < 4; ++i) ca[n][i] = cb[n][i] = 0.0f;
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -67,18 +73,71 @@ __device__ __forceinline__ void Kivi2TcKeyTile(const uint8_t* codes, const uint8
                              mma::ByteSignHalfMasks(w3, w1, j) & s23, mma::ByteSignHalfMasks(w2, w, j) & s23};
       const uint32_t az[4] = {z01, 0u, z23, 0u};
 #pragma unroll
-      const uint32_t aw[4] = {z01 & kMag, s01 & kMag, z23 & kMag, s23 & kMag};
-#pragma unroll
       for (int n = 0; n < NTK; ++n) {
-        const uint2 b = b_of(n, ks);
+        const uint2 b = Kivi2QueryB<NTK, QB_SHARED>(qb, qbs, n, ks, lane);
         mma::MmaF16F32((ks & 1) ? cb[n] : ca[n], a, b.x, b.y);
         mma::MmaF16F32((ks & 1) ? cb[n] : ca[n], az, b.x, b.y);
-        if constexpr (METER) mma::MmaF16F32(cw[n], aw, b.x & kMag, b.y & kMag);
       }
     }
   }
 #pragma unroll
   for (int n = 0; n < NTK; ++n) dot[n] = Kivi2TcDot(ca[n], cb[n]);
+}
+
+// Group `lane`'s running (|z|, |s|) maxima (f16x2 bits, z in the low half) with one more block's
+// params ([128] (z, s) words, 16-byte aligned). NaN propagates: a NaN parameter leaves η NaN (a
+// vacuous cell), never a small one. The z half's sign bit, never a maximum's, marks that a block
+// was taken (Kivi2TcParamMaxSeen).
+constexpr uint32_t Kivi2TcParamMaxSeen = 0x8000u;
+__device__ __forceinline__ uint32_t Kivi2TcParamMax(uint32_t running, const uint8_t* params, int lane) {
+  const uint4 zs = reinterpret_cast<const uint4*>(params)[lane];
+  auto abs_max = [](uint32_t m, uint32_t x) {
+    uint32_t r;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(m), "r"(x));
+    return r;
+  };
+  constexpr uint32_t kMag = 0x7fff7fffu;
+  const uint32_t m = abs_max(abs_max(running & kMag, zs.x & kMag), abs_max(zs.y & kMag, zs.z & kMag));
+  return abs_max(m, zs.w & kMag) | Kivi2TcParamMaxSeen;
+}
+
+// Once a split: w[n] ≥ Σ_c (|hi_c| + |lo_c|)·(Z_l(c) + 3·S_l(c)) for head 4n + tig, from every
+// lane's group maxima `param_max` (Kivi2TcParamMax) and the lane's digits. Lane (gid, tig) holds,
+// for k-step ks, digit gid % 2 of head 4n + gid / 2 at the four channels of group 4·tig +
+// 16·(ks / 4) + ks % 4 (Tc8KeyChannel); 32 fmas, then the sum over tig and both digits (three
+// shuffles), then head 4n + tig's from lane 8·tig. Non-negative terms, ≤ 32 + 3 roundings and the
+// fma of Z + 3S: the result is ≥ the exact sum times (1 − 36u); TcLogitEtaKivi2Of's (1 + 2^-16)
+// covers that.
+template <int NTK, bool QB_SHARED>
+__device__ __forceinline__ void Kivi2TcBoundSum(uint32_t param_max, const uint32_t (&qb)[NTK][8][2], const uint2* qbs,
+                                                int lane, float (&w)[NTK]) {
+  const int tig = lane & 3;
+  float group[8];  // Z + 3S of this lane's group in k-step ks
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+    const uint32_t m = __shfl_sync(0xffffffffu, param_max, 4 * tig + 16 * (ks / 4) + ks % 4) & ~Kivi2TcParamMaxSeen;
+    const float z = __half2float(__ushort_as_half(static_cast<unsigned short>(m & 0xffffu)));
+    const float s = __half2float(__ushort_as_half(static_cast<unsigned short>(m >> 16)));
+    group[ks] = fmaf(3.0f, s, z);
+  }
+#pragma unroll
+  for (int n = 0; n < NTK; ++n) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      const uint2 b = Kivi2QueryB<NTK, QB_SHARED>(qb, qbs, n, ks, lane);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t d = r == 0 ? b.x : b.y;
+        acc = fmaf(fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(d & 0xffffu)))), group[ks], acc);
+        acc = fmaf(fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(d >> 16)))), group[ks], acc);
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    w[n] = __shfl_sync(0xffffffffu, acc, 8 * tig);
+  }
 }
 
 }  // namespace witcert::cuda_kv

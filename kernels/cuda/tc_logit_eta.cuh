@@ -95,22 +95,23 @@ __host__ __device__ __forceinline__ float TcLogitEtaFp8CodeBoundOf(float digit_l
 //  * the code planes, rows gid = s_c·b0_c and gid + 8 = s_c·b1_c (both exact in fp16: s_c or 0),
 //  * the zeros, rows gid = z_c (gid + 8 empty),
 // into two chains of 8 MMAs (ca: even k-steps, cb: odd): rows gid sum P0 + Pz = Σ d_c·(s_c·b0_c +
-// z_c), rows gid + 8 P1 = Σ d_c·s_c·b1_c; and, with the meter, a third chain of 8, rows gid = |z_c|
-// and gid + 8 = |s_c| against |hi|, |lo|: Ŵz ≈ Wz = Σ_c (|hi_c| + |lo_c|)·|z_c| and Ŵs ≈ Ws =
-// Σ_c (|hi_c| + |lo_c|)·|s_c|, the block's (the same on every row). The token's sum is
-// Kivi2TcDot(ca, cb) = (P0 + Pz) + 2·P1 in fp32 (eight terms, seven additions), then times the
-// unscale. Against Σ_c x_c·k̃_c (x = q·2^s), with W = 3·Ws + Wz ≥ Σ_c (|hi_c| + |lo_c|)·(|z_c| + 3|s_c|):
+// z_c), rows gid + 8 P1 = Σ d_c·s_c·b1_c. The token's sum is Kivi2TcDot(ca, cb) = (P0 + Pz) + 2·P1
+// in fp32 (eight terms, seven additions), then times the unscale. Against Σ_c x_c·k̃_c (x = q·2^s),
+// with W = Σ_c (|hi_c| + |lo_c|)·(|z_c| + 3|s_c|):
 //  * the MMAs: ≤ 8.02μ·(T_P0 + T_z + 2·T_P1) + 32ν ≤ 8.02μ·W + 32ν (b0 + 2·b1 = m ≤ 3);
 //  * the seven additions, the unscale's product and its own error: ≤ 11u·(1 + 8.02μ)·W;
 //  * the digit split (|x_c − d_c| ≤ ρ|x_c| + α) over |z_c + s_c·m_c| ≤ |z_c| + 3|s_c| ≤ 4·65504:
 //    ≤ ρ(1 + 2ρ)·W + d·α·4·65504·(1 + 2ρ);
 //  * the stored key's own rounding, which the planes do not repeat (z_c + s_c·m_c is a multiple of
-//    2^-24 below 2^19, so fl() errs relatively, never subnormal): ≤ u·(1 + 2ρ)·(W + d·α·4·65504);
-//  * W ≤ Ŵ·(1 + 8.02μ + 3u) + 8ν, Ŵ = fma(3, fl(c2 + c3), fl(c0 + c1)) from the bound chain
-//    (non-negative terms).
-// So η = (c_rel·Ŵ + c_abs)·unscale·(1 + 2^-19), c_rel ≥ (8.02μ + 12u + ρ(1 + 2ρ))·(1 + 8.02μ +
-// 3u)·(1 + 2u) = 1.2348e-4 (taken as 1.25e-4), c_abs ≥ 128·2^-25·262016·(1 + 2^-20) + 48ν = 0.99951
-// (taken as 1.0). kernels_cuda_tc_logit_eta_test re-derives them and replays the arithmetic.
+//    2^-24 below 2^19, so fl() errs relatively, never subnormal): ≤ u·(1 + 2ρ)·(W + d·α·4·65504).
+// W itself is bounded, not estimated: with Z_l, S_l the largest |z|, |s| of channel group l (four
+// channels) over the blocks read, W ≤ Σ_c (|hi_c| + |lo_c|)·(Z_l(c) + 3·S_l(c)), and the kernel's
+// fp32 sum of that (Kivi2TcBoundSum: non-negative terms, ≤ 36 roundings) is ≥ it times (1 − 36u),
+// so Ŵ = sum·(1 + 2^-16) ≥ W. Then η = (c_rel·Ŵ + c_abs)·unscale·(1 + 2^-19), c_rel ≥ (8.0007μ +
+// 12u + ρ(1 + 2ρ))·(1 + 2u) = 1.2303e-4 (taken as 1.25e-4, as when an MMA chain estimated W and
+// its factor (1 + 8.02μ + 3u) entered too), c_abs ≥ 128·2^-25·262016·(1 + 2^-20) + 48ν = 0.99951
+// (taken as 1.0); the (1 + 2^-19) covers η's own four roundings. kernels_cuda_tc_logit_eta_test
+// re-derives the constants and replays the arithmetic.
 struct TcLogitEtaKivi2 {
   static constexpr float kRel = 1.25e-4f;
   static constexpr float kAbs = 1.0f;
@@ -124,11 +125,10 @@ __host__ __device__ __forceinline__ float Kivi2TcDot(const float (&ca)[4], const
   return p0 + 2.0f * p1;
 }
 
-// η of the block's logits for one head from the bound chain's accumulator cw (0, 1: Ŵz's hi / lo
-// columns; 2, 3: Ŵs's) and the head's unscale fl(2^-s·fl(1/√d)). inf and NaN pass through.
-__host__ __device__ __forceinline__ float TcLogitEtaKivi2Of(const float (&cw)[4], float unscale) {
-  const float w = fmaf(3.0f, cw[2] + cw[3], cw[0] + cw[1]);
-  return fmaf(TcLogitEtaKivi2::kRel, w, TcLogitEtaKivi2::kAbs) * unscale * (1.0f + 0x1p-19f);
+// η of the coded rows' logits for one head from the fp32 bound sum `w_sum` (Kivi2TcBoundSum) and the
+// head's unscale fl(2^-s·fl(1/√d)). inf and NaN pass through.
+__host__ __device__ __forceinline__ float TcLogitEtaKivi2Of(float w_sum, float unscale) {
+  return fmaf(TcLogitEtaKivi2::kRel, w_sum * (1.0f + 0x1p-16f), TcLogitEtaKivi2::kAbs) * unscale * (1.0f + 0x1p-19f);
 }
 
 }  // namespace witcert::cuda_kv

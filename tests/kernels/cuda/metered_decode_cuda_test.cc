@@ -112,6 +112,22 @@ double TensorCoreEtaBound(const float* q, const std::vector<float>& k, const std
   return (rel * 1.01 * per_token + abs * scale_max * qmax * std::ldexp(1.0, -13)) / std::sqrt(static_cast<double>(d));
 }
 
+// The same for kivi2's tensor-core logits (d = 128, the pipelined kernel; TcLogitEtaKivi2Of): η ≤
+// (c_rel·Σ_c (|hi_c| + |lo_c|)·(Z + 3S) + c_abs·2^-s)/√d with Z + 3S, a channel group's largest
+// |z| + 3|s| over the blocks read, ≤ 3·max|k̃| (z is a stored key's value, 3s ≈ max − z) — taken
+// with room as 3.1·max_t,c |k̃_t,c| over the head's rows.
+double Kivi2TensorCoreEtaBound(const float* q, const std::vector<float>& k, int64_t S, int32_t d) {
+  double q_l1 = 0.0, qmax = 0.0, kmax = 0.0;
+  for (int32_t c = 0; c < d; ++c) {
+    q_l1 += std::fabs(static_cast<double>(q[c]));
+    qmax = std::max(qmax, std::fabs(static_cast<double>(q[c])));
+  }
+  for (int64_t i = 0; i < S * d; ++i) kmax = std::max(kmax, std::fabs(static_cast<double>(k[i])));
+  return (cuda_kv::TcLogitEtaKivi2::kRel * 1.01 * q_l1 * 3.1 * kmax +
+          cuda_kv::TcLogitEtaKivi2::kAbs * qmax * std::ldexp(1.0, -13)) /
+         std::sqrt(static_cast<double>(d));
+}
+
 struct DecodeCase {
   KvScheme scheme = KvScheme::kInt8Rtn;
   int32_t d = 64, group = 4, hkv = 2, bs = 16;
@@ -468,6 +484,7 @@ class Problem {
                             c_.scheme == KvScheme::kFp8Raw || c_.scheme == KvScheme::kFp8Scaled) && d == 128 &&
                            (c_.kernel == 0 || c_.kernel == 2) && c_.exact_every == 0 && c_.bs >= 8 &&
                            c_.outliers == 0;
+    const bool kivi2_tc = c_.scheme == KvScheme::kKivi2 && d == 128 && c_.kernel != 1 && c_.outliers == 0;
     int failures = 0;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t S = c_.ctx[b];
@@ -551,7 +568,9 @@ class Problem {
               mma ? 1.0
                   : std::exp(4.0 * (tc_logits ? TensorCoreEtaBound(q, ks, exact, S, d, c_.scheme == KvScheme::kBf16,
                                                                    c_.scheme == KvScheme::kFp8Scaled)
-                                              : EtaCauchySchwarzExcess(q, ks, exact, S, d)));
+                                    : kivi2_tc ? std::max(EtaCauchySchwarzExcess(q, ks, exact, S, d),
+                                                          Kivi2TensorCoreEtaBound(q, ks, S, d))
+                                               : EtaCauchySchwarzExcess(q, ks, exact, S, d)));
           auto check = [&](const char* what, double gv, double cv) {
             const bool low = gv < cv * (1.0 - kappa_slack - eta_slack);
             const bool high = gv > cv * (c_.adversarial ? 1.5 : 1.02) * cs_allowance + 1e-6;
