@@ -40,8 +40,8 @@
 //    kernels_cuda_mma_rounding_model_test). No other certificate term passes through them.
 //  * kivi2 at d = 128 (kTcV2, kTcK2): both passes on tensor cores. V: its codes exact in fp16,
 //    the weights' digits w·s_t·2^-k, Σ w·z_t per head beside them. K: the codes' bit planes times
-//    the block's scales as exact fp16 rows, the zeros beside them, a bound chain for η
-//    (pipe_tc_kivi2_keys.cuh).
+//    the block's scales as exact fp16 rows, the zeros beside them, η from the channel groups'
+//    largest |z|, |s| (pipe_tc_kivi2_keys.cuh).
 //  * Tier A's ε with B = 8 is computed as the tensor-core kernel does it (tier_a_digits.cuh):
 //    the band factors as 16-bit digits rounded up, four dp2a against the token's band codes.
 #pragma once
