@@ -179,8 +179,9 @@ struct DevInt4Rtn {
 };
 
 // kivi2: 2-bit codes (channel ch0+i at bits 2i of the lane's 16-bit chunk). Keys: per-channel
-// fp16 (zero, scale) pairs of the block, [d][2] (ctx.params → the lane's 8 pairs); values:
-// the vector's (zero, scale). x = z + s·m with s·m exact: the CPU codec's bits.
+// fp16 zeros and scales of the block by channel pairs, [d / 2][zeros, scales][2] (KeyGroupWord;
+// ctx.params → the lane's 8 channels, 8 words); values: the vector's (zero, scale). x = z + s·m
+// with s·m exact: the CPU codec's bits.
 struct DevKivi2 {
   static constexpr KvScheme kScheme = KvScheme::kKivi2;
   static constexpr int kBytes = 2;
@@ -201,10 +202,14 @@ struct DevKivi2 {
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = __fadd_rn(z[i], __fmul_rn(s[i], Code(codes, i)));
   }
-  // The lane's 8 (zero, scale) pairs (pairs[i]: channel ch0+i's) as floats.
-  __device__ __forceinline__ static void UnpackPairs(const uint32_t (&pairs)[8], float (&z)[8], float (&s)[8]) {
+  // The lane's 8 channels' parameters as floats from their 8 words (KeyGroupWord from ch0: words
+  // 2p and 2p + 1 the zeros and scales of channels 2p, 2p + 1).
+  __device__ __forceinline__ static void UnpackPairs(const uint32_t (&words)[8], float (&z)[8], float (&s)[8]) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) UnpackPair(pairs[i], &z[i], &s[i]);
+    for (int p = 0; p < 4; ++p) {
+      UnpackPair(__byte_perm(words[2 * p], words[2 * p + 1], 0x5410), &z[2 * p], &s[2 * p]);
+      UnpackPair(__byte_perm(words[2 * p], words[2 * p + 1], 0x7632), &z[2 * p + 1], &s[2 * p + 1]);
+    }
   }
   // The same with one pair for all 8 channels (a value vector's).
   __device__ __forceinline__ static void DecodeWithPair(uint32_t codes, uint32_t zs, float* x) {

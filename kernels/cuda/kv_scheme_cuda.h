@@ -75,9 +75,17 @@ inline int32_t ScalesPerVector(KvScheme s, int32_t head_dim, bool is_value) {
   return g == 0 ? 0 : (g < 0 ? 1 : head_dim / g);
 }
 // 16-bit words of group parameters per (block, KV head), keys only: kivi2's fp16 (zero,
-// scale) per channel, interleaved [d][2]; 0 for every other scheme.
+// scale) per channel, [d / 2][zeros, scales][2] (KeyGroupWord); 0 for every other scheme.
 inline int32_t GroupParamsPerBlock(KvScheme s, int32_t head_dim) {
   return SchemeInfo(s).group_keys ? 2 * head_dim : 0;
 }
+// The word of channel c's zero (or scale) among a (block, KV head)'s group parameters: channel
+// pairs (2p, 2p + 1) as [z_2p, z_2p+1, s_2p, s_2p+1], so one 32-bit load is a pair's zeros (or
+// scales), as the tensor-core K pass takes them (pipe_tc_kivi2_keys.cuh), and 8 channels from a
+// multiple of 8 are 16 words from word 2·c.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int32_t KeyGroupWord(int32_t c, bool scale) { return 4 * (c / 2) + (c % 2) + (scale ? 2 : 0); }
 
 }  // namespace witcert

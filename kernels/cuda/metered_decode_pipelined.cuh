@@ -268,9 +268,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   float mtc[NTK];   // kTcK: the lane's max logit of head 4n + tig
   float tmax[NTK];  // kTcEta: the lane's max T̂ (scaled: T̂·s_t) of head 4n + tig (over its valid tokens), then its η
                     // (kTcK2: the max η of its exact rows)
-  // kTcK2 with the meter: channel group `lane`'s largest (|z|, |s|) (f16x2) over the blocks with a
-  // valid token, bit 15 set once there is one (Kivi2TcParamMax).
-  uint32_t kparam_max = 0;
+  // kTcK2 with the meter: the largest |z|, |s| of channels 4·lane..4·lane + 3 over the blocks with a
+  // valid token (Kivi2TcParamMax; z's bit 15 set once there is one).
+  uint32_t kz_max = 0, ks_max = 0;
   float kscale_max = 0.0f;  // kTcEta, scaled fp8: the lane's max K scale over its valid tokens
   float vscale_max = 0.0f;  // kVScaleMax: the thread's max V scale over its valid tokens (threads < 64)
 #pragma unroll
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         const uint8_t* params = st + sl.kparams + KeyParamSlot(warp, L.block_size) * KPB;
         if constexpr (METER) {
           if (__any_sync(0xffffffffu, valid)) {  // a valid token among the warp's 8
-            kparam_max = Kivi2TcParamMax(kparam_max, params, lane);
+            Kivi2TcParamMax(params, lane, &kz_max, &ks_max);
           }
         }
         float dot[NTK];
@@ -531,9 +531,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     if (lane == 0) sm.vsmax[warp] = vscale_max;
   }
   if constexpr (kTcK2 && METER) {  // the coded rows' η, the same on every lane of a tig
-    if (kparam_max & Kivi2TcParamMaxSeen) {
+    if (kz_max & Kivi2TcParamMaxSeen) {
       float w[NTK];
-      Kivi2TcBoundSum<NTK, kQbShared>(kparam_max, qb, qb_shared, lane, w);
+      Kivi2TcBoundSum<NTK, kQbShared>(kz_max, ks_max, qb, qb_shared, lane, w);
 #pragma unroll
       for (int n = 0; n < NTK; ++n) tmax[n] = fmaxf(tmax[n], TcLogitEtaKivi2Of(w[n], qunscale[n]));
     }

@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLa
   }
   const Kivi2Params kp = MakeKivi2Params(lo, hi);
   const int64_t unit = blk * hkv + head;  // (block, KV head)
-  dst.k_group[unit * 2 * d + 2 * c] = kp.zero_bits;
-  dst.k_group[unit * 2 * d + 2 * c + 1] = kp.scale_bits;
+  dst.k_group[unit * 2 * d + KeyGroupWord(c, false)] = kp.zero_bits;
+  dst.k_group[unit * 2 * d + KeyGroupWord(c, true)] = kp.scale_bits;
   for (int32_t i = 0; i < bs; ++i) {
     const int64_t vec = unit * bs + i;
     const float* r = row0 + static_cast<int64_t>(i) * hkv * d;

@@ -12,7 +12,8 @@
 //   v_codes, v_scales  as for keys
 //   v_summary  [num_blocks, Hkv, block_size, 2]                       bf16 ρ, ν, rounded up
 // (witness formats: kernels/meter/witness_format.h).
-//   k_group    [num_blocks, Hkv, d, 2]  kivi2 keys only: fp16 (zero, scale) per channel
+//   k_group    [num_blocks, Hkv, d / 2, 2, 2]  kivi2 keys only: fp16 (zeros, scales) per channel pair
+//              (KeyGroupWord)
 //   k_outliers [num_blocks, Hkv, block_size, m] fp32, outlier channel bypass (m > 0) only
 //   v_outliers the same for values
 // Outlier channel bypass (engine/kv/outlier_channels.h): the m channels of each (layer, KV

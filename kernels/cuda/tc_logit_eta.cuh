@@ -94,12 +94,12 @@ __host__ __device__ __forceinline__ float TcLogitEtaFp8CodeBoundOf(float digit_l
 // never decoded. Against the query's fp16 digits (d_c = hi_c + lo_c, as above) each k-step runs
 //  * the code planes, rows gid = s_c·b0_c and gid + 8 = s_c·b1_c (both exact in fp16: s_c or 0),
 //  * the zeros, rows gid = z_c (gid + 8 empty),
-// into two chains of 8 MMAs (ca: even k-steps, cb: odd): rows gid sum P0 + Pz = Σ d_c·(s_c·b0_c +
-// z_c), rows gid + 8 P1 = Σ d_c·s_c·b1_c. The token's sum is Kivi2TcDot(ca, cb) = (P0 + Pz) + 2·P1
-// in fp32 (eight terms, seven additions), then times the unscale. Against Σ_c x_c·k̃_c (x = q·2^s),
-// with W = Σ_c (|hi_c| + |lo_c|)·(|z_c| + 3|s_c|):
-//  * the MMAs: ≤ 8.02μ·(T_P0 + T_z + 2·T_P1) + 32ν ≤ 8.02μ·W + 32ν (b0 + 2·b1 = m ≤ 3);
-//  * the seven additions, the unscale's product and its own error: ≤ 11u·(1 + 8.02μ)·W;
+// the planes into two chains of 4 MMAs (ca: even k-steps, cb: odd), rows gid P0 = Σ d_c·s_c·b0_c and
+// rows gid + 8 P1 = Σ d_c·s_c·b1_c, the zeros into a chain of 8 (cz), rows gid Pz = Σ d_c·z_c. The
+// token's sum is Kivi2TcDot(ca, cb, cz) = (P0 + Pz) + 2·P1 in fp32 (ten terms, nine roundings), then
+// times the unscale. Against Σ_c x_c·k̃_c (x = q·2^s), with W = Σ_c (|hi_c| + |lo_c|)·(|z_c| + 3|s_c|):
+//  * the MMAs: ≤ 4.01μ·(T_P0 + 2·T_P1) + 8.02μ·T_z + 32ν ≤ 8.02μ·W + 32ν (b0 + 2·b1 = m ≤ 3);
+//  * the nine additions, the unscale's product and its own error: ≤ 13u·(1 + 8.02μ)·W;
 //  * the digit split (|x_c − d_c| ≤ ρ|x_c| + α) over |z_c + s_c·m_c| ≤ |z_c| + 3|s_c| ≤ 4·65504:
 //    ≤ ρ(1 + 2ρ)·W + d·α·4·65504·(1 + 2ρ);
 //  * the stored key's own rounding, which the planes do not repeat (z_c + s_c·m_c is a multiple of
@@ -108,7 +108,7 @@ __host__ __device__ __forceinline__ float TcLogitEtaFp8CodeBoundOf(float digit_l
 // channels) over the blocks read, W ≤ Σ_c (|hi_c| + |lo_c|)·(Z_l(c) + 3·S_l(c)), and the kernel's
 // fp32 sum of that (Kivi2TcBoundSum: non-negative terms, ≤ 36 roundings) is ≥ it times (1 − 36u),
 // so Ŵ = sum·(1 + 2^-16) ≥ W. Then η = (c_rel·Ŵ + c_abs)·unscale·(1 + 2^-19), c_rel ≥ (8.0007μ +
-// 12u + ρ(1 + 2ρ))·(1 + 2u) = 1.2303e-4 (taken as 1.25e-4, as when an MMA chain estimated W and
+// 14u + ρ(1 + 2ρ))·(1 + 2u) = 1.2315e-4 (taken as 1.25e-4, as when an MMA chain estimated W and
 // its factor (1 + 8.02μ + 3u) entered too), c_abs ≥ 128·2^-25·262016·(1 + 2^-20) + 48ν = 0.99951
 // (taken as 1.0); the (1 + 2^-19) covers η's own four roundings. kernels_cuda_tc_logit_eta_test
 // re-derives the constants and replays the arithmetic.
@@ -117,12 +117,14 @@ struct TcLogitEtaKivi2 {
   static constexpr float kAbs = 1.0f;
 };
 
-// (P0 + Pz) + 2·P1 from the lane's two chains' accumulators (elements 0, 1: row gid's hi and lo
-// digit columns; 2, 3: row gid + 8's).
-__host__ __device__ __forceinline__ float Kivi2TcDot(const float (&ca)[4], const float (&cb)[4]) {
+// (P0 + Pz) + 2·P1 from the lane's accumulators (elements 0, 1: row gid's hi and lo digit columns;
+// 2, 3: row gid + 8's): the planes' chains ca, cb and the zeros' cz (rows gid only).
+__host__ __device__ __forceinline__ float Kivi2TcDot(const float (&ca)[4], const float (&cb)[4],
+                                                     const float (&cz)[4]) {
   const float p0 = (ca[0] + cb[0]) + (ca[1] + cb[1]);
+  const float pz = cz[0] + cz[1];
   const float p1 = (ca[2] + cb[2]) + (ca[3] + cb[3]);
-  return p0 + 2.0f * p1;
+  return fmaf(2.0f, p1, p0 + pz);
 }
 
 // η of the coded rows' logits for one head from the fp32 bound sum `w_sum` (Kivi2TcBoundSum) and the

@@ -78,7 +78,7 @@ struct HostPool {
   std::vector<uint16_t> k_scales, v_scales;
   std::vector<uint8_t> k_wit;               // [vectors, B] key band codes
   std::vector<uint16_t> k_unit, v_summary;  // [vectors] bf16 units; [vectors, 2] bf16 ρ, ν
-  std::vector<uint16_t> k_group;  // [num_blocks, Hkv, d, 2] (kivi2)
+  std::vector<uint16_t> k_group;  // [num_blocks, Hkv, d / 2, 2, 2] (kivi2, KeyGroupWord)
   std::vector<float> k_out, v_out;  // [vectors, m] (outlier channels)
 
   static HostPool Download(const PagedKvLayout& L, const PagedKvLayer& x) {
@@ -101,13 +101,13 @@ struct HostPool {
     return h;
   }
   // The CPU codec's group parameter bytes of (block, KV head) `unit` (kivi2: [d fp16 zeros]
-  // [d fp16 scales], from the GPU's interleaved pairs).
+  // [d fp16 scales], from the GPU's channel pairs).
   std::vector<uint8_t> CpuGroupParams(int64_t unit) const {
     const int32_t d = layout.head_dim;
     std::vector<uint16_t> words(2 * d);
     for (int32_t c = 0; c < d; ++c) {
-      words[c] = k_group[(unit * d + c) * 2];
-      words[d + c] = k_group[(unit * d + c) * 2 + 1];
+      words[c] = k_group[unit * 2 * d + KeyGroupWord(c, false)];
+      words[d + c] = k_group[unit * 2 * d + KeyGroupWord(c, true)];
     }
     std::vector<uint8_t> bytes(4 * d);
     std::memcpy(bytes.data(), words.data(), bytes.size());

@@ -137,12 +137,12 @@ TEST(TcLogitEta, MonotoneAndNeverSmallOnBadInput) {
   EXPECT_TRUE(std::isnan(cuda_kv::TcLogitEtaOf<false>(std::nanf(""), us)));
 }
 
-// kivi2's constants (TcLogitEtaKivi2): chains of 8 MMAs, seven additions, the unscale's product
+// kivi2's constants (TcLogitEtaKivi2): chains of up to 8 MMAs, nine additions, the unscale's product
 // and its own error, the stored key's rounding; keys |z| + 3|s| ≤ 4·65504 in the absolute term. W
 // is bounded from the channel groups' parameters (no chain of its own), so no second chain factor.
 TEST(TcLogitEta, Kivi2ConstantsCoverTheirDerivation) {
   const long double mu = cuda_kv::kTcMu, nu = cuda_kv::kTcNu, rho = std::ldexp(1.0L, -22), alpha = std::ldexp(1.0L, -25);
-  const long double rel = (ChainFactor(8) * mu + 12 * kU + rho * (1 + 2 * rho)) * (1 + 2 * kU);
+  const long double rel = (ChainFactor(8) * mu + 14 * kU + rho * (1 + 2 * rho)) * (1 + 2 * kU);
   const long double abs = kD * alpha * 4 * 65504.0L * (1 + 2 * rho) * (1 + std::ldexp(1.0L, -20)) + 48 * nu;
   EXPECT_GE(static_cast<long double>(cuda_kv::TcLogitEtaKivi2::kRel), rel);
   EXPECT_LE(static_cast<long double>(cuda_kv::TcLogitEtaKivi2::kRel), rel * 1.03L);
@@ -166,9 +166,9 @@ float ModelMma(float c, const long double* products, int n, long double push) {
 
 // kivi2's K pass replayed on the CPU (pipe_tc_kivi2_keys.cuh): the query's fp16 digits under the
 // head's power-of-two scale as pipe_tc_query.cuh forms them, the k-steps' channels as
-// Tc8KeyChannel maps them, the code planes and the zeros into chains ca (even k-steps) and cb (odd),
+// Tc8KeyChannel maps them, the code planes into chains ca (even k-steps) and cb (odd), the zeros into cz,
 // every MMA element pushed by up to 0.99μ of its absolute sum, the kernel's own Kivi2TcDot; η from
-// the bound sum over the four-channel groups' largest |z|, |s| (Kivi2TcBoundSum's terms, summed in
+// the bound sum over the channel pairs' (c, c ^ 2) largest |z|, |s| (Kivi2TcBoundSum's terms, summed in
 // fp32 in the kernel's order) and TcLogitEtaKivi2Of. Against long double over the stored keys
 // k̃_c = fl(z_c + fl(s_c·m_c)) on blocks built to hurt: random, cancelling (k̃ ≈ 0 while z and s·m
 // are large), outlier channels, tiny (subnormal fp16) parameters, one-signed with every push in
@@ -228,10 +228,10 @@ double Kivi2WorstShareOfEta(uint64_t seed) {
       if (pattern == 4) return 0.99L;
       return (static_cast<long double>(rng() % 1999) / 1000.0L - 0.999L) * 0.99L;
     };
-    float ca[4] = {}, cb[4] = {};  // [row gid hi, lo, row gid + 8 hi, lo]
+    float ca[4] = {}, cb[4] = {}, cz[4] = {};  // [row gid hi, lo, row gid + 8 hi, lo]
     for (int ks = 0; ks < 8; ++ks) {
       float* acc = (ks & 1) ? cb : ca;
-      long double plane[4][16], zero[2][16];
+      long double plane[4][16], zero[4][16];  // zero rows gid + 8: the scales (unused)
       int i = 0;
       for (int tig = 0; tig < 4; ++tig) {
         for (int j = 0; j < 4; ++j, ++i) {
@@ -241,22 +241,20 @@ double Kivi2WorstShareOfEta(uint64_t seed) {
             plane[col][i] = dg[col] * static_cast<long double>(s[c]) * (m[c] & 1);
             plane[2 + col][i] = dg[col] * static_cast<long double>(s[c]) * (m[c] >> 1);
             zero[col][i] = dg[col] * static_cast<long double>(z[c]);
+            zero[2 + col][i] = dg[col] * static_cast<long double>(s[c]);
           }
         }
       }
       for (int el = 0; el < 4; ++el) acc[el] = ModelMma(acc[el], plane[el], 16, push());
-      for (int el = 0; el < 2; ++el) acc[el] = ModelMma(acc[el], zero[el], 16, push());
+      for (int el = 0; el < 4; ++el) cz[el] = ModelMma(cz[el], zero[el], 16, push());
     }
-    // Kivi2TcBoundSum: lane (gid, tig) sums, k-step by k-step, its digit's four channels of group
-    // 4·tig + 16·(ks / 4) + ks % 4 times that group's Z + 3S (one fma each); then tig, then digits.
-    float group[kD / 4];
-    for (int l = 0; l < kD / 4; ++l) {
-      float zm = 0.0f, sm = 0.0f;
-      for (int c = 4 * l; c < 4 * l + 4; ++c) {
-        zm = std::max(zm, std::fabs(z[c]));
-        sm = std::max(sm, std::fabs(s[c]));
-      }
-      group[l] = std::fma(3.0f, sm, zm);
+    // Kivi2TcBoundSum: lane (gid, tig) sums, k-step by k-step, its digit at channels c..c + 3 times
+    // Z + 3S of the channel and its partner c ^ 2 (one fma each); then tig, then digits.
+    float bound[kD];
+    for (int c = 0; c < kD; ++c) {
+      const float zm = std::max(std::fabs(z[c]), std::fabs(z[c ^ 2]));
+      const float sm = std::max(std::fabs(s[c]), std::fabs(s[c ^ 2]));
+      bound[c] = std::fma(3.0f, sm, zm);
     }
     float lane_sum[2][4];  // [digit][tig]
     for (int dgt = 0; dgt < 2; ++dgt) {
@@ -265,7 +263,7 @@ double Kivi2WorstShareOfEta(uint64_t seed) {
         for (int ks = 0; ks < 8; ++ks) {
           for (int j = 0; j < 4; ++j) {
             const int c = cuda_kv::Tc8KeyChannel(ks, tig, j);
-            acc = std::fma(std::fabs(dgt == 0 ? hi[c] : lo[c]), group[c / 4], acc);
+            acc = std::fma(std::fabs(dgt == 0 ? hi[c] : lo[c]), bound[c], acc);
           }
         }
         lane_sum[dgt][tig] = acc;
@@ -275,7 +273,7 @@ double Kivi2WorstShareOfEta(uint64_t seed) {
     for (int dgt = 0; dgt < 2; ++dgt) {
       w_sum[dgt] = (lane_sum[dgt][0] + lane_sum[dgt][1]) + (lane_sum[dgt][2] + lane_sum[dgt][3]);
     }
-    const float l = cuda_kv::Kivi2TcDot(ca, cb) * unscale;
+    const float l = cuda_kv::Kivi2TcDot(ca, cb, cz) * unscale;
     const float eta = cuda_kv::TcLogitEtaKivi2Of(w_sum[0] + w_sum[1], unscale);
     worst = std::max(worst, static_cast<double>(std::fabs(static_cast<long double>(l) - truth) / eta));
   }
