@@ -56,6 +56,17 @@ struct MmaHeadSums {
     c = fmaf(wz, rz, c);
     eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
   }
+  // Add's arithmetic for a token where meter::WeightedTokenIsMidAtGap holds, or nothing where
+  // !active (selected to +0 as in AddCommon; ε̂ = 0 gives Expm1Mid(0) = 0 exactly).
+  __device__ __forceinline__ void AddMid(bool active, float w, float eps_hat, float rho) {
+    const float wz = active ? w : 0.0f;
+    const float ez = active ? eps_hat : 0.0f;
+    const float rz = active && rho > 0.0f ? rho : 0.0f;
+    z += wz;
+    b += __fmul_rn(wz, meter::Expm1Mid(ez));
+    c = fmaf(wz, rz, c);
+    eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
+  }
   __device__ __forceinline__ void FoldPowerSums(const meter::EpsPowerSums& ps) { b += ps.Bound(); }
   // += the sums of lane (lane ^ o): a re-association of non-negative sums (SumPartialsSameMax).
   // Without the meter only z is summed (b, c and eps_max stay 0). `bad` goes by ballot (BadOf).

@@ -12,7 +12,8 @@
 // The sums are the tensor-core int8 kernel's (mma_head_sums.cuh): the common tokens' A−1 terms
 // in power sums, folded in after the split, and the in-range token count in 32 bits (the
 // partial's count and chain). With the meter the step is branch-free but for the rare tokens
-// that need PartialAddTokenWeighted's general arithmetic: every read stays inside the stage,
+// that need PartialAddTokenWeighted's general arithmetic (ε̂ past ½ with a finite logit and a direct
+// weight is not rare: AddMid, under a warp vote): every read stays inside the stage,
 // the logits and shared memory, and a masked token's values (ε̂, ρ, ν: zero-filled or stale
 // bytes) are selected away. Without it, the weights alone under `act` (selecting there
 // measured 5% slower on fp8-e4m3).
@@ -91,7 +92,7 @@ struct PipeWeightsStep {
       }
     } else {
       float l[NP], w[NP], e[NP], rho[NP];
-      bool rare[NP];
+      bool rare[NP], mid[NP];
 #pragma unroll
       for (int r = 0; r < NP; ++r) {
         const int jj = j0 + TPH * r;
@@ -134,8 +135,14 @@ struct PipeWeightsStep {
           }
         }
         const bool common = meter::WeightedTokenIsCommonAtGap(l[r], gap, e[r]);  // not waiting for expf
-        rare[r] = act && !common;
+        mid[r] = act && !common && meter::WeightedTokenIsMidAtGap(l[r], gap, e[r]);
+        rare[r] = act && !common && !mid[r];
         hs.AddCommonPowers(act && common, w[r], e[r], rho[r], &hps);
+      }
+      // ε̂ past ½ (kivi2's usual case): branch-free where any lane of the warp has one.
+#pragma unroll
+      for (int r = 0; r < NP; ++r) {
+        if (__any_sync(0xffffffffu, mid[r])) hs.AddMid(mid[r], w[r], e[r], rho[r]);
       }
 #pragma unroll
       for (int r = 0; r < NP; ++r) {

@@ -180,6 +180,17 @@ WITCERT_HD inline bool WeightedTokenIsCommonAtGap(float logit, float gap, float 
   return TokenIsCommon(logit, eps_hat, gap >= kMinDirectGap);
 }
 
+// A token past the common case only by its ε̂: a finite logit, ½ < ε̂ ≤ kEpsCap and a direct weight
+// (gap ≥ kMinDirectGap). Its A−1 term is w·expm1(ε̂), which Expm1Mid forms without expm1f's
+// branches: fl(expf(ε̂) − 1). expf errs by ≤ 2 ulp (≤ 4u of e^ε̂) and e^ε̂ ≥ e^½, so the difference
+// errs by ≤ 4u·e^½/(e^½ − 1) + u < 11.2u of expm1(ε̂) against expm1f's 4u: the term's budget
+// (WeightedEpsTerm above: ≤ 178u of κ = 1024u) becomes ≤ 186u. The GPU kernels take these tokens
+// branch-free too (kivi2's ε̂ is mostly past ½: they had been most of its rare tokens).
+WITCERT_HD inline bool WeightedTokenIsMidAtGap(float logit, float gap, float eps_hat) {
+  return fabsf(logit) <= 3.0e38f && eps_hat > 0.5f && eps_hat <= kEpsCap && gap >= kMinDirectGap;
+}
+WITCERT_HD inline float Expm1Mid(float eps_hat) { return expf(eps_hat) - 1.0f; }
+
 // PartialAddTokenWeighted<kUpperSmall>(p, logit, w, eps_hat, rho, 0) for a token where
 // WeightedTokenIsCommon holds, or nothing where !active, without branches (the GPU kernels'
 // per-token step): a skipped term is selected to +0, and x + 0 = x for the non-negative sums.

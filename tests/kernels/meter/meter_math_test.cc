@@ -2,6 +2,7 @@
 // Cauchy–Schwarz lane factors of the pipelined kernel's η.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <vector>
@@ -253,6 +254,32 @@ TEST(PartialSum, CommonAtGapImpliesCommon) {
   EXPECT_FALSE(WeightedTokenIsCommonAtGap(0.0f, 0.0f, NAN));
   EXPECT_FALSE(WeightedTokenIsCommonAtGap(0.0f, 0.0f, 0.75f));
   EXPECT_FALSE(WeightedTokenIsCommonAtGap(INFINITY, 0.0f, 0.1f));
+}
+
+// The GPU kernels' middle class (WeightedTokenIsMidAtGap): exactly the finite-logit, direct-weight
+// tokens with ½ < ε̂ ≤ kEpsCap, so with the common class and the rare one every token has one
+// place; and Expm1Mid stays within its stated 11.2u of long-double expm1 over (½, kEpsCap] (here
+// with the host's expf; the device's is within 2 ulp by CUDA's documentation, the bound's premise).
+TEST(PartialSum, MidTokensAndTheirExpm1) {
+  EXPECT_TRUE(WeightedTokenIsMidAtGap(-1.0f, -3.0f, 0.75f));
+  EXPECT_TRUE(WeightedTokenIsMidAtGap(-1.0f, -3.0f, kEpsCap));
+  EXPECT_FALSE(WeightedTokenIsMidAtGap(-1.0f, -3.0f, 0.5f));  // common
+  EXPECT_FALSE(WeightedTokenIsMidAtGap(-1.0f, -3.0f, std::nextafter(kEpsCap, INFINITY)));
+  EXPECT_FALSE(WeightedTokenIsMidAtGap(-1.0f, -3.0f, NAN));
+  EXPECT_FALSE(WeightedTokenIsMidAtGap(-1.0f, -70.0f, 0.75f));  // the log form's weights
+  EXPECT_FALSE(WeightedTokenIsMidAtGap(INFINITY, -3.0f, 0.75f));
+  for (float e : {0.0f, 0.25f, 0.5f, 0.75f, 3.0f, 64.0f}) {
+    EXPECT_FALSE(WeightedTokenIsMidAtGap(-1.0f, -3.0f, e) && WeightedTokenIsCommonAtGap(-1.0f, -3.0f, e)) << e;
+  }
+  double worst = 0.0;
+  for (float e = std::nextafter(0.5f, 1.0f); e <= kEpsCap; e = e < 1.0f ? std::nextafter(e, 2.0f) : e * 1.0001f) {
+    const long double truth = std::expm1(static_cast<long double>(e));
+    const double rel = static_cast<double>(std::fabs(static_cast<long double>(Expm1Mid(e)) - truth) / truth);
+    worst = std::max(worst, rel / 5.9604644775390625e-8);
+  }
+  EXPECT_LE(worst, 11.2);
+  EXPECT_EQ(Expm1Mid(0.0f), 0.0f);  // a masked token adds an exact zero
+  std::printf("Expm1Mid: worst error %.2f u over (1/2, %g]\n", worst, static_cast<double>(kEpsCap));
 }
 
 // The tensor-core decode kernel's A−1 power sums (EpsPowerSums): over runs of common tokens their
