@@ -85,18 +85,9 @@ class PipeStageLoader {
   static constexpr int kGroupsPerPass = kThreads / kChunksPerGroup;  // groups one pass of the CTA covers
   static constexpr int kCodePasses = kGroupsPerPass >= kStageGroups ? 1 : kStageGroups / kGroupsPerPass;
 
-  static constexpr int kKeyParamChunks = KPB / 16;  // 16-byte chunks of one block's key parameters
-  static_assert(KPB % 16 == 0 && kStageGroups * kKeyParamChunks <= kThreads, "one key parameter chunk a thread");
-
   // bs_shift: log2(block_size) (read with KPB > 0 alone).
   __device__ PipeStageLoader(const StageLayout& sl, int tid, int bs_shift = 0)
       : tid_(tid), code_g0_(tid / kChunksPerGroup), bs_shift_(bs_shift) {
-    if constexpr (KPB > 0) {  // the thread's key parameter chunk: group, chunk, and whether it is copied
-      const int grp = tid / kKeyParamChunks, r = tid % kKeyParamChunks;
-      kparam_grp_ = grp < kStageGroups && KeyParamSlot(grp, 1 << bs_shift) == grp ? grp : -1;
-      kparam_dst_ = sl.kparams + grp * KPB + r * 16;
-      kparam_src_ = r * 16;
-    }
     const int r = tid % kChunksPerGroup;
     // kTc: chunk r % 16 of token r / 16 (CB = 256) lands at chunk (r % 16) ^ (r / 16); kTc8: chunk
     // r % 8 of token r / 8 (CB = 128) at (r % 8) ^ Tc8Swizzle(r / 8).
@@ -130,7 +121,7 @@ class PipeStageLoader {
         if (KPB == 0 || isv) CopyScales(sg, st + sl.scales, reinterpret_cast<const uint8_t*>(isv ? kv.v_scales : kv.k_scales));
       }
       if constexpr (KPB > 0) {
-        if (!isv) CopyKeyParams(sg, st, reinterpret_cast<const uint8_t*>(kv.k_group));
+        if (!isv) CopyKeyParams(sg, st + sl.kparams, reinterpret_cast<const uint8_t*>(kv.k_group));
       }
       if constexpr (VSCALE_MAX) {  // the V scale words (NS bf16, or kivi2's fp16 pair), 16·NS bytes a group
         static_assert(NS == 1 || NS == 2, "one bf16 scale or one fp16 pair a vector");
@@ -178,16 +169,20 @@ class PipeStageLoader {
       CpAsync16(dst + grp * 16 * NS + r * 16, GroupSource(sg, grp, src, 2 * NS, &ok) + r * 16, ok);
     }
   }
-  // kivi2: each block's key group parameters, 16 bytes a copy (the thread's chunk, fixed at
-  // construction), into the slot of the block's first group of the stage (KeyParamSlot). A split
-  // starts on a stage, so a block with a group in the split has its first group of the stage there
-  // too.
-  __device__ __forceinline__ void CopyKeyParams(const int32_t* sg, uint8_t* st, const uint8_t* src) const {
-    if (kparam_grp_ < 0) return;
-    const int32_t v = sg[kparam_grp_];
-    const bool ok = v != kGroupOutside;
-    const int64_t unit = ok ? (v >> bs_shift_) : 0;  // block·Hkv + head
-    CpAsync16(st + kparam_dst_, src + unit * KPB + kparam_src_, ok);
+  // kivi2: each block's key group parameters, 16 bytes a copy, into the slot of the block's first
+  // group of the stage (KeyParamSlot). A split starts on a stage, so a block with a group in the
+  // split has its first group of the stage there too.
+  __device__ __forceinline__ void CopyKeyParams(const int32_t* sg, uint8_t* dst, const uint8_t* src) const {
+    constexpr int kChunks = KPB / 16;
+    static_assert(KPB % 16 == 0, "16-byte chunks");
+    for (int ci = tid_; ci < kStageGroups * kChunks; ci += kThreads) {
+      const int grp = ci / kChunks, r = ci % kChunks;
+      if (KeyParamSlot(grp, 1 << bs_shift_) != grp) continue;
+      const int32_t v = sg[grp];
+      const bool ok = v != kGroupOutside;
+      const int64_t unit = ok ? (v >> bs_shift_) : 0;  // block·Hkv + head
+      CpAsync16(dst + grp * KPB + r * 16, src + unit * KPB + r * 16, ok);
+    }
   }
   __device__ __forceinline__ static void CopyWitnessChunk(const WitnessChunk& c, uint8_t* st, const int32_t* sg) {
     bool ok;
@@ -201,8 +196,6 @@ class PipeStageLoader {
 
   int tid_, code_g0_, bs_shift_;
   int32_t code_dst_;  // the thread's code chunk's byte offset in a stage
-  int kparam_grp_ = -1;  // KPB > 0: the group whose key parameter chunk the thread copies (-1: none)
-  int32_t kparam_dst_ = 0, kparam_src_ = 0;  // its byte offsets in a stage and in the block's parameters
 };
 
 }  // namespace witcert::cuda_kv
