@@ -25,27 +25,15 @@ struct MmaHeadSums {
     if (!(fabsf(logit) <= 3.0e38f)) { bad = true; return; }
     z += w;
     if (eps_hat > 0.0f) b += meter::WeightedEpsTerm<meter::Expm1Form::kUpperSmall>(logit, m, w, eps_hat);
-    if (rho > 0.0f) c = fmaf(w, rho, c);  // one rounding (AddCommon's too)
+    if (rho > 0.0f) c = fmaf(w, rho, c);  // one rounding (AddCommonPowers' and AddMid's too)
     eps_max = meter::MaxAcc(eps_max, eps_hat);
     if (!(eps_hat == eps_hat)) eps_max = INFINITY;
   }
-  // Add's arithmetic for a token where meter::WeightedTokenIsCommon holds, or nothing where !active, without
-  // branches: a skipped term is selected to +0 instead, and x + 0 = x for the non-negative sums
-  // (the A−1 term is rounded alone, as WeightedEpsTerm returns it; ε̂ = 0 gives
-  // w·Expm1UpperSmall(0) = 0, the term Add skips).
-  // (An inactive token's ε̂ and ρ may be garbage, inf or NaN: they are selected away before
-  // any product, so no 0·inf can reach the sums.)
-  __device__ __forceinline__ void AddCommon(bool active, float w, float eps_hat, float rho) {
-    const float wz = active ? w : 0.0f;
-    const float ez = active ? eps_hat : 0.0f;
-    const float rz = active && rho > 0.0f ? rho : 0.0f;
-    z += wz;
-    b += __fmul_rn(wz, meter::Expm1UpperSmall(ez));
-    c = fmaf(wz, rz, c);
-    eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
-  }
-  // AddCommon with the A−1 term kept in the thread's power sums `ps` (meter::EpsPowerSums), whose
-  // Bound() the caller adds to b once, before any reduction (FoldPowerSums).
+  // Add's arithmetic for a token where meter::WeightedTokenIsCommon holds, or nothing where !active,
+  // without branches: a skipped term is selected to +0 instead, and x + 0 = x for the non-negative
+  // sums. The A−1 term goes to the thread's power sums `ps` (meter::EpsPowerSums), whose Bound() the
+  // caller adds to b once, before any reduction (FoldPowerSums). (An inactive token's ε̂ and ρ may be
+  // garbage, inf or NaN: they are selected away before any product, so no 0·inf can reach the sums.)
   __device__ __forceinline__ void AddCommonPowers(bool active, float w, float eps_hat, float rho,
                                                   meter::EpsPowerSums* ps) {
     const float wz = active ? w : 0.0f;
@@ -56,8 +44,8 @@ struct MmaHeadSums {
     c = fmaf(wz, rz, c);
     eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
   }
-  // Add's arithmetic for a token where meter::WeightedTokenIsMidAtGap holds, or nothing where
-  // !active (selected to +0 as in AddCommon; ε̂ = 0 gives Expm1Mid(0) = 0 exactly).
+  // The same for a token where meter::WeightedTokenIsMidAtGap holds, its A−1 term rounded alone as
+  // WeightedEpsTerm forms it (ε̂ = 0 gives Expm1Mid(0) = 0 exactly).
   __device__ __forceinline__ void AddMid(bool active, float w, float eps_hat, float rho) {
     const float wz = active ? w : 0.0f;
     const float ez = active ? eps_hat : 0.0f;
