@@ -40,8 +40,8 @@
 //    kernels_cuda_mma_rounding_model_test). No other certificate term passes through them.
 //  * kivi2 at d = 128 (kTcV2, kTcK2): both passes on tensor cores. V: its codes exact in fp16,
 //    the weights' digits w·s_t·2^-k, Σ w·z_t per head beside them. K: the codes' bit planes times
-//    the block's scales as exact fp16 rows, the zeros beside them, η from the channel groups'
-//    largest |z|, |s| (pipe_tc_kivi2_keys.cuh).
+//    the block's scales as exact fp16 rows, the zeros beside them, η from the channels' largest
+//    |z|, |s| over the blocks read (pipe_tc_kivi2_keys.cuh).
 //  * Tier A's ε with B = 8 is computed as the tensor-core kernel does it (tier_a_digits.cuh):
 //    the band factors as 16-bit digits rounded up, four dp2a against the token's band codes.
 #pragma once
@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // summed on CUDA cores beside them (rare: a sequence's unfilled block, the gate's promoted ones).
   constexpr bool kTcV2 = kAffine && D == 128;
   // Its logits too (kTcK2): the codes' two bit planes times the block's scales as exact fp16 A
-  // operands, the zeros in the same chains (pipe_tc_kivi2_keys.cuh); exact rows on CUDA cores.
-  // With the meter, η from the digits and the channel groups' largest |z|, |s| (no MMA).
+  // operands, the zeros in a chain of their own (pipe_tc_kivi2_keys.cuh); exact rows on CUDA cores.
+  // With the meter, η from the digits and the channels' largest |z|, |s| (no MMA).
   constexpr bool kTcK2 = kTcV2;
   constexpr bool kTcK = kTc || kTcK2;        // the key pass on tensor cores
   constexpr bool kTcV = kTc || kTcV2;        // the value pass on tensor cores
@@ -235,15 +235,15 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // Scaled fp8 needs no T̂ chain: its codes are ≤ 448 in magnitude, so T_t ≤ 448·X₁ with X₁ the
   // head's digit sum Σ_c (|hi_c| + |lo_c|), and η follows from the split's largest K scale
   // (TcLogitEtaFp8CodeBoundOf). Raw fp8 keeps the chain (its keys are not near 448). kivi2 bounds
-  // its keys by the channel groups' parameters (Kivi2TcBoundSum).
+  // its keys by the channels' largest parameters (Kivi2TcBoundSum).
   constexpr bool kTcEtaChain = kTcEta && !(kTc8 && C::kScaled) && !kTcK2;
   constexpr int NTK = kTcK ? GMAX / 4 : 1;
   float q[GMAX][8];         // CUDA-core logits: the lane's 8 channels of every head
   uint32_t qb[NTK][8][2];  // kTcK: B fragments [n-tile, k-step of 16 channels, register]
   float qunscale[NTK];     // kTcK: 2^-s of the head whose logits the lane finishes (4n + tig)
   float qdigit_l1[NTK];    // scaled fp8 with the meter: X₁ of head 4n + tig (fp32 sum)
-  // kTcK2 at 8 heads with the meter: qb in shared memory [n-tile][k-step][lane] for the K pass (in
-  // registers it spilled: ptxas, 136 bytes).
+  // kTcK2 with the meter: qb in shared memory [n-tile][k-step][lane] for the K pass (in registers
+  // it spilled: ptxas, 136 bytes at 8 heads, 24 at 4).
   constexpr bool kQbShared = kTcK2 && METER;
   __shared__ uint2 qb_shared[kQbShared ? NTK * 8 * 32 : 1];
   if constexpr (kTcK) {

@@ -104,8 +104,8 @@ __host__ __device__ __forceinline__ float TcLogitEtaFp8CodeBoundOf(float digit_l
 //    ≤ ρ(1 + 2ρ)·W + d·α·4·65504·(1 + 2ρ);
 //  * the stored key's own rounding, which the planes do not repeat (z_c + s_c·m_c is a multiple of
 //    2^-24 below 2^19, so fl() errs relatively, never subnormal): ≤ u·(1 + 2ρ)·(W + d·α·4·65504).
-// W itself is bounded, not estimated: with Z_l, S_l the largest |z|, |s| of channel group l (four
-// channels) over the blocks read, W ≤ Σ_c (|hi_c| + |lo_c|)·(Z_l(c) + 3·S_l(c)), and the kernel's
+// W itself is bounded, not estimated: with Z(c), S(c) the largest |z|, |s| of channels c and c ^ 2
+// over the blocks read, W ≤ Σ_c (|hi_c| + |lo_c|)·(Z(c) + 3·S(c)), and the kernel's
 // fp32 sum of that (Kivi2TcBoundSum: non-negative terms, ≤ 36 roundings) is ≥ it times (1 − 36u),
 // so Ŵ = sum·(1 + 2^-16) ≥ W. Then η = (c_rel·Ŵ + c_abs)·unscale·(1 + 2^-19), c_rel ≥ (8.0007μ +
 // 14u + ρ(1 + 2ρ))·(1 + 2u) = 1.2315e-4 (taken as 1.25e-4, as when an MMA chain estimated W and
