@@ -13,6 +13,15 @@
 
 namespace witcert::cuda_kv {
 
+// The fp16 in the low / high half of a 32-bit word (a digit pair, or any two packed fp16) as fp32,
+// exact.
+__host__ __device__ __forceinline__ float F16LowHalf(uint32_t x) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(x & 0xffffu)));
+}
+__host__ __device__ __forceinline__ float F16HighHalf(uint32_t x) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(x >> 16)));
+}
+
 // x as two fp16 digits, hi = fp16(x) and lo = fp16(x − hi) (the difference exact in fp32), as
 // the low and high halves: hi + lo misses x by ≤ 2^-22 of it, or by ≤ 2^-25 absolute where lo is
 // subnormal. |x| must stay below fp16's 65504.

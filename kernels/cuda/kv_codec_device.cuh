@@ -19,6 +19,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/kv_scheme_cuda.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 #include "kernels/meter/dither_hash.h"
@@ -189,8 +190,8 @@ struct DevKivi2 {
                         kAffineParams = true;
   // One fp16 (zero, scale) pair as a word (zero in the low half) → floats.
   __device__ __forceinline__ static void UnpackPair(uint32_t zs, float* z, float* s) {
-    *z = __half2float(__ushort_as_half(static_cast<unsigned short>(zs & 0xffffu)));
-    *s = __half2float(__ushort_as_half(static_cast<unsigned short>(zs >> 16)));
+    *z = F16LowHalf(zs);
+    *s = F16HighHalf(zs);
   }
   // Code i of the lane's 16 bits as a float, exact: 2^23 + m − 2^23 (no conversion instruction).
   __device__ __forceinline__ static float Code(uint32_t codes, int i) {

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/meter/hd.h"
+
 namespace witcert {
 
 enum class KvScheme : int32_t {
@@ -83,9 +85,6 @@ inline int32_t GroupParamsPerBlock(KvScheme s, int32_t head_dim) {
 // pairs (2p, 2p + 1) as [z_2p, z_2p+1, s_2p, s_2p+1], so one 32-bit load is a pair's zeros (or
 // scales), as the tensor-core K pass takes them (pipe_tc_kivi2_keys.cuh), and 8 channels from a
 // multiple of 8 are 16 words from word 2·c.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-constexpr int32_t KeyGroupWord(int32_t c, bool scale) { return 4 * (c / 2) + (c % 2) + (scale ? 2 : 0); }
+WITCERT_HD constexpr int32_t KeyGroupWord(int32_t c, bool scale) { return 4 * (c / 2) + (c % 2) + (scale ? 2 : 0); }
 
 }  // namespace witcert

@@ -36,22 +36,22 @@ struct MmaHeadSums {
   // garbage, inf or NaN: they are selected away before any product, so no 0·inf can reach the sums.)
   __device__ __forceinline__ void AddCommonPowers(bool active, float w, float eps_hat, float rho,
                                                   meter::EpsPowerSums* ps) {
-    const float wz = active ? w : 0.0f;
-    const float ez = active ? eps_hat : 0.0f;
-    const float rz = active && rho > 0.0f ? rho : 0.0f;
-    z += wz;
-    ps->Add(wz, ez);
-    c = fmaf(wz, rz, c);
-    eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
+    AddSelected(active, w, eps_hat, rho, [&](float wz, float ez) { ps->Add(wz, ez); });
   }
   // The same for a token where meter::WeightedTokenIsMidAtGap holds, its A−1 term rounded alone as
   // WeightedEpsTerm forms it (ε̂ = 0 gives Expm1Mid(0) = 0 exactly).
   __device__ __forceinline__ void AddMid(bool active, float w, float eps_hat, float rho) {
+    AddSelected(active, w, eps_hat, rho, [&](float wz, float ez) { b += __fmul_rn(wz, meter::Expm1Mid(ez)); });
+  }
+  // The branch-free adds' shared part: the token's (w, ε̂, ρ), or zeros where !active, into z, c
+  // and the ε̂ max, and (w, ε̂) as selected to the caller's A−1 term, a_minus_1(w, ε̂).
+  template <class AMinus1>
+  __device__ __forceinline__ void AddSelected(bool active, float w, float eps_hat, float rho, AMinus1&& a_minus_1) {
     const float wz = active ? w : 0.0f;
     const float ez = active ? eps_hat : 0.0f;
     const float rz = active && rho > 0.0f ? rho : 0.0f;
     z += wz;
-    b += __fmul_rn(wz, meter::Expm1Mid(ez));
+    a_minus_1(wz, ez);
     c = fmaf(wz, rz, c);
     eps_max = active ? meter::MaxAcc(eps_max, eps_hat) : eps_max;
   }

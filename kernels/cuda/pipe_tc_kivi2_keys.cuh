@@ -7,9 +7,10 @@
 // both exact fp16 (a PRMT mask over the block's s pair, ByteSignHalfMasks), so one MMA takes both
 // planes and the token's sum is row gid + 2·row gid + 8 (two chains, even and odd k-steps: 4 MMAs
 // each). The zero term Σ d_c·z_c (the block's, the same on every row) is a second MMA a k-step with
-// z in rows gid, into a chain of its own (8 MMAs; its rows gid + 8 hold the scales, unused). Costs per lane and k-step: one 16-byte load of the block's
-// parameters (two channel pairs' zeros and scales, KeyGroupWord's layout), four mask PRMTs and four
-// ANDs for the planes, and 2 MMAs per 4 heads; the codes' 7 shifts a word.
+// z in rows gid, into a chain of its own (8 MMAs; its rows gid + 8 hold the scales, unused). Costs
+// per lane and k-step: one 16-byte load of the block's parameters (two channel pairs' zeros and
+// scales, KeyGroupWord's layout), four mask PRMTs and four ANDs for the planes, and 2 MMAs per 4
+// heads; the codes' 7 shifts a word.
 //
 // The meter's share (η, tc_logit_eta.cuh: TcLogitEtaKivi2Of; certificates.md) is no MMA: η needs
 // W = Σ_c (|hi_c| + |lo_c|)·(|z_c| + 3|s_c|) bounded above: with Z(c), S(c) the largest |z|, |s| of
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/tc8_layout.h"
 #include "kernels/cuda/tc_logit_eta.cuh"
@@ -41,9 +43,10 @@ __device__ __forceinline__ uint2 Kivi2QueryB(const uint32_t (&qb)[NTK][8][2], co
 
 // codes: the lane's token's 32 code bytes (row gid of the warp's tile; channel c's code at bits
 // 2·(c % 4) of byte c / 4); params: the token's block's 256 parameter words (KeyGroupWord's
-// layout: 32-bit word c holds channel pair c / 2's zeros (c even) or scales), 16-byte aligned; qb: the query's B fragments [n-tile][k-step][register], or with QB_SHARED
-// qbs, the same in shared memory [n-tile][k-step][lane] (8 heads with the meter). Out: dot[n],
-// the token's Σ d_c·k_c for head 4n + tig before the unscale (Kivi2TcDot).
+// layout: 32-bit word c holds channel pair c / 2's zeros (c even) or scales), 16-byte aligned;
+// qb: the query's B fragments [n-tile][k-step][register], or with QB_SHARED qbs, the same in shared
+// memory [n-tile][k-step][lane] (with the meter). Out: dot[n], the token's Σ d_c·k_c for head
+// 4n + tig before the unscale (Kivi2TcDot).
 template <int NTK, bool QB_SHARED>
 __device__ __forceinline__ void Kivi2TcKeyTile(const uint8_t* codes, const uint8_t* params, int lane,
                                                const uint32_t (&qb)[NTK][8][2], const uint2* qbs, float (&dot)[NTK]) {
@@ -114,16 +117,14 @@ template <int NTK, bool QB_SHARED>
 __device__ __forceinline__ void Kivi2TcBoundSum(uint32_t z_max, uint32_t s_max, const uint32_t (&qb)[NTK][8][2],
                                                 const uint2* qbs, int lane, float (&w)[NTK]) {
   const int tig = lane & 3;
-  auto lo = [](uint32_t x) { return __half2float(__ushort_as_half(static_cast<unsigned short>(x & 0xffffu))); };
-  auto hi = [](uint32_t x) { return __half2float(__ushort_as_half(static_cast<unsigned short>(x >> 16))); };
   float bound[8][2];  // Z + 3S of the k-step's even and odd channels
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
     const int src = Tc8KeyChannel(ks, tig, 0) / 4;
     const uint32_t z = __shfl_sync(0xffffffffu, z_max, src) & ~Kivi2TcParamMaxSeen;
     const uint32_t s = __shfl_sync(0xffffffffu, s_max, src);
-    bound[ks][0] = fmaf(3.0f, lo(s), lo(z));
-    bound[ks][1] = fmaf(3.0f, hi(s), hi(z));
+    bound[ks][0] = fmaf(3.0f, F16LowHalf(s), F16LowHalf(z));
+    bound[ks][1] = fmaf(3.0f, F16HighHalf(s), F16HighHalf(z));
   }
 #pragma unroll
   for (int n = 0; n < NTK; ++n) {
@@ -134,8 +135,8 @@ __device__ __forceinline__ void Kivi2TcBoundSum(uint32_t z_max, uint32_t s_max, 
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // channels c + 2r (low half), c + 2r + 1 (high half)
         const uint32_t d = r == 0 ? b.x : b.y;
-        acc = fmaf(fabsf(lo(d)), bound[ks][0], acc);
-        acc = fmaf(fabsf(hi(d)), bound[ks][1], acc);
+        acc = fmaf(fabsf(F16LowHalf(d)), bound[ks][0], acc);
+        acc = fmaf(fabsf(F16HighHalf(d)), bound[ks][1], acc);
       }
     }
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);

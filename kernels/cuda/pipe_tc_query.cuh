@@ -66,8 +66,8 @@ __device__ __forceinline__ void TcQueryFragments(const DecodeParams& p, int seq,
       for (int ks = 0; ks < 8; ++ks) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          l1 += fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(qb[n][ks][r] & 0xffffu))));
-          l1 += fabsf(__half2float(__ushort_as_half(static_cast<unsigned short>(qb[n][ks][r] >> 16))));
+          l1 += fabsf(F16LowHalf(qb[n][ks][r]));
+          l1 += fabsf(F16HighHalf(qb[n][ks][r]));
         }
       }
 #pragma unroll

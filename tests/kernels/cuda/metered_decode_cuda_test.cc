@@ -113,7 +113,7 @@ double TensorCoreEtaBound(const float* q, const std::vector<float>& k, const std
 }
 
 // The same for kivi2's tensor-core logits (d = 128, the pipelined kernel; TcLogitEtaKivi2Of): η ≤
-// (c_rel·Σ_c (|hi_c| + |lo_c|)·(Z + 3S) + c_abs·2^-s)/√d with Z + 3S, a channel group's largest
+// (c_rel·Σ_c (|hi_c| + |lo_c|)·(Z + 3S) + c_abs·2^-s)/√d with Z + 3S, a channel pair's largest
 // |z| + 3|s| over the blocks read, ≤ 3·max|k̃| (z is a stored key's value, 3s ≈ max − z) — taken
 // with room as 3.1·max_t,c |k̃_t,c| over the head's rows.
 double Kivi2TensorCoreEtaBound(const float* q, const std::vector<float>& k, int64_t S, int32_t d) {

@@ -139,7 +139,7 @@ TEST(TcLogitEta, MonotoneAndNeverSmallOnBadInput) {
 
 // kivi2's constants (TcLogitEtaKivi2): chains of up to 8 MMAs, nine additions, the unscale's product
 // and its own error, the stored key's rounding; keys |z| + 3|s| ≤ 4·65504 in the absolute term. W
-// is bounded from the channel groups' parameters (no chain of its own), so no second chain factor.
+// is bounded from the channels' largest parameters (no chain of its own), so no second chain factor.
 TEST(TcLogitEta, Kivi2ConstantsCoverTheirDerivation) {
   const long double mu = cuda_kv::kTcMu, nu = cuda_kv::kTcNu, rho = std::ldexp(1.0L, -22), alpha = std::ldexp(1.0L, -25);
   const long double rel = (ChainFactor(8) * mu + 14 * kU + rho * (1 + 2 * rho)) * (1 + 2 * kU);
