@@ -38,7 +38,7 @@
 //    |code| ≤ 448, bounds it instead, with no chain), and η follows from a stated
 //    model of the tensor cores' fp32 accumulation (tc_logit_eta.cuh, checked on the device by
 //    kernels_cuda_mma_rounding_model_test). No other certificate term passes through them.
-//  * kivi2 at d = 128 (kTcV2, kTcK2): both passes on tensor cores. V: its codes exact in fp16,
+//  * kivi2 at d = 128 (kTcV2, kTcK2): both passes on tensor cores. V: its codes exact fp16 subnormals,
 //    the weights' digits w·s_t·2^-k, Σ w·z_t per head beside them. K: the codes' bit planes times
 //    the block's scales as exact fp16 rows, the zeros beside them, η from the channels' largest
 //    |z|, |s| over the blocks read (pipe_tc_kivi2_keys.cuh).
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // kivi2 at d = 128 (kTcV2): the value pass on tensor cores, the logits on CUDA cores (the key
   // scales are per channel, inside the dot product). ṽ_t = z_t + s_t·m_t, so Σ_t w_t·ṽ_t =
   // Σ_t w_t·z_t (a sum per head, in the weights step) + Σ_t (w_t·s_t)·m_t: the 2-bit codes m are
-  // the A operand, exact in fp16 (mma::TwoBitPairToF16x2), at kTc8's lane mapping; the weights'
+  // the A operand, exact fp16 subnormals (mma::TwoBitPairAsF16Subnormals), at kTc8's lane mapping; the weights'
   // digits those of w·s_t·2^-k as scaled fp8's. Rows read exact go to the MMAs with weight 0 and are
   // summed on CUDA cores beside them (rare: a sequence's unfilled block, the gate's promoted ones).
   constexpr bool kTcV2 = kAffine && D == 128;
@@ -678,6 +678,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
       // the lane's channels 16·warp + 2·gid + {0, 1} are its bits 4·gid + [0, 4); tokens tig + 4j as
       // kTc8. One j's loads are four words 32 bytes apart (one per tig): no bank conflicts.
       const uint32_t* v2 = reinterpret_cast<const uint32_t*>(st + sl.codes + tig * CB) + warp;
+      const uint32_t v2_sel = gid < 4 ? 0x5410u : 0x7632u, v2_shift = 4u * (gid & 3);
       float sacc[NT][4];
 #pragma unroll
       for (int n = 0; n < NT; ++n) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
@@ -697,15 +698,18 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           a[2] = mma::E4m3PairLoToF16x2(p23);
           a[3] = mma::E4m3PairHiToF16x2(p23);
         } else if constexpr (kTcV2) {
-          uint32_t r[4];  // token tig + 4j: channel 2gid's code in bits 0-1, 2gid + 1's in bits 2-3
+          uint32_t r[4];  // token tig + 4j: channel 2gid's code in bits 4gid + [0, 2), 2gid + 1's above
 #pragma unroll
-          for (int j = 0; j < 4; ++j) r[j] = v2[(ks * 16 + 4 * j) * (CB / 4)] >> (4 * gid);
-          // Tokens (j, j + 1) in the (low, high) halves, j = 0 and 2.
-          const uint32_t p01 = __byte_perm(r[0], r[1], 0x5410), p23 = __byte_perm(r[2], r[3], 0x5410);
-          a[0] = mma::TwoBitPairToF16x2(p01);
-          a[1] = mma::TwoBitPairToF16x2(p01 >> 2);
-          a[2] = mma::TwoBitPairToF16x2(p23);
-          a[3] = mma::TwoBitPairToF16x2(p23 >> 2);
+          for (int j = 0; j < 4; ++j) r[j] = v2[(ks * 16 + 4 * j) * (CB / 4)];
+          // Tokens (j, j + 1) in the (low, high) halves, j = 0 and 2: the halves holding the lane's
+          // bits, shifted to bits [0, 4). Channel 2gid's codes (rows gid) become m·2^-24, 2gid + 1's
+          // (rows gid + 8) m·2^-22, both exact fp16 subnormals: vacc's rows carry 2^-24 and 2^-22.
+          const uint32_t p01 = __byte_perm(r[0], r[1], v2_sel) >> v2_shift;
+          const uint32_t p23 = __byte_perm(r[2], r[3], v2_sel) >> v2_shift;
+          a[0] = mma::TwoBitPairAsF16Subnormals<0>(p01);
+          a[1] = mma::TwoBitPairAsF16Subnormals<2>(p01);
+          a[2] = mma::TwoBitPairAsF16Subnormals<0>(p23);
+          a[3] = mma::TwoBitPairAsF16Subnormals<2>(p23);
         } else {
           mma::LdMatrixX4Trans(a, arow + ks * 16 * CB);
         }
@@ -792,8 +796,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         // Rows gid and gid + 8: channels gid and gid + 8 of the warp's 16, kPairRows 2·gid and 2·gid + 1.
         float* out = p.part_acc + (cell0 + static_cast<int64_t>(g) * p.num_splits) * D + 16 * warp;
         const float unscale = kVScaleMax ? sm.vscale_out : 1.0f;
-        float o0 = (vacc[n][0] + vacc[n][1]) * (1.0f / Digits::kWeightScale) * unscale;
-        float o1 = (vacc[n][2] + vacc[n][3]) * (1.0f / Digits::kWeightScale) * unscale;
+        // kTcV2: the codes' subnormal scales, rows gid 2^-24 and gid + 8 2^-22, taken off with the
+        // digits' (exact: powers of two).
+        constexpr float kRow0 = (kTcV2 ? 16777216.0f : 1.0f) / Digits::kWeightScale;
+        constexpr float kRow8 = (kTcV2 ? 4194304.0f : 1.0f) / Digits::kWeightScale;
+        float o0 = (vacc[n][0] + vacc[n][1]) * kRow0 * unscale;
+        float o1 = (vacc[n][2] + vacc[n][3]) * kRow8 * unscale;
         if constexpr (kTcV2) {  // + Σ w·z_t of head g (its weights-step warps) + the exact rows' sums
           constexpr int kHeadWarps = PipeWeightsStep<C, GMAX, METER, NS>::TPH / 32;
           float zs = 0.0f;

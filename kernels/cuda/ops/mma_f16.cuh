@@ -80,13 +80,17 @@ __device__ __forceinline__ uint32_t E4m3PairHiToF16x2(uint32_t w) {
   return r;
 }
 
-// Two 2-bit codes as an fp16 pair, exactly: bits 0-1 of each 16-bit half of w (the rest ignored)
-// become m ∈ {0, 1, 2, 3} in that half, as 1024 + m (fp16 0x6400 | m, exact) minus 1024: one LOP3
-// and one HADD2. How kivi2's codes feed the fp16 MMAs above.
-__device__ __forceinline__ uint32_t TwoBitPairToF16x2(uint32_t w) {
-  const uint32_t biased = (w & 0x00030003u) | 0x64006400u;
-  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&biased), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
-  return *reinterpret_cast<const uint32_t*>(&h);
+// Two 2-bit codes as an fp16 pair in one AND: bits [B, B + 2) of each 16-bit half of w, the
+// rest cleared. Read as fp16 (B ≤ 8: inside the fraction field, exponent field 0) each half is
+// the subnormal m·2^(B−24), m ∈ {0, 1, 2, 3}, exactly. The tensor cores take fp16 subnormals
+// without flushing them (kernels_cuda_mma_rounding_model_test's small-input case, within its
+// model on the device) and their products are exact, so an MMA over such a fragment is the MMA
+// over m times 2^(B−24): a power of two the caller takes off the sums, per row if B differs by
+// row. How kivi2's value codes feed the fp16 MMAs above.
+template <int B>
+__device__ __forceinline__ uint32_t TwoBitPairAsF16Subnormals(uint32_t w) {
+  static_assert(B >= 0 && B <= 8, "the code must stay in fp16's fraction field");
+  return w & (0x00030003u << B);
 }
 
 // 0xffff in the low half where bit 7 of byte j (0..3) of `lo` is set, in the high half where bit 7
