@@ -67,10 +67,12 @@ namespace witcert::cuda_kv {
 
 template <int GMAX, bool TCV, bool WT32>
 struct PipeSmem {
-  float wt[WT32 ? GMAX : 1][kStageTokens];  // weights of the current V stage (CUDA-core values; kivi2: exact rows')
+  // Two buffers [V stage index % 2]: the weights step fills one stage's while the value pass
+  // reads the previous stage's.
+  float wt[2][WT32 ? GMAX : 1][kStageTokens];  // weights of a V stage (CUDA-core values; kivi2: exact rows')
   // TCV: the weights' fp16 / bf16 digits [head·2 + digit, token] (DigitFormat), rows padded to 72
   // halves (36 words) so the B-fragment loads of one warp hit 32 distinct banks.
-  uint16_t wt16[TCV ? 2 * GMAX : 1][TCV ? kStageTokens + 8 : 2];
+  uint16_t wt16[2][TCV ? 2 * GMAX : 1][TCV ? kStageTokens + 8 : 2];
   float m[GMAX];
   float eta[GMAX];
   float red[kWarps][GMAX];
@@ -606,12 +608,19 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   ws.Init(sm, tid, G, nb);
   float vmax = 0.0f;  // max over the thread's in-range tokens of ν (the exact scheme: ‖ṽ‖)
   const float infl = meter::EpsInflation(D, nb);
-  for (int k = n_st; k < 2 * n_st; ++k) {
-    CpAsyncWait<S - 2>();
-    __syncthreads();
-    issue(k + S - 1);
-    if (k == n_st) ws.LoadMax(sm);
+  // Stage k's weights (a) before stage k's values (b), one barrier between. With the weights a
+  // stage ahead (kWeightsAhead), an iteration computes stage k + 1's weights and stage k's
+  // values with no barrier between them: two independent chains a warp can interleave (the
+  // weights step is a dependent chain of shared-memory reads, expf and the meter's terms; the
+  // value pass, MMAs), one barrier a stage instead of two. It needs stage k + 1 landed at
+  // iteration k, one stage less in flight, so it is taken where the ring has ≥ 4 stages. On an
+  // H100 (bench/RESULTS.md, twenty-seventh session) it took fp8-e4m3 3–4% faster with the meter,
+  // 1–2% without, and kivi2 8–9% without the meter but 1% slower with it (its weights step
+  // branches on the warp vote of AddMid), so metered kivi2 keeps the two barriers.
+  constexpr bool kWeightsAhead = S >= 4 && !(kTcK2 && METER);
+  auto weights_of = [&](int k) {  // (a) of V stage k into buffer (k − n_st) % 2
     const uint8_t* st = ring + (k % S) * sl.bytes;
+    const int buf = (k - n_st) & 1;
     const int32_t off0 = off_al + kStageTokens * (k - n_st);  // stage token 0's offset in the split
     const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
     const float vmul = kVScaleMax ? sm.vscale_mul : 1.0f;
@@ -630,7 +639,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           float z, s;
           C::UnpackPair(reinterpret_cast<const uint32_t*>(st + sl.scales)[jj], &z, &s);
           if (exact_rows.IsExact(k - n_st, jj)) {
-            sm.wt[g][jj] = w;
+            sm.wt[buf][g][jj] = w;
             w = 0.0f;
           } else if (w > 0.0f) {  // a masked token's w is 0 (its pair may be stale bytes); NaN: a bad partial
             vzero_acc = fmaf(w, z, vzero_acc);
@@ -642,10 +651,10 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           if (!(w >= 0.0f && w <= 1.0f)) w = 0.0f;
         }
         const uint32_t d = Digits::Weight(w);
-        sm.wt16[2 * g][col] = static_cast<uint16_t>(d);
-        sm.wt16[2 * g + 1][col] = static_cast<uint16_t>(d >> 16);
+        sm.wt16[buf][2 * g][col] = static_cast<uint16_t>(d);
+        sm.wt16[buf][2 * g + 1][col] = static_cast<uint16_t>(d >> 16);
       } else {
-        sm.wt[g][jj] = w;
+        sm.wt[buf][g][jj] = w;
       }
     };
     // Exact rows carry no quantization error: ε̂ = ρ = 0 (the V pass below takes their ‖ṽ‖ into vmax).
@@ -661,7 +670,12 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int i = 0; i < CB / 16; ++i) row[i] = make_uint4(0, 0, 0, 0);
       }
     }
-    __syncthreads();
+  };
+  auto values_of = [&](int k) {  // (b) of V stage k from buffer (k − n_st) % 2
+    const uint8_t* st = ring + (k % S) * sl.bytes;
+    const int buf = (k - n_st) & 1;
+    const int32_t off0 = off_al + kStageTokens * (k - n_st);  // stage token 0's offset in the split
+    const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
     // (b) values
     if constexpr (kTcV) {
       const int gid = lane >> 2, tig = lane & 3;
@@ -715,7 +729,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-          const uint16_t* wr = &sm.wt16[n * 8 + gid][ks * 16 + 2 * tig];
+          const uint16_t* wr = &sm.wt16[buf][n * 8 + gid][ks * 16 + 2 * tig];
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(wr), b1 = *reinterpret_cast<const uint32_t*>(wr + 8);
           mma::Mma16F32<kBf16>(sacc[n], a, b0, b1);
         }
@@ -726,7 +740,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         for (int i = 0; i < 4; ++i) vacc[n][i] += sacc[n][i];
       }
       if constexpr (kTcV2) {  // rows read exact: on CUDA cores beside the MMAs (their weight there is 0)
-        exact_rows.template AddTcValueRows<METER, NT, LPT>(k - n_st, off0, n_split, 16 * warp + 2 * gid, tig, sm.wt, eacc,
+        exact_rows.template AddTcValueRows<METER, NT, LPT>(k - n_st, off0, n_split, 16 * warp + 2 * gid, tig, sm.wt[buf], eacc,
                                                            warp, sub, &vmax);
       }
     } else {  // CUDA-core values
@@ -754,7 +768,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
         }
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) {
-          const float ws = sm.wt[g][j] * sc;
+          const float ws = sm.wt[buf][g][j] * sc;
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(ws, x[i], acc[g][i]);
         }
@@ -768,6 +782,29 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
           }
         }
       }
+    }
+  };
+  if constexpr (kWeightsAhead) {
+    CpAsyncWait<S - 2>();
+    __syncthreads();  // stage n_st landed; sm.m, sm.eta and the K stages' last reads done
+    ws.LoadMax(sm);
+    weights_of(n_st);
+    for (int k = n_st; k < 2 * n_st; ++k) {
+      CpAsyncWait<S - 3>();  // stage k + 1 landed
+      __syncthreads();       // stage k's weights written; stage k − 1's values done with its slot and buffer
+      issue(k + S - 1);
+      if (k + 1 < 2 * n_st) weights_of(k + 1);
+      values_of(k);
+    }
+  } else {
+    for (int k = n_st; k < 2 * n_st; ++k) {
+      CpAsyncWait<S - 2>();
+      __syncthreads();
+      issue(k + S - 1);
+      if (k == n_st) ws.LoadMax(sm);
+      weights_of(k);
+      __syncthreads();
+      values_of(k);
     }
   }
   CpAsyncWait<0>();
