@@ -615,9 +615,9 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   // value pass, MMAs), one barrier a stage instead of two. It needs stage k + 1 landed at
   // iteration k, one stage less in flight, so it is taken where the ring has ≥ 4 stages. On an
   // H100 (bench/RESULTS.md, twenty-seventh session) it took fp8-e4m3 3–4% faster with the meter,
-  // 1–2% without, and kivi2 8–9% without the meter but 1% slower with it (its weights step
-  // branches on the warp vote of AddMid), so metered kivi2 keeps the two barriers.
-  constexpr bool kWeightsAhead = S >= 4 && !(kTcK2 && METER);
+  // 1–2% without, kivi2 8–9% without the meter and, once its weights step had no warp vote left
+  // (AddMid for every token), 1.4–1.8% with it; the values before the weights measured 0.5–2% slower.
+  constexpr bool kWeightsAhead = S >= 4;
   auto weights_of = [&](int k) {  // (a) of V stage k into buffer (k − n_st) % 2
     const uint8_t* st = ring + (k % S) * sl.bytes;
     const int buf = (k - n_st) & 1;

@@ -13,7 +13,7 @@
 // in power sums, folded in after the split, and the in-range token count in 32 bits (the
 // partial's count and chain). With the meter the step is branch-free but for the rare tokens
 // that need PartialAddTokenWeighted's general arithmetic (ε̂ past ½ with a finite logit and a direct
-// weight is not rare for codes of ≤ 4 bits: AddMid, under a warp vote): every read stays inside the stage,
+// weight is not rare for codes of ≤ 4 bits: AddMid, for every token): every read stays inside the stage,
 // the logits and shared memory, and a masked token's values (ε̂, ρ, ν: zero-filled or stale
 // bytes) are selected away. Without it, the weights alone under `act` (selecting there
 // measured 5% slower on fp8-e4m3).
@@ -40,7 +40,7 @@ struct PipeWeightsStep {
   static constexpr bool kWit = METER && !C::kExact;
   static constexpr bool kKScale = METER && C::kTierB;
   // Codes of ≤ 4 bits (int4, kivi2), whose ε̂ is mostly past ½: those tokens branch-free (AddMid).
-  // Elsewhere they stay with the rare ones (the warp vote measured +0.5–0.7% on fp8-e4m3).
+  // Elsewhere they stay with the rare ones (AddMid under a warp vote measured +0.5–0.7% on fp8-e4m3).
   static constexpr bool kMidTokens = METER && C::kBytes <= 4;
 
   int g, j0;         // the thread's head and first token of a stage
@@ -142,12 +142,12 @@ struct PipeWeightsStep {
         rare[r] = act && !common && !mid[r];
         hs.AddCommonPowers(act && common, w[r], e[r], rho[r], &hps);
       }
-      // ε̂ past ½ (kivi2's usual case): branch-free where any lane of the warp has one.
+      // ε̂ past ½ (kivi2's usual case): branch-free for every token, no warp vote (a vote measured
+      // 1.4–1.8% slower on kivi2 with the weights a stage ahead, bench/RESULTS.md twenty-seventh
+      // session: its branch kept the weights step apart from the value pass beside it).
       if constexpr (kMidTokens) {
 #pragma unroll
-        for (int r = 0; r < NP; ++r) {
-          if (__any_sync(0xffffffffu, mid[r])) hs.AddMid(mid[r], w[r], e[r], rho[r]);
-        }
+        for (int r = 0; r < NP; ++r) hs.AddMid(mid[r], w[r], e[r], rho[r]);
       }
 #pragma unroll
       for (int r = 0; r < NP; ++r) {
