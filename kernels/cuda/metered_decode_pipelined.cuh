@@ -24,7 +24,8 @@
 //    K scale, and ρ and the vmax candidate ν ≥ ‖ṽ‖ + ρ from the staged value summary
 //    (kernels/meter/witness_format.h): no per-token ‖ṽ‖. After one
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
-//    summary, max ‖ṽ‖ by the wide-range norm). The certificate math is the two-pass split of
+//    summary, max ‖ṽ‖ by the wide-range norm). With ≥ 4 ring stages the weights run a stage
+//    ahead: stage k + 1's weights and stage k's values share one barrier (kWeightsAhead). The certificate math is the two-pass split of
 //    the first kernel, unchanged: the split max is known before any term is summed.
 //  * fp16, bf16 and fp8-e4m3 at d = 128 (kTc; fp8 converted to fp16 exactly as the fragments are
 //    built, its lane mapping below at kTc8): the V pass runs on tensor cores (ops/mma_f16.cuh, the
