@@ -11,6 +11,8 @@
 // call over replays. Shapes whose KV is smaller than 4× the 60 MB L2 rotate over several layers
 // so every call reads from HBM. KV is written by the real write path from hashed random
 // fp32 rows (never zeros). Usage: bench_decode_cuda [--quick] [--csv FILE] [--splits N]...
+// [--only LABEL] [--batch B]... [--ctx N]... [--iters N] [--exact-tail] (kivi2 as served: each
+// sequence's unfilled last block read from the exact cache; rows labelled kivi2+tail).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -111,9 +113,12 @@ std::string RunLabel(KvScheme scheme, int kernel) {
 
 // kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 1: the first kernel, 2: pipelined).
 // splits: split counts run side by side (--splits N, repeatable); 0 = ChooseNumSplits.
+// exact_tail (--exact-tail, kivi2): each sequence's last block read from the exact cache, as in
+// serving, where a sequence's unfilled last block has no key groups yet (exact_slot set, so the
+// kernel looks its groups up; the block's rows come from exact_kv).
 int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
-              const std::vector<int>& splits_list, int iters, std::vector<Row>* rows) {
-  const std::string label = RunLabel(scheme, kernel);
+              const std::vector<int>& splits_list, int iters, bool exact_tail, std::vector<Row>* rows) {
+  const std::string label = RunLabel(scheme, kernel) + (exact_tail && SchemeInfo(scheme).group_keys ? "+tail" : "");
   const int32_t hq = 32, hkv = 8, d = 128, bs = 16;
   for (int batch : batches) {
     for (int64_t ctx : ctxs) {
@@ -180,6 +185,24 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
       cudaMemcpy(dq, hq_host.data(), sizeof(float) * hq_host.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dt, tables.data(), sizeof(int32_t) * tables.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dl, lens.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice);
+      // --exact-tail: slot (b·layers + l)·Hkv + h for sequence b's last block, −1 elsewhere.
+      int32_t* exact_slot = nullptr;
+      float* exact_kv = nullptr;
+      const bool tail = exact_tail && L.group_keys();
+      if (tail) {
+        std::vector<int32_t> slot_table(static_cast<size_t>(L.num_blocks) * layers * hkv, -1);
+        for (int b = 0; b < batch; ++b) {
+          const int64_t blk = tables[(b + 1) * blocks_per_seq - 1];
+          for (int l = 0; l < layers; ++l) {
+            for (int h = 0; h < hkv; ++h) slot_table[(blk * layers + l) * hkv + h] = (b * layers + l) * hkv + h;
+          }
+        }
+        const int64_t exact_floats = static_cast<int64_t>(batch) * layers * hkv * 2 * bs * d;
+        BENCH_CHECK(cudaMalloc(&exact_slot, sizeof(int32_t) * slot_table.size()));
+        BENCH_CHECK(cudaMalloc(&exact_kv, sizeof(float) * exact_floats));
+        cudaMemcpy(exact_slot, slot_table.data(), sizeof(int32_t) * slot_table.size(), cudaMemcpyHostToDevice);
+        FillRows<<<1024, 256>>>(exact_kv, exact_floats, 77);
+      }
       std::vector<std::pair<int, bool>> variants;  // (forced splits, meter): off then on per count
       for (int forced : splits_list) variants.insert(variants.end(), {{forced, false}, {forced, true}});
       for (const auto& [forced, meter] : variants) {
@@ -198,6 +221,9 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
         a.num_splits = forced;
         a.out = dout;
         a.cert = dc;
+        a.exact_slot = exact_slot;
+        a.exact_kv = exact_kv;
+        a.num_layers = tail ? layers : 0;
         int32_t splits = 0;
         BENCH_CHECK(ResolveNumSplits(L, a, &splits));
         a.workspace_bytes = MeteredDecodeWorkspaceBytes(batch, hq, d, splits);
@@ -263,7 +289,7 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
       }
-      cudaFree(dq); cudaFree(dout); cudaFree(dt); cudaFree(dl); cudaFree(dc);
+      cudaFree(dq); cudaFree(dout); cudaFree(dt); cudaFree(dl); cudaFree(dc); cudaFree(exact_slot); cudaFree(exact_kv);
     }
   }
   return 0;
@@ -275,10 +301,12 @@ int Main(int argc, char** argv) {
   const char* csv = nullptr;
   const char* only = nullptr;  // --only LABEL: one scheme/kernel row set (e.g. for ncu)
   int iters_flag = 0;
+  bool exact_tail = false;  // --exact-tail: kivi2 with each sequence's last block exact (RunScheme)
   std::vector<int> batches_flag;
   std::vector<int64_t> ctxs_flag;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--exact-tail")) exact_tail = true;
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
     if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters_flag = std::atoi(argv[++i]);
@@ -308,7 +336,8 @@ int Main(int argc, char** argv) {
                                            {KvScheme::kBf16, 0}};
   for (const auto& [s, kern] : runs) {
     if (only == nullptr ? s == KvScheme::kBf16 : RunLabel(s, kern) != only) continue;
-    if (RunScheme(s, kern, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), &rows)) {
+    if (RunScheme(s, kern, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), exact_tail,
+                  &rows)) {
       return 1;
     }
   }
