@@ -11,8 +11,8 @@
 // call over replays. Shapes whose KV is smaller than 4× the 60 MB L2 rotate over several layers
 // so every call reads from HBM. KV is written by the real write path from hashed random
 // fp32 rows (never zeros). Usage: bench_decode_cuda [--quick] [--csv FILE] [--splits N]...
-// [--only LABEL] [--batch B]... [--ctx N]... [--iters N] [--exact-tail] (kivi2 as served: each
-// sequence's unfilled last block read from the exact cache; rows labelled kivi2+tail).
+// [--only LABEL] [--batch B]... [--ctx N]... [--iters N] [--exact-tail] (kivi2 as serving will run
+// it: each sequence's unfilled last block read from the exact cache; rows labelled kivi2+tail).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -113,9 +113,9 @@ std::string RunLabel(KvScheme scheme, int kernel) {
 
 // kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 1: the first kernel, 2: pipelined).
 // splits: split counts run side by side (--splits N, repeatable); 0 = ChooseNumSplits.
-// exact_tail (--exact-tail, kivi2): each sequence's last block read from the exact cache, as in
-// serving, where a sequence's unfilled last block has no key groups yet (exact_slot set, so the
-// kernel looks its groups up; the block's rows come from exact_kv).
+// exact_tail (--exact-tail, kivi2): each sequence's last block read from the exact cache, as a
+// sequence whose last block is unfilled needs it (its keys have no groups yet): exact_slot set, so
+// the kernel looks its groups up, and that block's rows come from exact_kv.
 int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
               const std::vector<int>& splits_list, int iters, bool exact_tail, std::vector<Row>* rows) {
   const std::string label = RunLabel(scheme, kernel) + (exact_tail && SchemeInfo(scheme).group_keys ? "+tail" : "");
