@@ -25,8 +25,9 @@
 //    (kernels/meter/witness_format.h): no per-token ‖ṽ‖. After one
 //    barrier the V lanes accumulate Σ w ṽ (and, for the exact scheme alone, which has no
 //    summary, max ‖ṽ‖ by the wide-range norm). With ≥ 4 ring stages the weights run a stage
-//    ahead: stage k + 1's weights and stage k's values share one barrier (kWeightsAhead). The certificate math is the two-pass split of
-//    the first kernel, unchanged: the split max is known before any term is summed.
+//    ahead: stage k + 1's weights and stage k's values share one barrier (kWeightsAhead). The
+//    certificate math is the two-pass split of the first kernel, unchanged: the split max is
+//    known before any term is summed.
 //  * fp16, bf16 and fp8-e4m3 at d = 128 (kTc; fp8 converted to fp16 exactly as the fragments are
 //    built, its lane mapping below at kTc8): the V pass runs on tensor cores (ops/mma_f16.cuh, the
 //    digit splits in f16_digits.cuh): each warp owns 16 output channels, A = the stage's values
@@ -246,7 +247,8 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   float qunscale[NTK];     // kTcK: 2^-s of the head whose logits the lane finishes (4n + tig)
   float qdigit_l1[NTK];    // scaled fp8 with the meter: X₁ of head 4n + tig (fp32 sum)
   // kTcK2 with the meter: qb in shared memory [n-tile][k-step][lane] for the K pass (in registers
-  // it spilled: ptxas, 136 bytes at 8 heads, 24 at 4).
+  // it spilled at 8 heads, ptxas 136 bytes; at 4 heads it fits since `cb371b8` but measured no
+  // faster: bench/RESULTS.md, twenty-seventh session).
   constexpr bool kQbShared = kTcK2 && METER;
   __shared__ uint2 qb_shared[kQbShared ? NTK * 8 * 32 : 1];
   if constexpr (kTcK) {
@@ -621,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
   constexpr bool kWeightsAhead = S >= 4;
   auto weights_of = [&](int k) {  // (a) of V stage k into buffer (k − n_st) % 2
     const uint8_t* st = ring + (k % S) * sl.bytes;
-    const int buf = (k - n_st) & 1;
+    const int buf = (k - n_st) & 1;  // values_of(k) reads the same one
     const int32_t off0 = off_al + kStageTokens * (k - n_st);  // stage token 0's offset in the split
     const bool edge = off0 < 0 || off0 + kStageTokens > n_split;
     const float vmul = kVScaleMax ? sm.vscale_mul : 1.0f;
