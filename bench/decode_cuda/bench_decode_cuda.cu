@@ -156,7 +156,7 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
           if (L.group_keys()) {  // chunks are whole blocks (ctx and the chunk are multiples of bs)
             const int32_t groups = static_cast<int32_t>(n / bs);
             IotaBlocks<<<64, 256>>>(group_blocks, groups, static_cast<int32_t>(s0 / bs));
-            BENCH_CHECK(EncodeKeyGroupsCuda(L, pool.layer(l), KeyGroupArgs{k, group_blocks, groups}, nullptr));
+            BENCH_CHECK(EncodeKeyGroupsCuda(L, pool.layer(l), KeyGroupArgs{.k = k, .blocks = group_blocks, .num_groups = groups, .outliers = {}}, nullptr));
           }
         }
       }

@@ -99,12 +99,27 @@ __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLa
   const int32_t grp = blockIdx.x, head = blockIdx.y;
   const int32_t d = L.head_dim, hkv = L.num_kv_heads, bs = L.block_size;
   const int64_t blk = a.blocks[grp];
-  const float* row0 = a.k + (static_cast<int64_t>(grp) * bs * hkv + head) * d;  // token i: + i·hkv·d
+  if (blk < 0) return;
+  // Token i's key: row0 + i · row_stride.
+  const float* row0;
+  int64_t row_stride;
+  int32_t* table_entry = nullptr;
+  if (a.k != nullptr) {
+    const int64_t first = a.first_rows != nullptr ? a.first_rows[grp] : static_cast<int64_t>(grp) * bs;
+    row0 = a.k + (first * hkv + head) * d;
+    row_stride = static_cast<int64_t>(hkv) * d;
+  } else {
+    table_entry = a.exact_slot + (blk * a.num_layers + a.layer) * hkv + head;
+    const int32_t slot = *table_entry;
+    if (slot < 0) return;
+    row0 = a.exact_kv + static_cast<int64_t>(slot) * 2 * bs * d;  // the slot's K rows
+    row_stride = d;
+  }
   // Channel c's encoded value: itself, or (an outlier channel) its fill source's, or 0.
   const int32_t f = m_out > 0 ? a.outliers.fill_src[head * 2 * d + c] : c;
   const bool outlier = f != c;
   auto filled = [&](int32_t i) {
-    const float* r = row0 + static_cast<int64_t>(i) * hkv * d;
+    const float* r = row0 + i * row_stride;
     return f < 0 ? 0.0f : r[f];
   };
   float lo = INFINITY, hi = -INFINITY;
@@ -119,7 +134,7 @@ __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLa
   dst.k_group[unit * 2 * d + KeyGroupWord(c, true)] = kp.scale_bits;
   for (int32_t i = 0; i < bs; ++i) {
     const int64_t vec = unit * bs + i;
-    const float* r = row0 + static_cast<int64_t>(i) * hkv * d;
+    const float* r = row0 + i * row_stride;
     const int32_t m = Kivi2Code(filled(i), kp);
     const uint32_t byte = PackKivi2Byte(m);  // d is a multiple of 32: whole warps
     if ((lane & 3) == 0) dst.k_codes[vec * cb + c / 4] = static_cast<uint8_t>(byte);
@@ -130,6 +145,7 @@ __global__ void __launch_bounds__(kMaxDim) EncodeKeyGroupsKernel(const PagedKvLa
     if (c < 32) WriteKeyWitness(resid, L, lane, dst.k_witness + vec * L.num_bands, dst.k_witness_unit + vec);
     __syncthreads();
   }
+  if (table_entry != nullptr && c == 0) *table_entry = -1;  // every thread has read the slot
 }
 
 // The instantiations of a write kernel, indexed by scheme (ValidateLayout has checked the range).
@@ -285,8 +301,12 @@ CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& 
                              " does not group keys");
   }
   if (args.num_groups <= 0) return CudaStatus::Ok();
-  if (args.k == nullptr || args.blocks == nullptr || dst.k_group == nullptr) {
+  if ((args.k == nullptr && (args.exact_slot == nullptr || args.exact_kv == nullptr)) ||
+      args.blocks == nullptr || dst.k_group == nullptr) {
     return CudaStatus::Error("EncodeKeyGroupsCuda: null input");
+  }
+  if (args.k == nullptr && (args.layer < 0 || args.layer >= args.num_layers)) {
+    return CudaStatus::Error("EncodeKeyGroupsCuda: exact-table source needs 0 <= layer < num_layers");
   }
   const dim3 grid(static_cast<unsigned>(args.num_groups), static_cast<unsigned>(layout.num_kv_heads));
   const int32_t m_out = layout.outliers();

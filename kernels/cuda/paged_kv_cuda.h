@@ -162,8 +162,17 @@ CudaStatus RopeSplitWriteKvCuda(const float* qkv, int64_t qkv_stride, int32_t nu
                                 cudaStream_t stream);
 
 struct KeyGroupArgs {
-  const float* k = nullptr;          // [num_groups · block_size, Hkv, d] exact keys, group-major
-  const int32_t* blocks = nullptr;   // [num_groups] physical block of each group, device
+  // The exact keys, from rows of k or from the exact table (k null):
+  //   k: [rows, Hkv, d]; group g's token i is row first_rows[g] + i (first_rows null: g · block_size)
+  //   exact table: the K rows of the slot exact_slot[(block · num_layers + layer) · Hkv + head]
+  //     of exact_kv [slots, 2, block_size, d] (gate_repair_cuda.h); once the unit is encoded its
+  //     entry is set to −1, so the decode kernel reads the encoded block from then on.
+  const float* k = nullptr;
+  const int32_t* first_rows = nullptr;  // [num_groups], device; optional
+  int32_t* exact_slot = nullptr;
+  const float* exact_kv = nullptr;
+  int32_t layer = 0, num_layers = 0;    // of the exact table
+  const int32_t* blocks = nullptr;   // [num_groups] physical block of each group (< 0: skipped), device
   int32_t num_groups = 0;
   OutlierTables outliers;            // required when layout.outliers() > 0
 };
@@ -171,6 +180,8 @@ struct KeyGroupArgs {
 // Group-encoded keys (kivi2): encodes whole blocks — per-channel parameters over the block's
 // block_size tokens, the codes and each key's band witness — bit-identical to the CPU
 // codec's EncodeGroup + ComputeKeyWitness. One CTA per (group, KV head). Error for other schemes.
+// A group whose block is < 0, or (exact table) whose unit has no slot, is skipped: callers
+// replaying a captured launch pass a fixed num_groups and pad the list with −1.
 CudaStatus EncodeKeyGroupsCuda(const PagedKvLayout& layout, const PagedKvLayer& dst,
                                const KeyGroupArgs& args, cudaStream_t stream);
 

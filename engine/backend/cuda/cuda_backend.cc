@@ -122,12 +122,19 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
         absl::StrCat("KV scheme '", o.k_scheme, "' has no CUDA kernel (GPU schemes: fp32, fp16, "
                      "bf16, fp8-e4m3-raw, fp8-e4m3, int8-rtn, int8-dither, int4-rtn)"));
   }
-  if (layout_.group_keys()) {  // the kernels exist (kernels/cuda/paged_kv_cuda.h); the staging does not
-    return absl::UnimplementedError(
-        absl::StrCat("KV scheme '", o.k_scheme, "' is not served by the CUDA backend yet: its keys "
-                     "are encoded per full block, and the backend does not stage unfilled blocks"));
-  }
   WITCERT_KERNEL_OK(ValidateLayout(layout_));
+  if (layout_.group_keys()) {  // keys encoded per full block: the rest is staged exact
+    if (o.block_size < 2) {
+      return absl::UnimplementedError(absl::StrCat("KV scheme '", o.k_scheme, "' needs block_size >= 2 on the CUDA backend"));
+    }
+    staged_ = std::make_unique<StagedState>();
+    staged_->blocks = std::make_unique<StagedBlocks>(o.num_blocks, o.num_layers, o.num_kv_heads);
+    staged_->shape = ExactUnitShape{.num_layers = o.num_layers, .num_kv_heads = o.num_kv_heads,
+                                    .block_size = o.block_size, .head_dim = o.head_dim};
+    const size_t entries = static_cast<size_t>(o.num_blocks) * o.num_layers * o.num_kv_heads;
+    RETURN_IF_ERROR(staged_->exact_slot.Grow(entries));
+    WITCERT_CUDA_OK(cudaMemset(staged_->exact_slot.get(), 0xff, entries * sizeof(int32_t)));  // −1
+  }
   dither_seed_ = o.dither_seed;
   backing_store_bytes_ = o.backing_store_bytes;
   exact_cache_blocks_ = o.exact_cache_blocks;
@@ -152,7 +159,7 @@ void CudaBackend::set_cuda_graphs(bool on) {
   cuda_graphs_ = on;
 }
 
-absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t max_blocks,
+absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t max_blocks, size_t input_bytes,
                                       bool repair) {
   const int64_t h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   const int64_t ffn = config_.ffn_dim, hq = config_.num_heads, layers = config_.num_layers;
@@ -176,8 +183,6 @@ absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t m
   RETURN_IF_ERROR(out_norm_.Grow(cells));
   RETURN_IF_ERROR(cert_host_.Grow(cells));
   RETURN_IF_ERROR(out_norm_host_.Grow(cells));
-  const size_t input_bytes = 2 * AlignUp(n * 4) + 2 * AlignUp(n * 8) +
-                             AlignUp(s * max_blocks * 4) + 3 * AlignUp(s * 4);
   RETURN_IF_ERROR(inputs_.Grow(input_bytes));
   RETURN_IF_ERROR(inputs_host_.Grow(input_bytes));
   if (repair) {
@@ -263,18 +268,21 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       g.max_context = std::min<int64_t>((g.max_context + 1023) / 1024 * 1024, max_blocks * bs);
     }
   }
-  RETURN_IF_ERROR(GrowScratch(n, s, m, max_blocks, repair_step));
-
   // Packed inputs: ids [N] i32 | positions [N] i64 | slots [N] i64 | block tables [S, maxb]
   // i32 | context lengths [S] i32 | write-through entries [N] i32 | TV and value thresholds
-  // [S] f32 each (the last three: repair steps). One pinned buffer, one copy.
+  // [S] f32 each (the last three: repair steps) | staged schemes' group lists: row groups'
+  // blocks and first rows [N] i32 each, slot groups' blocks [S] i32. One pinned buffer, one copy.
   const size_t off_pos = AlignUp(n * 4), off_slot = off_pos + AlignUp(n * 8);
   const size_t off_table = off_slot + AlignUp(n * 8);
   const size_t off_ctx = off_table + AlignUp(s * max_blocks * 4);
   const size_t off_entry = off_ctx + AlignUp(s * 4);
   const size_t off_tv = off_entry + AlignUp(n * 4);
   const size_t off_vt = off_tv + AlignUp(s * 4);
-  const size_t input_bytes = off_vt + AlignUp(s * 4);
+  const size_t off_row_blocks = off_vt + AlignUp(s * 4);
+  const size_t off_first_rows = off_row_blocks + (staged_ != nullptr ? AlignUp(n * 4) : 0);
+  const size_t off_slot_blocks = off_first_rows + (staged_ != nullptr ? AlignUp(n * 4) : 0);
+  const size_t input_bytes = off_slot_blocks + (staged_ != nullptr ? AlignUp(s * 4) : 0);
+  RETURN_IF_ERROR(GrowScratch(n, s, m, max_blocks, input_bytes, repair_step));
   uint8_t* hbase = inputs_host_.get();
   auto* ids = reinterpret_cast<int32_t*>(hbase);
   auto* positions = reinterpret_cast<int64_t*>(hbase + off_pos);
@@ -296,6 +304,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     rstep.cells.assign(static_cast<size_t>(layers) * s * hq, RepairStep::Cell{});
   }
   std::vector<int32_t> blocks;
+  std::vector<int32_t> row_blocks, first_rows, slot_blocks;  // staged schemes (PlanStagedItem)
   for (size_t b = 0; b < batch.size(); ++b) {
     const ForwardItem& item = batch[b];
     RETURN_IF_ERROR(kv_->BlockIds(item.seq, &blocks));
@@ -305,6 +314,9 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       return absl::FailedPreconditionError(
           absl::StrFormat("sequence %d: positions [%d, %d) not reserved in the KV cache",
                           item.seq, item.start_pos, item.start_pos + len));
+    }
+    if (staged_ != nullptr) {
+      RETURN_IF_ERROR(PlanStagedItem(item, blocks, first_row[b], &row_blocks, &first_rows, &slot_blocks));
     }
     for (int64_t i = 0; i < len; ++i) {
       const int64_t row = first_row[b] + i, pos = item.start_pos + i;
@@ -335,6 +347,24 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                 t);
       ctx[row] = static_cast<int32_t>(pos + 1);
     }
+  }
+  // Staged schemes' group lists. Row groups come only from rows filling a block alone, so their
+  // count is fixed for a captured graph's shape (decode-only: n when block_size is 1, else 0);
+  // slot groups vary from step to step, so a graph step launches s of them, padded with −1.
+  StagedStep staged_step;
+  if (staged_ != nullptr) {
+    auto* hrow = reinterpret_cast<int32_t*>(hbase + off_row_blocks);
+    auto* hfirst = reinterpret_cast<int32_t*>(hbase + off_first_rows);
+    auto* hslot = reinterpret_cast<int32_t*>(hbase + off_slot_blocks);
+    std::copy(row_blocks.begin(), row_blocks.end(), hrow);
+    std::copy(first_rows.begin(), first_rows.end(), hfirst);
+    std::copy(slot_blocks.begin(), slot_blocks.end(), hslot);
+    std::fill(hslot + slot_blocks.size(), hslot + s, -1);
+    staged_step.row_blocks = reinterpret_cast<const int32_t*>(inputs_.get() + off_row_blocks);
+    staged_step.first_rows = reinterpret_cast<const int32_t*>(inputs_.get() + off_first_rows);
+    staged_step.slot_blocks = reinterpret_cast<const int32_t*>(inputs_.get() + off_slot_blocks);
+    staged_step.row_groups = static_cast<int32_t>(row_blocks.size());
+    staged_step.slot_groups = static_cast<int32_t>(graph_step ? s : static_cast<int64_t>(slot_blocks.size()));
   }
   // Split counts and the decode workspace, once per batch.
   size_t workspace_bytes = 0;
@@ -426,6 +456,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
         RETURN_IF_ERROR(ProjectQueries(lw, x, d_pos));
       }
+      if (staged_ != nullptr) RETURN_IF_ERROR(WriteStagedLayer(layer, k_rows, v_rows, d_slots, n, staged_step));
 
       for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
         if (batch[b].start_pos != 0) continue;
@@ -478,8 +509,14 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.num_splits = g.num_splits;
         // Overlap the kernel before (the q projection, the KV write or the previous group's merge):
         // since the step's input copy, the kernels have written q and each row's newest token
-        // only. Not when a repair put its own context lengths in place.
-        a.overlap_previous = fast_ctx == d_ctx;
+        // only. Not when a repair put its own context lengths in place, nor with staged blocks
+        // (their encodes change the exact table the kernel reads).
+        a.overlap_previous = fast_ctx == d_ctx && staged_ == nullptr;
+        if (staged_ != nullptr) {
+          a.exact_slot = staged_->exact_slot.get();
+          a.exact_kv = staged_->exact_kv.get();
+          a.num_layers = layers;
+        }
         a.out = attn_.get() + g.first_row * q_dim;
         const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
         a.cert = g.meter ? cert_.get() + cell0 : nullptr;
@@ -536,6 +573,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     return absl::OkStatus();
   };
   if (repair_ != nullptr) RETURN_IF_ERROR(PrepareRepairDevice());
+  if (staged_ != nullptr) RETURN_IF_ERROR(PrepareStagedDevice());
   WITCERT_CUDA_OK(cudaEventRecord(step_begin_, stream_));
   bool replayed = false;
   if (graph_step) {
@@ -553,7 +591,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                              attn_.get(), attn_bf_.get(), gate_up_.get(), act_.get(), last_.get(),
                              last_bf_.get(), logits_.get(), cert_.get(), out_norm_.get(),
                              workspace_.get(), inputs_.get(), inputs_host_.get(),
-                             logits_host_.get(), cert_host_.get(), out_norm_host_.get()};
+                             logits_host_.get(), cert_host_.get(), out_norm_host_.get(),
+                             staged_ != nullptr ? staged_->exact_kv.get() : nullptr};
     for (const void* ptr : buffers) {
       absl::StrAppend(&key, "@", reinterpret_cast<uintptr_t>(ptr));
     }
@@ -601,6 +640,11 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     BuildCells(batch, first_row, s, rstep, /*repair_step=*/false, result);
   }
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+  if (staged_ != nullptr) {  // the step's encodes are done: retired stages are free
+    staged_->blocks->EndStep();
+    staged_->pending.insert(staged_->pending.end(), staged_->after_step.begin(), staged_->after_step.end());
+    staged_->after_step.clear();
+  }
   if (repair_step) BuildCells(batch, first_row, s, rstep, /*repair_step=*/true, result);
   float gpu_ms = 0.0f;
   last_step_gpu_ms_ = cudaEventElapsedTime(&gpu_ms, step_begin_, step_end_) == cudaSuccess ? gpu_ms : 0.0;

@@ -26,8 +26,11 @@
 // exact-block cache and the rows re-run through the exact-aware decode kernel, within the
 // per-(row, layer) page-in budget. Promoted blocks stay exact for later steps. Audit sampling
 // is not done on the GPU (cells are never audited).
+// Group-encoded keys (kivi2, engine/backend/cuda/cuda_staged_blocks.cc): a block's keys are encoded
+// once it is full; until then its rows live exact in a device exact table the decode kernel
+// reads (StagedBlocks), as the CPU cache stages them.
 // Supported KV: K and V of one GPU scheme (kernels/cuda/kv_scheme_cuda.h), no outlier
-// channels, head_dim 64 or 128, Hq/Hkv ≤ 8.
+// channels, head_dim 64 or 128, Hq/Hkv ≤ 8; kivi2 with the gate off or observing (not repair).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,7 @@
 #include "engine/backend/cuda/cuda_util.h"
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/gate_repair_state.h"
+#include "engine/backend/cuda/staged_blocks.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
@@ -151,7 +155,28 @@ class CudaBackend : public Backend {
     };
     std::vector<Cell> cells;               // [L, S, Hq]
   };
-  class BlockEvents;  // KvBlockObserver → the repair bookkeeping
+  // This step's group encodes (staged schemes): device lists in the packed inputs and the
+  // counts each layer launches with.
+  struct StagedStep {
+    const int32_t* row_blocks = nullptr;  // [row_groups] blocks filled by this step's rows alone
+    const int32_t* first_rows = nullptr;  // [row_groups] their first row
+    const int32_t* slot_blocks = nullptr; // [slot_groups] staged blocks this step fills (−1 padded)
+    int32_t row_groups = 0, slot_groups = 0;
+  };
+  // Staged schemes: plans one item's writes — the blocks its rows fill alone (encoded from the
+  // rows), staged blocks they fill (encoded from the exact table, then retired) and blocks they
+  // begin without filling (staged). `blocks`: the item's physical blocks; `row`: its first row.
+  absl::Status PlanStagedItem(const ForwardItem& item, const std::vector<int32_t>& blocks, int64_t row,
+                              std::vector<int32_t>* row_blocks, std::vector<int32_t>* first_rows,
+                              std::vector<int32_t>* slot_blocks);
+  // Before the step's work: grows the exact table to the stages in use and applies the table
+  // updates (outside any captured graph).
+  absl::Status PrepareStagedDevice();
+  // One layer, after its K/V rows exist: rows of staged blocks into the exact table, then the
+  // step's group encodes.
+  absl::Status WriteStagedLayer(int32_t layer, const float* k_rows, const float* v_rows,
+                                const int64_t* d_slots, int64_t n, const StagedStep& step);
+  class BlockEvents;  // KvBlockObserver → the repair and staging bookkeeping
   // result->cells: one vector per item of `batch`, the step's cells (per layer, token, head) for
   // items with a gate policy past their prompt, from the certificates on the host (cert_host_,
   // out_norm_host_; with the repair step's first checks and page-ins).
@@ -180,8 +205,9 @@ class CudaBackend : public Backend {
   // address (valid for kernels queued after it on stream_, until the next ResetUploads).
   absl::StatusOr<void*> Upload(const void* data, size_t bytes);
   absl::Status Init(const Model& model, const KvCacheOptions& kv_options, const Options& options);
-  absl::Status GrowScratch(int64_t rows, int64_t decode_rows, int64_t logit_rows,
-                           int64_t max_blocks, bool repair);
+  // input_bytes: the packed inputs of the step (see Forward).
+  absl::Status GrowScratch(int64_t rows, int64_t decode_rows, int64_t logit_rows, int64_t max_blocks,
+                           size_t input_bytes, bool repair);
   void DropGraphs();
   // Samples the logits rows (logits order) that have a request, into sampled_host_ (valid after
   // stream_ syncs). Called once the step's work is queued: the rows' parameters and penalty lists
@@ -284,6 +310,19 @@ class CudaBackend : public Backend {
   DeviceArray<int32_t> sampled_;
   PinnedArray<int32_t> sampled_host_;
   DeviceArray<SampleArgmaxPartial> argmax_scratch_;  // [SampleArgmaxScratchEntries(M, vocab)]
+
+  // ---- staged blocks (null unless the scheme groups keys) ----
+  struct StagedState {
+    std::unique_ptr<StagedBlocks> blocks;
+    ExactUnitShape shape;
+    DeviceArray<float> exact_kv;      // [stages · L · Hkv, 2, bs, d] exact rows
+    DeviceArray<int32_t> exact_slot;  // [num_blocks, L, Hkv] slot, −1: not staged
+    std::vector<TableUpdate> pending;     // for the next step's start
+    std::vector<TableUpdate> after_step;  // retired blocks' entries (the encode clears them too)
+    DeviceArray<TableUpdate> updates;
+    PinnedArray<TableUpdate> updates_host;
+  };
+  std::unique_ptr<StagedState> staged_;
 
   // ---- gate repair (null until the first repair-mode item) ----
   struct RepairState {

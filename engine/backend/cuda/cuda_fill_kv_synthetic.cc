@@ -1,6 +1,7 @@
 // CudaBackend::FillKvSynthetic: seeded pseudo-random K/V written through the real write path
 // (and, on request, the gate's host store) so benchmarks can time long contexts without a
-// prefill.
+// prefill. Staged schemes (kivi2): full blocks are encoded from the chunk's rows, the last
+// unfilled block is staged (cuda_staged_blocks.cc).
 #include <algorithm>
 #include <vector>
 
@@ -31,7 +32,9 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
   DeviceArray<float> kv;
   DeviceArray<int64_t> slot_pos;  // [2, kChunk]: slots then positions
   DeviceArray<int32_t> entries;   // [kChunk] host-store entry per token (write_through)
+  DeviceArray<int32_t> group_blocks;  // [kChunk / bs] staged schemes: the chunk's full blocks
   RETURN_IF_ERROR(kv.Grow(host.size()));
+  RETURN_IF_ERROR(group_blocks.Grow(kChunk));
   RETURN_IF_ERROR(slot_pos.Grow(2 * kChunk));
   RETURN_IF_ERROR(entries.Grow(kChunk));
   std::vector<int32_t> ent(kChunk, -1);
@@ -45,6 +48,24 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       sp[kChunk + i] = pos;
     }
     WITCERT_CUDA_OK(cudaMemcpy(slot_pos.get(), sp.data(), sp.size() * 8, cudaMemcpyHostToDevice));
+    // Staged schemes: the chunk starts on a block boundary (kChunk is a multiple of bs), so its
+    // first nt / bs blocks are full, rows group-major; a last partial block is staged.
+    int32_t full_groups = 0;
+    if (staged_ != nullptr) {
+      std::vector<int32_t> full;
+      for (int64_t j = t0 / bs; (j + 1) * bs <= t0 + nt; ++j) {
+        staged_->blocks->Drop(blocks[j], &staged_->pending);
+        full.push_back(blocks[j]);
+      }
+      full_groups = static_cast<int32_t>(full.size());
+      if (nt % bs != 0 && staged_->blocks->Find(blocks[(t0 + nt) / bs]) < 0) {
+        staged_->blocks->Acquire(blocks[(t0 + nt) / bs], &staged_->pending);
+      }
+      if (!full.empty()) {
+        WITCERT_CUDA_OK(cudaMemcpy(group_blocks.get(), full.data(), full.size() * 4, cudaMemcpyHostToDevice));
+      }
+      RETURN_IF_ERROR(PrepareStagedDevice());
+    }
     if (write_through) {
       for (int64_t i = 0; i < nt; ++i) ent[i] = repair_->entries->Acquire(blocks[(t0 + i) / bs]);
       WITCERT_CUDA_OK(cudaMemcpy(entries.get(), ent.data(), nt * 4, cudaMemcpyHostToDevice));
@@ -59,6 +80,12 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       write.layer = layer;
       write.dither_seed = dither_seed_;
       WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
+      if (staged_ != nullptr) {
+        StagedStep step;
+        step.row_blocks = group_blocks.get();
+        step.row_groups = full_groups;  // first_rows null: group g is rows [g·bs, (g+1)·bs)
+        RETURN_IF_ERROR(WriteStagedLayer(layer, write.k, write.v, write.slots, nt, step));
+      }
       if (write_through) {
         WITCERT_KERNEL_OK(WriteThroughExactCuda(repair_->shape, write.k, write.v, write.slots,
                                                 entries.get(), nt, layer, repair_->host_store,

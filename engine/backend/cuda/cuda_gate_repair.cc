@@ -23,6 +23,7 @@
 namespace witcert {
 
 void CudaBackend::BlockEvents::OnBlockAllocated(int32_t block, SeqId) {
+  if (StagedState* st = backend_->staged_.get()) st->blocks->Drop(block, &st->pending);
   RepairState* r = backend_->repair_.get();
   if (r == nullptr) return;
   r->entries->OnAllocate(block);
@@ -30,6 +31,7 @@ void CudaBackend::BlockEvents::OnBlockAllocated(int32_t block, SeqId) {
 }
 
 void CudaBackend::BlockEvents::OnBlockFreed(int32_t block) {
+  if (StagedState* st = backend_->staged_.get()) st->blocks->Drop(block, &st->pending);
   RepairState* r = backend_->repair_.get();
   if (r == nullptr) return;
   r->entries->OnFinished(block);
@@ -79,6 +81,12 @@ KvCacheStats CudaBackend::KvStats() {
 
 absl::Status CudaBackend::EnsureRepairState() {
   if (repair_ != nullptr) return absl::OkStatus();
+  if (staged_ != nullptr) {  // one exact table would have to hold both the stages and the promotions
+    return absl::UnimplementedError(absl::StrCat(
+        "the gate's repair mode is not served with KV scheme '", SchemeInfo(layout_.scheme).name,
+        "' on the CUDA backend yet (its unfilled blocks already use the device exact table); use the gate's "
+        "observe mode, --device cpu, or another scheme"));
+  }
   auto r = std::make_unique<RepairState>();
   r->shape.num_layers = config_.num_layers;
   r->shape.num_kv_heads = config_.num_kv_heads;

@@ -297,7 +297,7 @@ class Problem {
       if (L_.group_keys() && full > 0) {  // the sequence's full blocks: [full · bs, Hkv, d] rows
         DeviceBuffer<int32_t> dblk;
         dblk.Upload(std::vector<int32_t>(tables_.begin() + b * max_blocks_, tables_.begin() + b * max_blocks_ + full));
-        ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L_, pool_.layer(0), KeyGroupArgs{dk.get(), dblk.get(), full, tables_dev_.view()},
+        ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L_, pool_.layer(0), KeyGroupArgs{.k = dk.get(), .blocks = dblk.get(), .num_groups = full, .outliers = tables_dev_.view()},
                                            nullptr));
         ASSERT_CUDART(cudaDeviceSynchronize());
       }

@@ -71,6 +71,109 @@ std::vector<float> HostileVectors(std::mt19937& rng, int64_t n, int32_t hkv, int
   return x;
 }
 
+// The key bytes EncodeKeyGroupsCuda writes for the blocks in `blocks`.
+std::vector<uint8_t> KeyBytesOf(const HostPool& hp, const std::vector<int32_t>& blocks) {
+  const PagedKvLayout& L = hp.layout;
+  std::vector<uint8_t> out;
+  for (int32_t b : blocks) {
+    if (b < 0) continue;
+    for (int32_t h = 0; h < L.num_kv_heads; ++h) {
+      const int64_t unit = int64_t{b} * L.num_kv_heads + h;
+      const std::vector<uint8_t> params = hp.CpuGroupParams(unit);
+      out.insert(out.end(), params.begin(), params.end());
+      for (int32_t i = 0; i < L.block_size; ++i) {
+        const int64_t vec = unit * L.block_size + i;
+        for (const std::vector<uint8_t>& part : {hp.CpuSlot(vec, false), hp.WitnessBytes(vec, false)}) {
+          out.insert(out.end(), part.begin(), part.end());
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The same groups from the other two sources the CUDA backend uses — rows of a step's keys
+// picked by first_rows (listed backwards, with skipped −1 groups between), and the K rows of
+// exact-table slots (a staged block) — must write the very bytes of the group-major encode
+// `reference` holds, and the exact-table encode clears exactly the entries it encoded.
+void CheckKeyGroupSources(const PagedKvLayout& L, const HostPool& reference, const std::vector<float>& k,
+                          const std::vector<int32_t>& blocks, const DeviceOutlierTables& tables, std::mt19937& rng) {
+  const int32_t hkv = L.num_kv_heads, d = L.head_dim, bs = L.block_size;
+  const int32_t groups = static_cast<int32_t>(blocks.size());
+  const std::vector<uint8_t> want = KeyBytesOf(reference, blocks);
+  {  // first_rows, backwards, with padding
+    std::vector<int32_t> list_blocks, first_rows;
+    for (int32_t g = groups - 1; g >= 0; --g) {
+      list_blocks.push_back(blocks[g]);
+      first_rows.push_back(g * bs);
+      list_blocks.push_back(-1);
+      first_rows.push_back(0);
+    }
+    PagedKvPoolCuda pool;
+    ASSERT_CUDA_OK(pool.Init(L, 1));
+    DeviceBuffer<float> dk;
+    DeviceBuffer<int32_t> db, dr;
+    dk.Upload(k);
+    db.Upload(list_blocks);
+    dr.Upload(first_rows);
+    ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0),
+                                       KeyGroupArgs{.k = dk.get(), .first_rows = dr.get(), .blocks = db.get(),
+                                                    .num_groups = static_cast<int32_t>(list_blocks.size()),
+                                                    .outliers = tables.view()},
+                                       nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(KeyBytesOf(HostPool::Download(L, pool.layer(0)), blocks) == want) << "first_rows source";
+  }
+  {  // exact table: layer 1 of 2, slots shuffled, one extra unstaged group listed (skipped)
+    constexpr int32_t kLayers = 2, kLayer = 1;
+    const int32_t units = groups * hkv;
+    std::vector<int32_t> slot_of(units);
+    std::iota(slot_of.begin(), slot_of.end(), 0);
+    std::shuffle(slot_of.begin(), slot_of.end(), rng);
+    std::vector<float> exact_kv(static_cast<size_t>(units) * 2 * bs * d, NAN);  // V rows unused here
+    std::vector<int32_t> table(static_cast<size_t>(L.num_blocks) * kLayers * hkv, -1);
+    for (int32_t g = 0; g < groups; ++g) {
+      for (int32_t h = 0; h < hkv; ++h) {
+        const int32_t slot = slot_of[g * hkv + h];
+        table[(int64_t{blocks[g]} * kLayers + kLayer) * hkv + h] = slot;
+        table[(int64_t{blocks[g]} * kLayers + 0) * hkv + h] = 1000 + slot;  // another layer's: kept
+        for (int32_t i = 0; i < bs; ++i) {
+          std::copy_n(&k[((int64_t{g} * bs + i) * hkv + h) * d], d, &exact_kv[(int64_t{slot} * 2 * bs + i) * d]);
+        }
+      }
+    }
+    std::vector<int32_t> list_blocks = blocks;
+    int32_t unstaged = 0;  // the pool's one block not among `blocks` (see the caller)
+    while (std::find(blocks.begin(), blocks.end(), unstaged) != blocks.end()) ++unstaged;
+    ASSERT_LT(unstaged, L.num_blocks);
+    list_blocks.push_back(unstaged);
+    PagedKvPoolCuda pool;
+    ASSERT_CUDA_OK(pool.Init(L, 1));
+    DeviceBuffer<float> dkv;
+    DeviceBuffer<int32_t> db, dt;
+    dkv.Upload(exact_kv);
+    db.Upload(list_blocks);
+    dt.Upload(table);
+    ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0),
+                                       KeyGroupArgs{.exact_slot = dt.get(), .exact_kv = dkv.get(), .layer = kLayer,
+                                                    .num_layers = kLayers, .blocks = db.get(),
+                                                    .num_groups = static_cast<int32_t>(list_blocks.size()),
+                                                    .outliers = tables.view()},
+                                       nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const HostPool got = HostPool::Download(L, pool.layer(0));
+    EXPECT_TRUE(KeyBytesOf(got, blocks) == want) << "exact-table source";
+    // The unstaged block's units were skipped: still the zero-initialized pool (Init zeroes it).
+    const std::vector<uint8_t> skipped = KeyBytesOf(got, {unstaged});
+    EXPECT_TRUE(std::all_of(skipped.begin(), skipped.end(), [](uint8_t b) { return b == 0; }));
+    const std::vector<int32_t> after = dt.Download();
+    for (size_t i = 0; i < table.size(); ++i) {
+      const int32_t layer = static_cast<int32_t>(i / hkv % kLayers);
+      EXPECT_EQ(after[i], layer == kLayer ? -1 : table[i]) << "table entry " << i;
+    }
+  }
+}
+
 // Group-encoded keys (kivi2): whole blocks of hostile rows into shuffled blocks; codes, group
 // parameters and witnesses against the CPU codec's EncodeGroup, DecodeInGroup and witness.
 void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec& codec,
@@ -88,7 +191,7 @@ void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec
   DeviceBuffer<int32_t> db;
   dk.Upload(k);
   db.Upload(blocks);
-  ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{dk.get(), db.get(), groups, tables.view()},
+  ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{.k = dk.get(), .blocks = db.get(), .num_groups = groups, .outliers = tables.view()},
                                      nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   HostPool hp = HostPool::Download(L, pool.layer(0));
@@ -131,6 +234,7 @@ void CheckKeyGroups(const PagedKvLayout& L, PagedKvPoolCuda& pool, const KvCodec
     }
   }
   EXPECT_EQ(mismatches, 0);
+  CheckKeyGroupSources(L, hp, k, blocks, tables, rng);
 }
 
 void RunWriteCase(const WriteCase& wc) {
@@ -292,7 +396,7 @@ TEST(WritePathCuda, KeyGroupsOnlyForGroupedSchemes) {
   ASSERT_CUDA_OK(pool.Init(L, 1));
   DeviceBuffer<float> k(16 * 64);
   DeviceBuffer<int32_t> b(1);
-  const CudaStatus st = EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{k.get(), b.get(), 1, {}}, nullptr);
+  const CudaStatus st = EncodeKeyGroupsCuda(L, pool.layer(0), KeyGroupArgs{.k = k.get(), .blocks = b.get(), .num_groups = 1, .outliers = {}}, nullptr);
   EXPECT_FALSE(st.ok);
   EXPECT_NE(st.message.find("does not group keys"), std::string::npos) << st.message;
 }

@@ -1,0 +1,116 @@
+// CudaBackend's staged blocks (group-encoded keys, kivi2): what a step writes where.
+//
+// A step's rows of one item cover tokens [start, start + len). For each block they touch:
+//   - filled by these rows alone (start ≤ block start, block end ≤ start + len): its keys are
+//     encoded from the step's K rows (a "row group");
+//   - begun earlier (so staged) and filled now: the rows go to its stage, and the block is
+//     encoded from the exact table (a "slot group"), which clears its entries;
+//   - not filled by the step's end: staged (a stage acquired if the rows begin the block), and
+//     the rows go to its stage.
+// The values are written quantized by the ordinary write path in every case (their scales are
+// per token); the decode kernel reads a staged block's K and V exact, as the CPU cache does.
+// Encodes run after the layer's K/V write and before its attention, so a row reads a block the
+// step fills as encoded, as on the CPU (which writes every row of a layer before attending).
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/common/status.h"
+#include "kernels/cuda/gate_repair_cuda.h"
+#include "kernels/cuda/paged_kv_cuda.h"
+
+namespace witcert {
+
+absl::Status CudaBackend::PlanStagedItem(const ForwardItem& item, const std::vector<int32_t>& blocks,
+                                         int64_t row, std::vector<int32_t>* row_blocks,
+                                         std::vector<int32_t>* first_rows, std::vector<int32_t>* slot_blocks) {
+  StagedState& st = *staged_;
+  const int64_t bs = layout_.block_size;
+  const int64_t start = item.start_pos, end = start + static_cast<int64_t>(item.tokens.size());
+  for (int64_t j = start / bs; j * bs < end; ++j) {
+    const int32_t block = blocks[j];
+    const int64_t lo = j * bs, hi = lo + bs;
+    const bool filled = end >= hi;
+    if (start > lo) {  // begun by an earlier step
+      if (st.blocks->Find(block) < 0) {
+        return absl::InternalError(absl::StrFormat(
+            "sequence %d: block %d holds tokens from an earlier step but is not staged", item.seq, block));
+      }
+      if (filled) {
+        slot_blocks->push_back(block);
+        st.blocks->Retire(block, &st.after_step);
+      }
+      continue;
+    }
+    if (filled) {
+      st.blocks->Drop(block, &st.pending);  // a rewrite of a staged block (no-op otherwise)
+      row_blocks->push_back(block);
+      first_rows->push_back(static_cast<int32_t>(row + (lo - start)));
+    } else if (st.blocks->Find(block) < 0) {
+      st.blocks->Acquire(block, &st.pending);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::PrepareStagedDevice() {
+  StagedState& st = *staged_;
+  const int64_t stage_floats = int64_t{config_.num_layers} * config_.num_kv_heads * st.shape.unit_floats();
+  const int64_t needed = std::max<int64_t>(st.blocks->stages_needed(), 1) * stage_floats;
+  if (static_cast<size_t>(needed) > st.exact_kv.size()) {  // grow ×2, keeping the staged rows
+    DeviceArray<float> grown;
+    RETURN_IF_ERROR(grown.Grow(std::max<size_t>(needed, 2 * st.exact_kv.size())));
+    WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+    if (st.exact_kv.size() > 0) {
+      WITCERT_CUDA_OK(cudaMemcpy(grown.get(), st.exact_kv.get(), st.exact_kv.size() * sizeof(float),
+                                 cudaMemcpyDeviceToDevice));
+    }
+    st.exact_kv = std::move(grown);
+  }
+  if (st.pending.empty()) return absl::OkStatus();
+  // One update per entry, the last one listed (the kernel applies them in parallel).
+  absl::flat_hash_map<int64_t, size_t> last;
+  for (size_t i = 0; i < st.pending.size(); ++i) last[st.pending[i].index] = i;
+  std::vector<TableUpdate> updates;
+  updates.reserve(last.size());
+  for (size_t i = 0; i < st.pending.size(); ++i) {
+    if (last[st.pending[i].index] == i) updates.push_back(st.pending[i]);
+  }
+  st.pending.clear();
+  RETURN_IF_ERROR(st.updates.Grow(updates.size()));
+  RETURN_IF_ERROR(st.updates_host.Grow(updates.size()));
+  // The host buffer is free: the previous step ended with a stream sync.
+  std::copy(updates.begin(), updates.end(), st.updates_host.get());
+  WITCERT_CUDA_OK(cudaMemcpyAsync(st.updates.get(), st.updates_host.get(), updates.size() * sizeof(TableUpdate),
+                                  cudaMemcpyHostToDevice, stream_));
+  WITCERT_KERNEL_OK(ApplyTableUpdatesCuda(st.updates.get(), static_cast<int32_t>(updates.size()),
+                                          st.exact_slot.get(), stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::WriteStagedLayer(int32_t layer, const float* k_rows, const float* v_rows,
+                                           const int64_t* d_slots, int64_t n, const StagedStep& step) {
+  StagedState& st = *staged_;
+  WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(st.shape, k_rows, v_rows, d_slots, n, layer, st.exact_slot.get(),
+                                              st.exact_kv.get(), stream_));
+  const PagedKvLayer& dst = pool_.layer(layer);
+  if (step.row_groups > 0) {
+    WITCERT_KERNEL_OK(EncodeKeyGroupsCuda(
+        layout_, dst,
+        KeyGroupArgs{.k = k_rows, .first_rows = step.first_rows, .blocks = step.row_blocks,
+                     .num_groups = step.row_groups, .outliers = {}},
+        stream_));
+  }
+  if (step.slot_groups > 0) {
+    WITCERT_KERNEL_OK(EncodeKeyGroupsCuda(
+        layout_, dst,
+        KeyGroupArgs{.exact_slot = st.exact_slot.get(), .exact_kv = st.exact_kv.get(), .layer = layer,
+                     .num_layers = config_.num_layers, .blocks = step.slot_blocks, .num_groups = step.slot_groups, .outliers = {}},
+        stream_));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace witcert

@@ -1,0 +1,59 @@
+#include "engine/backend/cuda/staged_blocks.h"
+
+namespace witcert {
+
+StagedBlocks::StagedBlocks(int64_t num_blocks, int32_t num_layers, int32_t num_kv_heads)
+    : num_layers_(num_layers), num_kv_heads_(num_kv_heads), stage_of_block_(num_blocks, -1) {}
+
+void StagedBlocks::AppendEntries(int32_t block, int32_t stage, std::vector<TableUpdate>* updates) const {
+  const int32_t units = num_layers_ * num_kv_heads_;
+  for (int32_t layer = 0; layer < num_layers_; ++layer) {
+    for (int32_t h = 0; h < num_kv_heads_; ++h) {
+      const int32_t slot = stage < 0 ? -1 : stage * units + layer * num_kv_heads_ + h;
+      updates->push_back(TableUpdate{.index = TableIndex(block, layer, h), .value = slot});
+    }
+  }
+}
+
+int32_t StagedBlocks::Acquire(int32_t block, std::vector<TableUpdate>* updates) {
+  int32_t stage;
+  if (!free_.empty()) {
+    stage = free_.back();
+    free_.pop_back();
+  } else {
+    stage = static_cast<int32_t>(block_of_stage_.size());
+    block_of_stage_.push_back(-1);
+  }
+  block_of_stage_[stage] = block;
+  stage_of_block_[block] = stage;
+  ++staged_;
+  AppendEntries(block, stage, updates);
+  return stage;
+}
+
+void StagedBlocks::Retire(int32_t block, std::vector<TableUpdate>* updates) {
+  const int32_t stage = stage_of_block_[block];
+  if (stage < 0) return;
+  AppendEntries(block, -1, updates);
+  stage_of_block_[block] = -1;
+  block_of_stage_[stage] = -1;
+  retired_.push_back(stage);
+  --staged_;
+}
+
+void StagedBlocks::Drop(int32_t block, std::vector<TableUpdate>* updates) {
+  const int32_t stage = stage_of_block_[block];
+  if (stage < 0) return;
+  AppendEntries(block, -1, updates);
+  stage_of_block_[block] = -1;
+  block_of_stage_[stage] = -1;
+  free_.push_back(stage);
+  --staged_;
+}
+
+void StagedBlocks::EndStep() {
+  free_.insert(free_.end(), retired_.begin(), retired_.end());
+  retired_.clear();
+}
+
+}  // namespace witcert

@@ -1,0 +1,56 @@
+// Host bookkeeping of the blocks the CUDA backend keeps exact because they cannot be encoded
+// yet: a group-encoded scheme (kivi2) encodes a block's keys over all of its block_size tokens,
+// so until a block is full its rows live exact in the device exact table
+// (kernels/cuda/gate_repair_cuda.h: exact_kv, exact_slot) and the decode kernel reads them from
+// there (ε̂ = 0, ρ = 0), as the CPU cache reads a staged block (engine/kv/kv_cache.h).
+//
+// A staged block holds one stage: the exact rows of all its (layer, KV head) units, slots
+//   stage · L · Hkv + layer · Hkv + kv_head   of exact_kv [slots, 2, block_size, d].
+// Acquire lists the block's units in the table (updates for the device); the kernel that
+// encodes the full block clears its table entries, layer by layer, and Retire gives the stage
+// back once the step that encoded it is over (EndStep). Drop forgets a block that is freed or
+// reallocated while staged. Pure host logic, tested without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/gate_repair_cuda.h"
+
+namespace witcert {
+
+class StagedBlocks {
+ public:
+  StagedBlocks(int64_t num_blocks, int32_t num_layers, int32_t num_kv_heads);
+
+  // The block's stage, or −1 when it is not staged.
+  int32_t Find(int32_t block) const { return stage_of_block_[block]; }
+  // A stage for the block, which must not be staged; its table entries go to `updates`.
+  int32_t Acquire(int32_t block, std::vector<TableUpdate>* updates);
+  // The block is full and is being encoded this step: the encode clears its entries, and so do
+  // `updates`, applied after the step (in case the step failed before its encode); its stage
+  // is free again after EndStep.
+  void Retire(int32_t block, std::vector<TableUpdate>* updates);
+  // The block was freed or reallocated: clears its entries (`updates`) and frees its stage.
+  void Drop(int32_t block, std::vector<TableUpdate>* updates);
+  // The step's device work is done: retired stages can be reused.
+  void EndStep();
+
+  int64_t staged() const { return staged_; }
+  // Stages ever in use at once: exact_kv must hold stages_needed() · L · Hkv slots.
+  int64_t stages_needed() const { return static_cast<int64_t>(block_of_stage_.size()); }
+  int64_t TableIndex(int32_t block, int32_t layer, int32_t kv_head) const {
+    return (int64_t{block} * num_layers_ + layer) * num_kv_heads_ + kv_head;
+  }
+
+ private:
+  void AppendEntries(int32_t block, int32_t stage, std::vector<TableUpdate>* updates) const;
+
+  const int32_t num_layers_, num_kv_heads_;
+  std::vector<int32_t> stage_of_block_;  // [num_blocks], −1: not staged
+  std::vector<int32_t> block_of_stage_;  // [stages], −1: free or retired
+  std::vector<int32_t> free_, retired_;
+  int64_t staged_ = 0;
+};
+
+}  // namespace witcert
