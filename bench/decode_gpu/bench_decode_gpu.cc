@@ -5,7 +5,7 @@
 // values, and an 8k prefill per sequence is not what this measures.
 //
 // Usage: bench_decode_gpu [preset=llama-3.1-8b] [context=8192] [steps=20] [batches=1,16]
-//                         [repair] [sample]
+//                         [repair] [sample] [kivi2]
 // `repair` adds the gate's repair mode on int8-rtn (the context is then also written through to
 // the pinned backing store, sized to hold it): τ = 1 (nothing flagged: the mode's fixed cost,
 // one device check and sync per layer) and τ = the median TV bound of the observe run at that
@@ -13,6 +13,8 @@
 // page-ins per step and the certified share before and after the gate.
 // `sample` gives every row a greedy SampleRequest, as the engine's scheduler does: the token is
 // sampled on the device and the logits stay there. Without it the logits come back to the host.
+// `kivi2` adds kivi2 KV (2-bit, keys encoded per full block; each sequence's unfilled block is
+// staged exact, engine/backend/cuda/cuda_staged_blocks.cc) with the meter observing and off.
 // Each Forward() includes the host packing, the logits (or token) copy back and a stream sync,
 // i.e. what the engine pays per step. Prints one markdown row per (scheme, meter, batch, CUDA
 // graphs off / on): every step's kernels launched from the host, then the step replayed as a
@@ -65,10 +67,11 @@ int Run(int argc, char** argv) {
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int warmup = 3;
   const int64_t per_seq_tokens = context + warmup + steps + 1;
-  bool with_repair = false, device_sampling = false;
+  bool with_repair = false, device_sampling = false, with_kivi2 = false;
   for (int i = 5; i < argc; ++i) {
     with_repair = with_repair || std::string(argv[i]) == "repair";
     device_sampling = device_sampling || std::string(argv[i]) == "sample";
+    with_kivi2 = with_kivi2 || std::string(argv[i]) == "kivi2";
   }
   SampleRequest greedy;  // temperature 0
   greedy.temperature = 0.0f;
@@ -86,6 +89,10 @@ int Run(int argc, char** argv) {
   configs.push_back({"int8-rtn", false});
   configs.push_back({"fp16", false});
   configs.push_back({"int8-dither", true});  // Tier B keys, observe
+  if (with_kivi2) {
+    configs.push_back({"kivi2", true});
+    configs.push_back({"kivi2", false});
+  }
   std::vector<float> median_tv(max_batch + 1, 0.05f);  // by batch, from the observe run
   std::printf("\n| model | KV | meter | batch | context | CUDA graphs | ms/step | tokens/s | GPU ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -109,6 +116,13 @@ int Run(int argc, char** argv) {
       o.exact_cache_blocks = 8192;
       auto t1 = Clock::now();
       auto b = CudaBackend::Create(**model, o);
+      if (b.status().code() == absl::StatusCode::kResourceExhausted) {  // e.g. fp16 at 16 × 32k on 80 GB
+        std::printf("| synthetic:%s | %s | %s | %d | %lld | — | does not fit: %s | | |\n", preset.c_str(), cfg.scheme,
+                    cfg.meter ? "observe" : "off", max_batch, static_cast<long long>(context),
+                    b.status().ToString().c_str());
+        last_scheme.clear();
+        continue;
+      }
       if (!b.ok()) {
         std::fprintf(stderr, "%s\n", b.status().ToString().c_str());
         return 1;

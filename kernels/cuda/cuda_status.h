@@ -20,7 +20,10 @@ struct [[nodiscard]] CudaStatus {
   static CudaStatus Error(std::string msg) { return CudaStatus{false, std::move(msg)}; }
 };
 
+// Also clears the runtime's last-error state: a non-sticky error (a failed allocation, a bad
+// launch configuration) is reported here once, not again by the next unrelated check.
 inline CudaStatus CudaErrorStatus(cudaError_t err, const char* expr, const char* file, int line) {
+  (void)cudaGetLastError();
   return CudaStatus::Error(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
                            ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }

@@ -20,8 +20,11 @@ inline absl::Status FromCudaStatus(const CudaStatus& st) {
   return st.ok ? absl::OkStatus() : absl::InternalError(st.message);
 }
 
+// Clears the runtime's last-error state as CudaErrorStatus does (a failed cudaMalloc must not
+// fail the next kernel's launch check).
 inline absl::Status CudaError(cudaError_t err, const char* expr) {
   if (err == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
   const std::string msg = absl::StrCat(expr, ": ", cudaGetErrorName(err), " (",
                                        cudaGetErrorString(err), ")");
   return err == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(msg)
