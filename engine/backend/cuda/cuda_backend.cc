@@ -131,9 +131,7 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
     staged_->blocks = std::make_unique<StagedBlocks>(o.num_blocks, o.num_layers, o.num_kv_heads);
     staged_->shape = ExactUnitShape{.num_layers = o.num_layers, .num_kv_heads = o.num_kv_heads,
                                     .block_size = o.block_size, .head_dim = o.head_dim};
-    const size_t entries = static_cast<size_t>(o.num_blocks) * o.num_layers * o.num_kv_heads;
-    RETURN_IF_ERROR(staged_->exact_slot.Grow(entries));
-    WITCERT_CUDA_OK(cudaMemset(staged_->exact_slot.get(), 0xff, entries * sizeof(int32_t)));  // −1
+    RETURN_IF_ERROR(EnsureExactTable());
   }
   dither_seed_ = o.dither_seed;
   backing_store_bytes_ = o.backing_store_bytes;
@@ -305,6 +303,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   std::vector<int32_t> blocks;
   std::vector<int32_t> row_blocks, first_rows, slot_blocks;  // staged schemes (PlanStagedItem)
+  if (staged_ != nullptr) staged_->blocks->RecoverUnfinishedStep(&staged_->pending);
   for (size_t b = 0; b < batch.size(); ++b) {
     const ForwardItem& item = batch[b];
     RETURN_IF_ERROR(kv_->BlockIds(item.seq, &blocks));
@@ -449,14 +448,16 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         WITCERT_CUDA_OK(cudaEventRecord(r.written[layer], r.copy_stream));
         r.write_pending = true;
         WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(r.shape, k_rows, v_rows, d_slots, n, layer,
-                                                    r.exact_slot.get(), r.exact_kv.get(),
+                                                    exact_.slot.get(), exact_.kv.get(),
                                                     stream_));
       }
       if (queries_pending) {  // batch 1: the write, then the q rows that overlap it
         WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
         RETURN_IF_ERROR(ProjectQueries(lw, x, d_pos));
       }
-      if (staged_ != nullptr) RETURN_IF_ERROR(WriteStagedLayer(layer, k_rows, v_rows, d_slots, n, staged_step));
+      if (staged_ != nullptr) {
+        RETURN_IF_ERROR(WriteStagedLayer(layer, k_rows, v_rows, d_slots, n, staged_step, repair_step));
+      }
 
       for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
         if (batch[b].start_pos != 0) continue;
@@ -513,8 +514,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         // (their encodes change the exact table the kernel reads).
         a.overlap_previous = fast_ctx == d_ctx && staged_ == nullptr;
         if (staged_ != nullptr) {
-          a.exact_slot = staged_->exact_slot.get();
-          a.exact_kv = staged_->exact_kv.get();
+          a.exact_slot = exact_.slot.get();
+          a.exact_kv = exact_.kv.get();
           a.num_layers = layers;
         }
         a.out = attn_.get() + g.first_row * q_dim;
@@ -592,7 +593,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                              last_bf_.get(), logits_.get(), cert_.get(), out_norm_.get(),
                              workspace_.get(), inputs_.get(), inputs_host_.get(),
                              logits_host_.get(), cert_host_.get(), out_norm_host_.get(),
-                             staged_ != nullptr ? staged_->exact_kv.get() : nullptr};
+                             exact_.kv.get()};
     for (const void* ptr : buffers) {
       absl::StrAppend(&key, "@", reinterpret_cast<uintptr_t>(ptr));
     }
@@ -640,11 +641,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     BuildCells(batch, first_row, s, rstep, /*repair_step=*/false, result);
   }
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
-  if (staged_ != nullptr) {  // the step's encodes are done: retired stages are free
-    staged_->blocks->EndStep();
-    staged_->pending.insert(staged_->pending.end(), staged_->after_step.begin(), staged_->after_step.end());
-    staged_->after_step.clear();
-  }
+  if (staged_ != nullptr) staged_->blocks->EndStep();  // the step's encodes are done: retired stages are free
   if (repair_step) BuildCells(batch, first_row, s, rstep, /*repair_step=*/true, result);
   float gpu_ms = 0.0f;
   last_step_gpu_ms_ = cudaEventElapsedTime(&gpu_ms, step_begin_, step_end_) == cudaSuccess ? gpu_ms : 0.0;

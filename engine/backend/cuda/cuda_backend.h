@@ -28,9 +28,10 @@
 // is not done on the GPU (cells are never audited).
 // Group-encoded keys (kivi2, engine/backend/cuda/cuda_staged_blocks.cc): a block's keys are encoded
 // once it is full; until then its rows live exact in a device exact table the decode kernel
-// reads (StagedBlocks), as the CPU cache stages them.
+// reads (StagedBlocks), as the CPU cache stages them. The gate's exact-block cache shares that
+// table (ExactTable).
 // Supported KV: K and V of one GPU scheme (kernels/cuda/kv_scheme_cuda.h), no outlier
-// channels, head_dim 64 or 128, Hq/Hkv ≤ 8; kivi2 with the gate off or observing (not repair).
+// channels, head_dim 64 or 128, Hq/Hkv ≤ 8.
 #pragma once
 
 #include <cstdint>
@@ -172,10 +173,12 @@ class CudaBackend : public Backend {
   // Before the step's work: grows the exact table to the stages in use and applies the table
   // updates (outside any captured graph).
   absl::Status PrepareStagedDevice();
-  // One layer, after its K/V rows exist: rows of staged blocks into the exact table, then the
-  // step's group encodes.
+  // One layer, after its K/V rows exist: rows of staged blocks into the exact table (unless
+  // `rows_in_table`: a repair step's UpdateCachedExactRowsCuda already wrote every listed unit),
+  // then the step's group encodes.
   absl::Status WriteStagedLayer(int32_t layer, const float* k_rows, const float* v_rows,
-                                const int64_t* d_slots, int64_t n, const StagedStep& step);
+                                const int64_t* d_slots, int64_t n, const StagedStep& step,
+                                bool rows_in_table);
   class BlockEvents;  // KvBlockObserver → the repair and staging bookkeeping
   // result->cells: one vector per item of `batch`, the step's cells (per layer, token, head) for
   // items with a gate policy past their prompt, from the certificates on the host (cert_host_,
@@ -311,14 +314,22 @@ class CudaBackend : public Backend {
   PinnedArray<int32_t> sampled_host_;
   DeviceArray<SampleArgmaxPartial> argmax_scratch_;  // [SampleArgmaxScratchEntries(M, vocab)]
 
+  // ---- the device exact table (gate_repair_cuda.h's layout) the decode kernels read ----
+  // Slots [0, R) are the gate's exact-block cache (R = exact_cache_blocks_, once repair
+  // starts), slots from R on the stages of staged blocks. Allocated by the first user.
+  struct ExactTable {
+    DeviceArray<int32_t> slot;  // [num_blocks, L, Hkv] slot, −1: read from the pool
+    DeviceArray<float> kv;      // [slots, 2, bs, d] exact rows
+  };
+  ExactTable exact_;
+  // Allocates the slot table, all −1 (first user).
+  absl::Status EnsureExactTable();
+
   // ---- staged blocks (null unless the scheme groups keys) ----
   struct StagedState {
     std::unique_ptr<StagedBlocks> blocks;
     ExactUnitShape shape;
-    DeviceArray<float> exact_kv;      // [stages · L · Hkv, 2, bs, d] exact rows
-    DeviceArray<int32_t> exact_slot;  // [num_blocks, L, Hkv] slot, −1: not staged
     std::vector<TableUpdate> pending;     // for the next step's start
-    std::vector<TableUpdate> after_step;  // retired blocks' entries (the encode clears them too)
     DeviceArray<TableUpdate> updates;
     PinnedArray<TableUpdate> updates_host;
   };
@@ -328,10 +339,8 @@ class CudaBackend : public Backend {
   struct RepairState {
     ExactUnitShape shape;
     std::unique_ptr<ExactEntryTable> entries;  // physical block → host-store entry
-    std::unique_ptr<ExactSlotCache> slots;     // unit → device cache slot
+    std::unique_ptr<ExactSlotCache> slots;     // unit → device cache slot (exact_ slots [0, R))
     float* host_store = nullptr;               // pinned + mapped [entries, L, Hkv, 2, bs, d]
-    DeviceArray<float> exact_kv;               // [slots, 2, bs, d]
-    DeviceArray<int32_t> exact_slot;           // [num_blocks, L, Hkv], −1: not cached
     std::vector<TableUpdate> pending;          // table updates from block frees
     cudaStream_t copy_stream = nullptr;        // write-through
     std::vector<cudaEvent_t> kv_ready, written;  // [L]: slice ready (stream_), written (copy)

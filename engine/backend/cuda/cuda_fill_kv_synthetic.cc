@@ -84,7 +84,7 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
         StagedStep step;
         step.row_blocks = group_blocks.get();
         step.row_groups = full_groups;  // first_rows null: group g is rows [g·bs, (g+1)·bs)
-        RETURN_IF_ERROR(WriteStagedLayer(layer, write.k, write.v, write.slots, nt, step));
+        RETURN_IF_ERROR(WriteStagedLayer(layer, write.k, write.v, write.slots, nt, step, /*rows_in_table=*/false));
       }
       if (write_through) {
         WITCERT_KERNEL_OK(WriteThroughExactCuda(repair_->shape, write.k, write.v, write.slots,

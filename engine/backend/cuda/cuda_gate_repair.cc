@@ -81,12 +81,6 @@ KvCacheStats CudaBackend::KvStats() {
 
 absl::Status CudaBackend::EnsureRepairState() {
   if (repair_ != nullptr) return absl::OkStatus();
-  if (staged_ != nullptr) {  // one exact table would have to hold both the stages and the promotions
-    return absl::UnimplementedError(absl::StrCat(
-        "the gate's repair mode is not served with KV scheme '", SchemeInfo(layout_.scheme).name,
-        "' on the CUDA backend yet (its unfilled blocks already use the device exact table); use the gate's "
-        "observe mode, --device cpu, or another scheme"));
-  }
   auto r = std::make_unique<RepairState>();
   r->shape.num_layers = config_.num_layers;
   r->shape.num_kv_heads = config_.num_kv_heads;
@@ -111,10 +105,19 @@ absl::Status CudaBackend::EnsureRepairState() {
   r->entries = std::make_unique<ExactEntryTable>(entries, layout_.num_blocks);
   const int64_t slots = std::max<int64_t>(exact_cache_blocks_, 0);
   r->slots = std::make_unique<ExactSlotCache>(slots, config_.num_layers, config_.num_kv_heads);
-  RETURN_IF_ERROR(r->exact_kv.Grow(std::max<int64_t>(slots, 1) * r->shape.unit_floats()));
-  const int64_t table = layout_.num_blocks * config_.num_layers * config_.num_kv_heads;
-  RETURN_IF_ERROR(r->exact_slot.Grow(table));
-  WITCERT_CUDA_OK(cudaMemsetAsync(r->exact_slot.get(), 0xff, table * 4, stream_));  // all −1
+  RETURN_IF_ERROR(EnsureExactTable());
+  // The cache takes exact_ slots [0, slots); staged blocks' stages move up behind them.
+  const int64_t staged_slots =
+      staged_ != nullptr ? staged_->blocks->stages_needed() * config_.num_layers * config_.num_kv_heads : 0;
+  DeviceArray<float> kv;
+  RETURN_IF_ERROR(kv.Grow(std::max<int64_t>(slots + staged_slots, 1) * r->shape.unit_floats()));
+  WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+  if (staged_slots > 0) {
+    WITCERT_CUDA_OK(cudaMemcpy(kv.get() + slots * r->shape.unit_floats(), exact_.kv.get(),
+                               staged_slots * r->shape.unit_floats() * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  exact_.kv = std::move(kv);
+  if (staged_ != nullptr) staged_->blocks->Rebase(static_cast<int32_t>(slots), &staged_->pending);
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&r->copy_stream, cudaStreamNonBlocking));
   r->kv_ready.resize(config_.num_layers);
   r->written.resize(config_.num_layers);
@@ -163,7 +166,7 @@ absl::Status CudaBackend::PrepareRepairDevice() {
     ASSIGN_OR_RETURN(void* dev, Upload(r.pending.data(), r.pending.size() * sizeof(TableUpdate)));
     WITCERT_KERNEL_OK(ApplyTableUpdatesCuda(static_cast<const TableUpdate*>(dev),
                                             static_cast<int32_t>(r.pending.size()),
-                                            r.exact_slot.get(), stream_));
+                                            exact_.slot.get(), stream_));
     r.pending.clear();
   }
   return absl::OkStatus();
@@ -234,8 +237,8 @@ absl::Status CudaBackend::RunExactRows(int32_t layer, const std::vector<int32_t>
     a.delta_loc = step.row_delta[idx[0]];
     a.meter = true;
     a.kernel = 1;
-    a.exact_slot = repair_->exact_slot.get();
-    a.exact_kv = repair_->exact_kv.get();
+    a.exact_slot = exact_.slot.get();
+    a.exact_kv = exact_.kv.get();
     a.num_layers = config_.num_layers;
     a.out = sub_out_.get();
     a.cert = sub_cert_.get();
@@ -325,7 +328,7 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
     ra.max_blocks = static_cast<int32_t>(mb);
     ra.layer = layer;
     ra.dither_seed = dither_seed_;
-    ra.exact_slot = r.exact_slot.get();
+    ra.exact_slot = exact_.slot.get();
     ra.num_layers = config_.num_layers;
     ra.risk = risk_.get();
     WITCERT_KERNEL_OK(BlockRiskCuda(layout_, pool_.layer(layer), ra, stream_));
@@ -352,6 +355,7 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
       int64_t best = -1;
       for (int64_t j = 0; j < nblocks; ++j) {
         if (unrepairable[row * mb + j] || r.slots->Find(table[j], layer, g) >= 0) continue;
+        if (staged_ != nullptr && staged_->blocks->Find(table[j]) >= 0) continue;  // read exact already
         if (r.entries->Find(table[j]) < 0) {
           unrepairable[row * mb + j] = 1;
           ++r.stats.unrepairable;
@@ -383,14 +387,14 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
       ASSIGN_OR_RETURN(void* dev, Upload(updates.data(), updates.size() * sizeof(TableUpdate)));
       WITCERT_KERNEL_OK(ApplyTableUpdatesCuda(static_cast<const TableUpdate*>(dev),
                                               static_cast<int32_t>(updates.size()),
-                                              r.exact_slot.get(), stream_));
+                                              exact_.slot.get(), stream_));
     }
     ASSIGN_OR_RETURN(void* dev_ops, Upload(ops.data(), ops.size() * sizeof(PageInOp)));
     // The copies read the host store: this layer's write-through must have landed.
     WITCERT_CUDA_OK(cudaStreamWaitEvent(stream_, r.written[layer], 0));
     WITCERT_KERNEL_OK(PageInExactCuda(r.shape, r.host_store, static_cast<const PageInOp*>(dev_ops),
-                                      static_cast<int32_t>(ops.size()), r.exact_kv.get(),
-                                      r.exact_slot.get(), stream_));
+                                      static_cast<int32_t>(ops.size()), exact_.kv.get(),
+                                      exact_.slot.get(), stream_));
     RETURN_IF_ERROR(RunExactRows(layer, rows, step));
     RETURN_IF_ERROR(CheckLayer(layer, step, &flagged));
     r.stats.rerun_s += Lap(&t);

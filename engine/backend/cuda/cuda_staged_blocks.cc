@@ -40,7 +40,7 @@ absl::Status CudaBackend::PlanStagedItem(const ForwardItem& item, const std::vec
       }
       if (filled) {
         slot_blocks->push_back(block);
-        st.blocks->Retire(block, &st.after_step);
+        st.blocks->Retire(block);
       }
       continue;
     }
@@ -55,19 +55,29 @@ absl::Status CudaBackend::PlanStagedItem(const ForwardItem& item, const std::vec
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::EnsureExactTable() {
+  if (exact_.slot.get() != nullptr) return absl::OkStatus();
+  const int64_t entries = layout_.num_blocks * config_.num_layers * config_.num_kv_heads;
+  RETURN_IF_ERROR(exact_.slot.Grow(entries));
+  WITCERT_CUDA_OK(cudaMemsetAsync(exact_.slot.get(), 0xff, entries * sizeof(int32_t), stream_));  // all −1
+  WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::PrepareStagedDevice() {
   StagedState& st = *staged_;
   const int64_t stage_floats = int64_t{config_.num_layers} * config_.num_kv_heads * st.shape.unit_floats();
-  const int64_t needed = std::max<int64_t>(st.blocks->stages_needed(), 1) * stage_floats;
-  if (static_cast<size_t>(needed) > st.exact_kv.size()) {  // grow ×2, keeping the staged rows
+  const int64_t needed = st.blocks->slot_base() * st.shape.unit_floats() +
+                         std::max<int64_t>(st.blocks->stages_needed(), 1) * stage_floats;
+  if (static_cast<size_t>(needed) > exact_.kv.size()) {  // grow ×2, keeping every slot's rows
     DeviceArray<float> grown;
-    RETURN_IF_ERROR(grown.Grow(std::max<size_t>(needed, 2 * st.exact_kv.size())));
+    RETURN_IF_ERROR(grown.Grow(std::max<size_t>(needed, 2 * exact_.kv.size())));
     WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
-    if (st.exact_kv.size() > 0) {
-      WITCERT_CUDA_OK(cudaMemcpy(grown.get(), st.exact_kv.get(), st.exact_kv.size() * sizeof(float),
+    if (exact_.kv.size() > 0) {
+      WITCERT_CUDA_OK(cudaMemcpy(grown.get(), exact_.kv.get(), exact_.kv.size() * sizeof(float),
                                  cudaMemcpyDeviceToDevice));
     }
-    st.exact_kv = std::move(grown);
+    exact_.kv = std::move(grown);
   }
   if (st.pending.empty()) return absl::OkStatus();
   // One update per entry, the last one listed (the kernel applies them in parallel).
@@ -86,15 +96,18 @@ absl::Status CudaBackend::PrepareStagedDevice() {
   WITCERT_CUDA_OK(cudaMemcpyAsync(st.updates.get(), st.updates_host.get(), updates.size() * sizeof(TableUpdate),
                                   cudaMemcpyHostToDevice, stream_));
   WITCERT_KERNEL_OK(ApplyTableUpdatesCuda(st.updates.get(), static_cast<int32_t>(updates.size()),
-                                          st.exact_slot.get(), stream_));
+                                          exact_.slot.get(), stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::WriteStagedLayer(int32_t layer, const float* k_rows, const float* v_rows,
-                                           const int64_t* d_slots, int64_t n, const StagedStep& step) {
+                                           const int64_t* d_slots, int64_t n, const StagedStep& step,
+                                           bool rows_in_table) {
   StagedState& st = *staged_;
-  WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(st.shape, k_rows, v_rows, d_slots, n, layer, st.exact_slot.get(),
-                                              st.exact_kv.get(), stream_));
+  if (!rows_in_table) {
+    WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(st.shape, k_rows, v_rows, d_slots, n, layer, exact_.slot.get(),
+                                                exact_.kv.get(), stream_));
+  }
   const PagedKvLayer& dst = pool_.layer(layer);
   if (step.row_groups > 0) {
     WITCERT_KERNEL_OK(EncodeKeyGroupsCuda(
@@ -106,7 +119,7 @@ absl::Status CudaBackend::WriteStagedLayer(int32_t layer, const float* k_rows, c
   if (step.slot_groups > 0) {
     WITCERT_KERNEL_OK(EncodeKeyGroupsCuda(
         layout_, dst,
-        KeyGroupArgs{.exact_slot = st.exact_slot.get(), .exact_kv = st.exact_kv.get(), .layer = layer,
+        KeyGroupArgs{.exact_slot = exact_.slot.get(), .exact_kv = exact_.kv.get(), .layer = layer,
                      .num_layers = config_.num_layers, .blocks = step.slot_blocks, .num_groups = step.slot_groups, .outliers = {}},
         stream_));
   }

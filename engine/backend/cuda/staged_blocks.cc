@@ -9,7 +9,7 @@ void StagedBlocks::AppendEntries(int32_t block, int32_t stage, std::vector<Table
   const int32_t units = num_layers_ * num_kv_heads_;
   for (int32_t layer = 0; layer < num_layers_; ++layer) {
     for (int32_t h = 0; h < num_kv_heads_; ++h) {
-      const int32_t slot = stage < 0 ? -1 : stage * units + layer * num_kv_heads_ + h;
+      const int32_t slot = stage < 0 ? -1 : base_ + stage * units + layer * num_kv_heads_ + h;
       updates->push_back(TableUpdate{.index = TableIndex(block, layer, h), .value = slot});
     }
   }
@@ -31,13 +31,12 @@ int32_t StagedBlocks::Acquire(int32_t block, std::vector<TableUpdate>* updates) 
   return stage;
 }
 
-void StagedBlocks::Retire(int32_t block, std::vector<TableUpdate>* updates) {
+void StagedBlocks::Retire(int32_t block) {
   const int32_t stage = stage_of_block_[block];
   if (stage < 0) return;
-  AppendEntries(block, -1, updates);
   stage_of_block_[block] = -1;
   block_of_stage_[stage] = -1;
-  retired_.push_back(stage);
+  retired_.emplace_back(stage, block);
   --staged_;
 }
 
@@ -51,9 +50,21 @@ void StagedBlocks::Drop(int32_t block, std::vector<TableUpdate>* updates) {
   --staged_;
 }
 
+void StagedBlocks::Rebase(int32_t base, std::vector<TableUpdate>* updates) {
+  base_ = base;
+  for (size_t stage = 0; stage < block_of_stage_.size(); ++stage) {
+    if (block_of_stage_[stage] >= 0) AppendEntries(block_of_stage_[stage], static_cast<int32_t>(stage), updates);
+  }
+}
+
 void StagedBlocks::EndStep() {
-  free_.insert(free_.end(), retired_.begin(), retired_.end());
+  for (const auto& [stage, block] : retired_) free_.push_back(stage);
   retired_.clear();
+}
+
+void StagedBlocks::RecoverUnfinishedStep(std::vector<TableUpdate>* updates) {
+  for (const auto& [stage, block] : retired_) AppendEntries(block, -1, updates);
+  EndStep();
 }
 
 }  // namespace witcert

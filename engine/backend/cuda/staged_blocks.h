@@ -5,14 +5,18 @@
 // there (ε̂ = 0, ρ = 0), as the CPU cache reads a staged block (engine/kv/kv_cache.h).
 //
 // A staged block holds one stage: the exact rows of all its (layer, KV head) units, slots
-//   stage · L · Hkv + layer · Hkv + kv_head   of exact_kv [slots, 2, block_size, d].
+//   base + stage · L · Hkv + layer · Hkv + kv_head   of exact_kv [slots, 2, block_size, d]
+// (base: the slots in front that the gate's exact-block cache uses, 0 until it starts).
 // Acquire lists the block's units in the table (updates for the device); the kernel that
 // encodes the full block clears its table entries, layer by layer, and Retire gives the stage
-// back once the step that encoded it is over (EndStep). Drop forgets a block that is freed or
-// reallocated while staged. Pure host logic, tested without a GPU.
+// back once the step that encoded it is over (EndStep). A step that failed before EndStep may
+// not have run its encodes: RecoverUnfinishedStep clears those blocks' entries instead. Drop
+// forgets a block that is freed or reallocated while staged. Pure host logic, tested without
+// a GPU.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/gate_repair_cuda.h"
@@ -27,14 +31,21 @@ class StagedBlocks {
   int32_t Find(int32_t block) const { return stage_of_block_[block]; }
   // A stage for the block, which must not be staged; its table entries go to `updates`.
   int32_t Acquire(int32_t block, std::vector<TableUpdate>* updates);
-  // The block is full and is being encoded this step: the encode clears its entries, and so do
-  // `updates`, applied after the step (in case the step failed before its encode); its stage
-  // is free again after EndStep.
-  void Retire(int32_t block, std::vector<TableUpdate>* updates);
+  // The block is full and is being encoded this step (the encode clears its entries); its
+  // stage is free again after EndStep.
+  void Retire(int32_t block);
   // The block was freed or reallocated: clears its entries (`updates`) and frees its stage.
   void Drop(int32_t block, std::vector<TableUpdate>* updates);
   // The step's device work is done: retired stages can be reused.
   void EndStep();
+  // Before a step: stages retired by a step that never reached EndStep are freed, their
+  // blocks' entries cleared by `updates` (the encode may not have run; a later promotion of
+  // the block must not be wiped, so this is not done after successful steps).
+  void RecoverUnfinishedStep(std::vector<TableUpdate>* updates);
+  // Moves every stage to start at slot `base` (the caller moves their rows): the staged
+  // blocks' entries, listed again, go to `updates`. Between steps (no retired stage).
+  void Rebase(int32_t base, std::vector<TableUpdate>* updates);
+  int32_t slot_base() const { return base_; }
 
   int64_t staged() const { return staged_; }
   // Stages ever in use at once: exact_kv must hold stages_needed() · L · Hkv slots.
@@ -47,9 +58,11 @@ class StagedBlocks {
   void AppendEntries(int32_t block, int32_t stage, std::vector<TableUpdate>* updates) const;
 
   const int32_t num_layers_, num_kv_heads_;
+  int32_t base_ = 0;
   std::vector<int32_t> stage_of_block_;  // [num_blocks], −1: not staged
   std::vector<int32_t> block_of_stage_;  // [stages], −1: free or retired
-  std::vector<int32_t> free_, retired_;
+  std::vector<int32_t> free_;
+  std::vector<std::pair<int32_t, int32_t>> retired_;  // (stage, block)
   int64_t staged_ = 0;
 };
 

@@ -123,6 +123,15 @@ double ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu,
   return max_abs;
 }
 
+double RelL2(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size() && i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * double(a[i] - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
 TokenId Argmax(const float* x, int32_t n, float* gap) {
   int32_t best = 0, second = -1;
   for (int32_t j = 1; j < n; ++j) {
@@ -678,16 +687,6 @@ TEST_P(CudaBackendTest, MixedSchemesAreUnimplementedAndUnreservedPositionsReject
   KvCacheOptions mixed = KvOptions(p.model->config(), "int8-rtn");
   mixed.v_scheme = "fp16";
   EXPECT_EQ(CudaBackend::Create(*p.model, mixed).status().code(), absl::StatusCode::kUnimplemented);
-  // kivi2 is served, but not with the gate's repair mode: a clear refusal of the step.
-  auto kivi = CudaBackend::Create(*p.model, KvOptions(p.model->config(), "kivi2"));
-  ASSERT_TRUE(kivi.ok()) << kivi.status();
-  AddSeq(**kivi, 1, 8);
-  GatePolicy repair;
-  repair.mode = GateMode::kRepair;
-  const absl::Status refused =
-      (*kivi)->Forward({{.seq = 1, .tokens = absl::MakeSpan(t, 1), .start_pos = 0, .policy = &repair}}, &r);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
-  EXPECT_NE(refused.message().find("repair mode is not served"), std::string::npos) << refused;
   // Unreserved positions are an error, not an out-of-bounds write.
   absl::Status st = p.gpu->Forward({{.seq = 1, .tokens = absl::MakeSpan(t, 1), .start_pos = 16}}, &r);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
@@ -833,10 +832,15 @@ CellTotals Totals(const std::vector<CellRecord>& cells) {
 // blocks paged in and re-run, their bound drops, more cells end certified than in observe
 // mode, promoted blocks stay exact for later steps (lower bounds before the gate), the logits
 // still match the CPU backend's repair run, and the later chunk of a prompt is repaired too.
-TEST_P(CudaBackendTest, GateRepairPagesBlocksInAndCertifies) {
-  SKIP_WITHOUT_GPU();
-  Pair p = MakePair(GetParam(), "int4-rtn", 128);
-  auto gpu_observe = CudaBackend::Create(*p.model, KvOptions(p.model->config(), "int4-rtn"));
+// kivi2 too, whose unfilled blocks share the exact table with the cache (staged, never paged
+// in). Both: the repaired logits are far closer to the exact fp32 store's than the observe
+// run's (measured: 0.08 against 2.4 for int4, 8.4–9.0 for kivi2, relative L2 summed over 13 steps).
+void ExpectRepairPagesBlocksInAndCertifies(bool qwen, const std::string& scheme) {
+  SCOPED_TRACE(scheme);
+  auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen, 128), 1234, {}, 2);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Pair p = MakePair(std::move(*m), scheme);
+  auto gpu_observe = CudaBackend::Create(*p.model, KvOptions(p.model->config(), scheme));
   ASSERT_TRUE(gpu_observe.ok());
   const ModelConfig& c = p.model->config();
   GatePolicy observe, repair;
@@ -849,13 +853,19 @@ TEST_P(CudaBackendTest, GateRepairPagesBlocksInAndCertifies) {
   RepairRun obs = RunSequence(**gpu_observe, 1, prompt, steps, &observe, 40);
   RepairRun rep = RunSequence(*p.gpu, 1, prompt, steps, &repair, 40);
   RepairRun cpu = RunSequence(*p.cpu, 1, prompt, steps, &repair, 40);
+  auto exact_cpu = CpuBackend::Create(*p.model, KvOptions(c, "fp32"), CpuBackend::Options{.num_threads = 2});
+  ASSERT_TRUE(exact_cpu.ok());
+  RepairRun exact = RunSequence(**exact_cpu, 1, prompt, steps, nullptr, 40);
   ASSERT_EQ(rep.cells.size(), obs.cells.size());
+  double rep_err = 0, obs_err = 0;  // Σ relative L2 to the exact logits over the steps
   CellTotals o_all, r_all;
   for (size_t i = 0; i < rep.cells.size(); ++i) {
     ASSERT_EQ(rep.cells[i].size(), obs.cells[i].size());
     const CellTotals o = Totals(obs.cells[i]), r = Totals(rep.cells[i]);
     o_all.certified += o.certified;
     r_all.certified += r.certified;
+    o_all.tv_after += o.tv_after;
+    r_all.tv_after += r.tv_after;
     r_all.pageins += r.pageins;
     r_all.repaired += r.repaired;
     for (const CellRecord& cell : rep.cells[i]) {
@@ -870,11 +880,18 @@ TEST_P(CudaBackendTest, GateRepairPagesBlocksInAndCertifies) {
       EXPECT_EQ(cell.certified, cell.tv_after <= repair.tv_threshold);
     }
     ExpectClose(rep.logits[i], cpu.logits[i], "repair gpu vs cpu");
+    rep_err += RelL2(rep.logits[i], exact.logits[i]);
+    obs_err += RelL2(obs.logits[i], exact.logits[i]);
   }
+  EXPECT_TRUE(std::isfinite(rep_err));
+  EXPECT_LT(rep_err, 0.2 * obs_err);
   // The later prompt chunk (30 rows) was gated: some of its cells were repaired.
   EXPECT_GT(Totals(rep.cells[0]).pageins, 0);
   EXPECT_GT(r_all.pageins, 0);
-  EXPECT_GT(r_all.certified, o_all.certified);
+  EXPECT_LT(r_all.tv_after, 0.9 * o_all.tv_after);
+  if (o_all.certified < static_cast<int64_t>(obs.cells.size() * obs.cells.back().size()) / 2) {
+    EXPECT_GT(r_all.certified, o_all.certified);
+  }
   // Promoted blocks stay exact: by the last step the bound before the gate is lower.
   const CellTotals o_last = Totals(obs.cells.back()), r_last = Totals(rep.cells.back());
   EXPECT_LT(r_last.tv_before, o_last.tv_before);
@@ -883,11 +900,19 @@ TEST_P(CudaBackendTest, GateRepairPagesBlocksInAndCertifies) {
   EXPECT_GT(stats.rounds, 0);
   EXPECT_EQ(stats.unrepairable, 0);
   EXPECT_GT(stats.store_entries_used, 0);
-  std::printf("repair: %lld page-ins over %lld rounds; certified %lld vs %lld in observe (of %zu "
-              "cells per step)\n",
-              static_cast<long long>(stats.pageins), static_cast<long long>(stats.rounds),
+  std::printf("repair (%s): %lld page-ins over %lld rounds; certified %lld vs %lld in observe (of %zu "
+              "cells per step); Σ TV after the gate %.4g vs %.4g\n",
+              scheme.c_str(), static_cast<long long>(stats.pageins), static_cast<long long>(stats.rounds),
               static_cast<long long>(r_all.certified), static_cast<long long>(o_all.certified),
-              rep.cells.back().size());
+              rep.cells.back().size(), r_all.tv_after, o_all.tv_after);
+  std::printf("  logits' relative L2 to the exact store, summed over %zu steps: repair %.4g, observe %.4g\n",
+              rep.logits.size(), rep_err, obs_err);
+}
+
+TEST_P(CudaBackendTest, GateRepairPagesBlocksInAndCertifies) {
+  SKIP_WITHOUT_GPU();
+  ExpectRepairPagesBlocksInAndCertifies(GetParam(), "int4-rtn");
+  ExpectRepairPagesBlocksInAndCertifies(GetParam(), "kivi2");
 }
 
 // Threshold 0 and a budget that covers the context: every (block, layer, KV head) gets promoted,
@@ -895,9 +920,12 @@ TEST_P(CudaBackendTest, GateRepairPagesBlocksInAndCertifies) {
 // exact fp32 store (the GPU-vs-CPU tolerance of the file comment), far closer than int4 alone.
 // Then the blocks are freed and reused by another sequence: the stale exact copies must not be
 // read — its run matches a fresh backend's bit for bit.
-TEST_P(CudaBackendTest, GateRepairPromotesToExactAndForgetsFreedBlocks) {
-  SKIP_WITHOUT_GPU();
-  Pair p = MakePair(GetParam(), "int4-rtn", 128);
+// kivi2 as well: its staged blocks and the promoted ones read exact from one table.
+void ExpectRepairPromotesToExactAndForgetsFreedBlocks(bool qwen, const std::string& scheme) {
+  SCOPED_TRACE(scheme);
+  auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen, 128), 1234, {}, 2);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Pair p = MakePair(std::move(*m), scheme);
   auto exact_cpu = CpuBackend::Create(*p.model, KvOptions(p.model->config(), "fp32"),
                                       CpuBackend::Options{.num_threads = 2});
   ASSERT_TRUE(exact_cpu.ok());
@@ -923,7 +951,7 @@ TEST_P(CudaBackendTest, GateRepairPromotesToExactAndForgetsFreedBlocks) {
   tight.tv_threshold = 0.02f;
   tight.pagein_budget_per_step = 2;
   const std::vector<TokenId> other = Prompt(50, 4, c.vocab_size);
-  auto fresh = CudaBackend::Create(*p.model, KvOptions(p.model->config(), "int4-rtn"));
+  auto fresh = CudaBackend::Create(*p.model, KvOptions(p.model->config(), scheme));
   ASSERT_TRUE(fresh.ok());
   RepairRun reused = RunSequence(*p.gpu, 2, other, steps, &tight);
   RepairRun clean = RunSequence(**fresh, 2, other, steps, &tight);
@@ -936,6 +964,11 @@ TEST_P(CudaBackendTest, GateRepairPromotesToExactAndForgetsFreedBlocks) {
     }
   }
   EXPECT_GT(p.gpu->repair_stats().pageins, before.pageins);
+}
+
+TEST_P(CudaBackendTest, GateRepairPromotesToExactAndForgetsFreedBlocks) {
+  SKIP_WITHOUT_GPU();
+  for (const char* scheme : {"int4-rtn", "kivi2"}) ExpectRepairPromotesToExactAndForgetsFreedBlocks(GetParam(), scheme);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaBackendTest, ::testing::Values(false, true),
