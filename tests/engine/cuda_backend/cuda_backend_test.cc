@@ -835,7 +835,9 @@ CellTotals Totals(const std::vector<CellRecord>& cells) {
 // kivi2 too, whose unfilled blocks share the exact table with the cache (staged, never paged
 // in). Both: the repaired logits are far closer to the exact fp32 store's than the observe
 // run's (measured: 0.08 against 2.4 for int4, 8.4–9.0 for kivi2, relative L2 summed over 13 steps).
-void ExpectRepairPagesBlocksInAndCertifies(bool qwen, const std::string& scheme) {
+// Against the CPU's repair, kivi2 takes its own tolerance: the backends' 2-bit codes differ, and
+// with them what the ranking picks first (up to 0.053 relative L2 and 0.17 absolute measured, H100).
+void ExpectRepairPagesBlocksInAndCertifies(bool qwen, const std::string& scheme, double rel_l2, double abs) {
   SCOPED_TRACE(scheme);
   auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen, 128), 1234, {}, 2);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -879,7 +881,7 @@ void ExpectRepairPagesBlocksInAndCertifies(bool qwen, const std::string& scheme)
       }
       EXPECT_EQ(cell.certified, cell.tv_after <= repair.tv_threshold);
     }
-    ExpectClose(rep.logits[i], cpu.logits[i], "repair gpu vs cpu");
+    ExpectClose(rep.logits[i], cpu.logits[i], "repair gpu vs cpu", rel_l2, abs);
     rep_err += RelL2(rep.logits[i], exact.logits[i]);
     obs_err += RelL2(obs.logits[i], exact.logits[i]);
   }
@@ -911,8 +913,8 @@ void ExpectRepairPagesBlocksInAndCertifies(bool qwen, const std::string& scheme)
 
 TEST_P(CudaBackendTest, GateRepairPagesBlocksInAndCertifies) {
   SKIP_WITHOUT_GPU();
-  ExpectRepairPagesBlocksInAndCertifies(GetParam(), "int4-rtn");
-  ExpectRepairPagesBlocksInAndCertifies(GetParam(), "kivi2");
+  ExpectRepairPagesBlocksInAndCertifies(GetParam(), "int4-rtn", 2e-2, 0.1);
+  ExpectRepairPagesBlocksInAndCertifies(GetParam(), "kivi2", 0.1, 0.4);
 }
 
 // Threshold 0 and a budget that covers the context: every (block, layer, KV head) gets promoted,
