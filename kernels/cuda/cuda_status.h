@@ -15,6 +15,7 @@ namespace witcert {
 struct [[nodiscard]] CudaStatus {
   bool ok = true;
   std::string message;
+  bool out_of_memory = false;  // a failed allocation: the engine reports it as ResourceExhausted
 
   static CudaStatus Ok() { return CudaStatus(); }
   static CudaStatus Error(std::string msg) { return CudaStatus{false, std::move(msg)}; }
@@ -24,8 +25,10 @@ struct [[nodiscard]] CudaStatus {
 // launch configuration) is reported here once, not again by the next unrelated check.
 inline CudaStatus CudaErrorStatus(cudaError_t err, const char* expr, const char* file, int line) {
   (void)cudaGetLastError();
-  return CudaStatus::Error(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
-                           ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  CudaStatus st = CudaStatus::Error(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
+                                    ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  st.out_of_memory = err == cudaErrorMemoryAllocation;
+  return st;
 }
 
 }  // namespace witcert

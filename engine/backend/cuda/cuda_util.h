@@ -17,7 +17,8 @@
 namespace witcert {
 
 inline absl::Status FromCudaStatus(const CudaStatus& st) {
-  return st.ok ? absl::OkStatus() : absl::InternalError(st.message);
+  if (st.ok) return absl::OkStatus();
+  return st.out_of_memory ? absl::ResourceExhaustedError(st.message) : absl::InternalError(st.message);
 }
 
 // Clears the runtime's last-error state as CudaErrorStatus does (a failed cudaMalloc must not
