@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "absl/container/flat_hash_set.h"
 #include "nlohmann/json.hpp"
 
 namespace witcert {
@@ -19,10 +20,19 @@ void RiskAccumulator::Add(const CellRecord& c, double delta_loc, float tv_thresh
   if (c.tier == 'B') s_.delta_spent += delta_loc;
   if (!c.certified) {
     ++s_.uncertified_cells;
-    auto key = std::make_pair(c.layer, c.head);
-    if (std::find(s_.uncertified_heads.begin(), s_.uncertified_heads.end(), key) ==
-        s_.uncertified_heads.end()) {
-      s_.uncertified_heads.push_back(key);
+    if (c.layer < 0 || c.head < 0) {  // not a real cell's indices: listed once, searched
+      const auto key = std::make_pair(c.layer, c.head);
+      if (std::find(s_.uncertified_heads.begin(), s_.uncertified_heads.end(), key) == s_.uncertified_heads.end()) {
+        s_.uncertified_heads.push_back(key);
+      }
+      return;
+    }
+    if (static_cast<size_t>(c.layer) >= head_listed_.size()) head_listed_.resize(c.layer + 1);
+    std::vector<bool>& heads = head_listed_[c.layer];
+    if (static_cast<size_t>(c.head) >= heads.size()) heads.resize(c.head + 1, false);
+    if (!heads[c.head]) {
+      heads[c.head] = true;
+      s_.uncertified_heads.emplace_back(c.layer, c.head);
     }
   }
 }
@@ -40,6 +50,7 @@ RiskSummary RiskAccumulator::Summary() const {
 RiskSummary MergeRiskSummaries(absl::Span<const RiskSummary> parts) {
   RiskSummary m;
   double sum_before = 0, sum_after = 0, certified_first = 0;
+  absl::flat_hash_set<std::pair<int32_t, int32_t>> listed;
   for (const RiskSummary& p : parts) {
     m.cells += p.cells;
     m.max_tv_before = std::max(m.max_tv_before, p.max_tv_before);
@@ -51,9 +62,7 @@ RiskSummary MergeRiskSummaries(absl::Span<const RiskSummary> parts) {
     m.uncertified_cells += p.uncertified_cells;
     m.delta_spent += p.delta_spent;
     for (const auto& head : p.uncertified_heads) {
-      if (std::find(m.uncertified_heads.begin(), m.uncertified_heads.end(), head) == m.uncertified_heads.end()) {
-        m.uncertified_heads.push_back(head);
-      }
+      if (listed.insert(head).second) m.uncertified_heads.push_back(head);
     }
   }
   if (m.cells > 0) {

@@ -47,7 +47,9 @@ struct RiskSummary {
 // union bound over the choices), and the uncertified heads are the union in first-seen order.
 RiskSummary MergeRiskSummaries(absl::Span<const RiskSummary> parts);
 
-// Folds cells into a RiskSummary (not thread-safe: one per request).
+// Folds cells into a RiskSummary (not thread-safe: one per request). O(1) per cell: a step of
+// a long request adds layers × heads cells, most of them uncertified on a 2-bit store, so the
+// uncertified heads are deduplicated through a (layer, head) bitmap, not a search of the list.
 class RiskAccumulator {
  public:
   // `tv_threshold` decides "certified without repair": tv_before ≤ threshold.
@@ -58,6 +60,7 @@ class RiskAccumulator {
   RiskSummary s_;
   double sum_before_ = 0, sum_after_ = 0;
   int64_t certified_first_ = 0;
+  std::vector<std::vector<bool>> head_listed_;  // [layer][head]: in s_.uncertified_heads
 };
 
 // Per-(layer, head) aggregates for Prometheus; bounded size, thread-safe. Includes the

@@ -4,6 +4,7 @@
 #include "engine/cert/records.h"
 
 #include <cmath>
+#include <algorithm>
 #include <random>
 #include <limits>
 #include <vector>
@@ -128,6 +129,29 @@ TEST(RiskSummaryTest, MergeEqualsOneAccumulatorOverAllCells) {
   const RiskSummary none = MergeRiskSummaries({});
   EXPECT_EQ(none.cells, 0);
   EXPECT_EQ(none.coverage, 0.0);
+}
+
+// The uncertified heads: each (layer, head) once, in the order first seen, whatever the order
+// and size of the indices (heads listed before lower layers, a layer first seen at a high
+// head), against a plain search of the list.
+TEST(RiskSummaryTest, UncertifiedHeadsAreUniqueInFirstSeenOrder) {
+  std::mt19937 rng(5);
+  RiskAccumulator acc;
+  std::vector<std::pair<int32_t, int32_t>> want;
+  for (int i = 0; i < 5000; ++i) {
+    CellRecord c;
+    c.layer = static_cast<int32_t>(rng() % 40);
+    c.head = static_cast<int32_t>(rng() % (c.layer % 3 == 0 ? 64 : 8));
+    c.tv_before = c.tv_after = 0.3f;
+    c.certified = rng() % 4 == 0;
+    acc.Add(c, 0.0, 0.05f);
+    const auto key = std::make_pair(c.layer, c.head);
+    if (!c.certified && std::find(want.begin(), want.end(), key) == want.end()) want.push_back(key);
+  }
+  const RiskSummary s = acc.Summary();
+  EXPECT_EQ(s.uncertified_heads, want);
+  EXPECT_GT(want.size(), 300u);
+  EXPECT_EQ(MergeRiskSummaries({s, s}).uncertified_heads, want);  // the union of one list with itself
 }
 
 }  // namespace
