@@ -302,7 +302,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     rstep.cells.assign(static_cast<size_t>(layers) * s * hq, RepairStep::Cell{});
   }
   std::vector<int32_t> blocks;
-  std::vector<int32_t> row_blocks, first_rows, slot_blocks;  // staged schemes (PlanStagedItem)
+  StagedBlocks::StepEncodes encodes;  // staged schemes (PlanStagedItem)
   if (staged_ != nullptr) staged_->blocks->RecoverUnfinishedStep(&staged_->pending);
   for (size_t b = 0; b < batch.size(); ++b) {
     const ForwardItem& item = batch[b];
@@ -315,7 +315,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                           item.seq, item.start_pos, item.start_pos + len));
     }
     if (staged_ != nullptr) {
-      RETURN_IF_ERROR(PlanStagedItem(item, blocks, first_row[b], &row_blocks, &first_rows, &slot_blocks));
+      RETURN_IF_ERROR(PlanStagedItem(item, blocks, first_row[b], &encodes));
     }
     for (int64_t i = 0; i < len; ++i) {
       const int64_t row = first_row[b] + i, pos = item.start_pos + i;
@@ -352,18 +352,23 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   // slot groups vary from step to step, so a graph step launches s of them, padded with −1.
   StagedStep staged_step;
   if (staged_ != nullptr) {
+    // At most one slot group per item reading stored KV (its first block), one row group per bs rows.
+    if (static_cast<int64_t>(encodes.slot_blocks.size()) > s || static_cast<int64_t>(encodes.row_blocks.size()) > n) {
+      return absl::InternalError("staged blocks: more group encodes than the step's lists hold");
+    }
     auto* hrow = reinterpret_cast<int32_t*>(hbase + off_row_blocks);
     auto* hfirst = reinterpret_cast<int32_t*>(hbase + off_first_rows);
     auto* hslot = reinterpret_cast<int32_t*>(hbase + off_slot_blocks);
-    std::copy(row_blocks.begin(), row_blocks.end(), hrow);
-    std::copy(first_rows.begin(), first_rows.end(), hfirst);
-    std::copy(slot_blocks.begin(), slot_blocks.end(), hslot);
-    std::fill(hslot + slot_blocks.size(), hslot + s, -1);
+    std::copy(encodes.row_blocks.begin(), encodes.row_blocks.end(), hrow);
+    std::copy(encodes.first_rows.begin(), encodes.first_rows.end(), hfirst);
+    std::copy(encodes.slot_blocks.begin(), encodes.slot_blocks.end(), hslot);
+    std::fill(hslot + encodes.slot_blocks.size(), hslot + s, -1);
     staged_step.row_blocks = reinterpret_cast<const int32_t*>(inputs_.get() + off_row_blocks);
     staged_step.first_rows = reinterpret_cast<const int32_t*>(inputs_.get() + off_first_rows);
     staged_step.slot_blocks = reinterpret_cast<const int32_t*>(inputs_.get() + off_slot_blocks);
-    staged_step.row_groups = static_cast<int32_t>(row_blocks.size());
-    staged_step.slot_groups = static_cast<int32_t>(graph_step ? s : static_cast<int64_t>(slot_blocks.size()));
+    staged_step.row_groups = static_cast<int32_t>(encodes.row_blocks.size());
+    staged_step.slot_groups =
+        static_cast<int32_t>(graph_step ? s : static_cast<int64_t>(encodes.slot_blocks.size()));
   }
   // Split counts and the decode workspace, once per batch.
   size_t workspace_bytes = 0;

@@ -164,12 +164,10 @@ class CudaBackend : public Backend {
     const int32_t* slot_blocks = nullptr; // [slot_groups] staged blocks this step fills (−1 padded)
     int32_t row_groups = 0, slot_groups = 0;
   };
-  // Staged schemes: plans one item's writes — the blocks its rows fill alone (encoded from the
-  // rows), staged blocks they fill (encoded from the exact table, then retired) and blocks they
-  // begin without filling (staged). `blocks`: the item's physical blocks; `row`: its first row.
+  // Staged schemes: plans one item's writes (StagedBlocks::PlanWrites) into `encodes`.
+  // `blocks`: the item's physical blocks; `row`: its first row.
   absl::Status PlanStagedItem(const ForwardItem& item, const std::vector<int32_t>& blocks, int64_t row,
-                              std::vector<int32_t>* row_blocks, std::vector<int32_t>* first_rows,
-                              std::vector<int32_t>* slot_blocks);
+                              StagedBlocks::StepEncodes* encodes);
   // Before the step's work: grows the exact table to the stages in use and applies the table
   // updates (outside any captured graph).
   absl::Status PrepareStagedDevice();

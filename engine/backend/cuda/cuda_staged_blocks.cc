@@ -24,33 +24,14 @@
 namespace witcert {
 
 absl::Status CudaBackend::PlanStagedItem(const ForwardItem& item, const std::vector<int32_t>& blocks,
-                                         int64_t row, std::vector<int32_t>* row_blocks,
-                                         std::vector<int32_t>* first_rows, std::vector<int32_t>* slot_blocks) {
+                                         int64_t row, StagedBlocks::StepEncodes* encodes) {
   StagedState& st = *staged_;
-  const int64_t bs = layout_.block_size;
-  const int64_t start = item.start_pos, end = start + static_cast<int64_t>(item.tokens.size());
-  for (int64_t j = start / bs; j * bs < end; ++j) {
-    const int32_t block = blocks[j];
-    const int64_t lo = j * bs, hi = lo + bs;
-    const bool filled = end >= hi;
-    if (start > lo) {  // begun by an earlier step
-      if (st.blocks->Find(block) < 0) {
-        return absl::InternalError(absl::StrFormat(
-            "sequence %d: block %d holds tokens from an earlier step but is not staged", item.seq, block));
-      }
-      if (filled) {
-        slot_blocks->push_back(block);
-        st.blocks->Retire(block);
-      }
-      continue;
-    }
-    if (filled) {
-      st.blocks->Drop(block, &st.pending);  // a rewrite of a staged block (no-op otherwise)
-      row_blocks->push_back(block);
-      first_rows->push_back(static_cast<int32_t>(row + (lo - start)));
-    } else if (st.blocks->Find(block) < 0) {
-      st.blocks->Acquire(block, &st.pending);
-    }
+  const int64_t end = item.start_pos + static_cast<int64_t>(item.tokens.size());
+  const int32_t unstaged =
+      st.blocks->PlanWrites(item.start_pos, end, layout_.block_size, blocks, row, encodes, &st.pending);
+  if (unstaged >= 0) {
+    return absl::InternalError(absl::StrFormat(
+        "sequence %d: block %d holds tokens from an earlier step but is not staged", item.seq, unstaged));
   }
   return absl::OkStatus();
 }

@@ -57,6 +57,32 @@ void StagedBlocks::Rebase(int32_t base, std::vector<TableUpdate>* updates) {
   }
 }
 
+int32_t StagedBlocks::PlanWrites(int64_t start, int64_t end, int32_t block_size, const std::vector<int32_t>& blocks,
+                                 int64_t first_row, StepEncodes* encodes, std::vector<TableUpdate>* updates) {
+  const int64_t bs = block_size;
+  for (int64_t j = start / bs; j * bs < end; ++j) {
+    const int32_t block = blocks[j];
+    const int64_t lo = j * bs, hi = lo + bs;
+    const bool filled = end >= hi;
+    if (start > lo) {  // begun by an earlier step
+      if (Find(block) < 0) return block;
+      if (filled) {
+        encodes->slot_blocks.push_back(block);
+        Retire(block);
+      }
+      continue;
+    }
+    if (filled) {
+      Drop(block, updates);  // a rewrite of a staged block (no-op otherwise)
+      encodes->row_blocks.push_back(block);
+      encodes->first_rows.push_back(static_cast<int32_t>(first_row + (lo - start)));
+    } else if (Find(block) < 0) {
+      Acquire(block, updates);
+    }
+  }
+  return -1;
+}
+
 void StagedBlocks::EndStep() {
   for (const auto& [stage, block] : retired_) free_.push_back(stage);
   retired_.clear();

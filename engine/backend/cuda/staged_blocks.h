@@ -38,6 +38,19 @@ class StagedBlocks {
   void Drop(int32_t block, std::vector<TableUpdate>* updates);
   // The step's device work is done: retired stages can be reused.
   void EndStep();
+  // The group encodes a step's rows need, accumulated over the step's items.
+  struct StepEncodes {
+    std::vector<int32_t> row_blocks, first_rows;  // blocks the rows fill alone; their first row
+    std::vector<int32_t> slot_blocks;             // staged blocks the rows fill (now retired)
+  };
+  // Plans one item's writes: rows [start, end) of a sequence whose physical blocks are
+  // `blocks` (logical order), `first_row` its first row in the step. For each block the rows
+  // touch: filled by them alone → a row group (a stage it held from a rewrite is dropped);
+  // begun earlier and filled now → a slot group, retired; not filled → staged (acquired when the
+  // rows begin it). Entry changes go to `updates`. Returns the first block that holds tokens from
+  // an earlier step but is not staged (an error of the caller's), else −1.
+  int32_t PlanWrites(int64_t start, int64_t end, int32_t block_size, const std::vector<int32_t>& blocks,
+                     int64_t first_row, StepEncodes* encodes, std::vector<TableUpdate>* updates);
   // Before a step: stages retired by a step that never reached EndStep are freed, their
   // blocks' entries cleared by `updates` (the encode may not have run; a later promotion of
   // the block must not be wiped, so this is not done after successful steps).

@@ -127,5 +127,84 @@ TEST(StagedBlocks, RebaseListsStagedBlocksPastTheCacheSlots) {
   EXPECT_EQ(table.at(s.TableIndex(3, 0, 0)), 100 + b * kLayers * kHeads);
 }
 
+// A prompt in two chunks, then decode steps, as the backend plans them (block 16): what each
+// step encodes from its rows, what from a stage, and what it stages.
+TEST(StagedBlocks, PlanWritesFollowsBlocksThroughChunksAndDecode) {
+  StagedBlocks s(20, kLayers, kHeads);
+  const std::vector<int32_t> blocks = {7, 3, 9, 4, 5, 11};  // logical order
+  std::vector<TableUpdate> up;
+  // Chunk [0, 45) at rows 100..: blocks 7 and 3 full from the rows, block 9 staged.
+  StagedBlocks::StepEncodes e;
+  EXPECT_EQ(s.PlanWrites(0, 45, 16, blocks, 100, &e, &up), -1);
+  EXPECT_EQ(e.row_blocks, (std::vector<int32_t>{7, 3}));
+  EXPECT_EQ(e.first_rows, (std::vector<int32_t>{100, 116}));
+  EXPECT_TRUE(e.slot_blocks.empty());
+  EXPECT_GE(s.Find(9), 0);
+  EXPECT_EQ(s.Find(7), -1);
+  s.EndStep();
+  // Chunk [45, 70) at rows 0..: block 9 begun earlier and filled (from its stage), block 4 full
+  // from rows 3.. (position 48), block 5 begun and staged.
+  e = {};
+  EXPECT_EQ(s.PlanWrites(45, 70, 16, blocks, 0, &e, &up), -1);
+  EXPECT_EQ(e.slot_blocks, (std::vector<int32_t>{9}));
+  EXPECT_EQ(e.row_blocks, (std::vector<int32_t>{4}));
+  EXPECT_EQ(e.first_rows, (std::vector<int32_t>{3}));
+  EXPECT_EQ(s.Find(9), -1);
+  EXPECT_GE(s.Find(5), 0);
+  s.EndStep();
+  // Decode: positions 70..78 only add to block 5; 79 fills it; 80 begins block 11.
+  for (int64_t pos = 70; pos < 79; ++pos) {
+    e = {};
+    EXPECT_EQ(s.PlanWrites(pos, pos + 1, 16, blocks, 0, &e, &up), -1);
+    EXPECT_TRUE(e.row_blocks.empty() && e.slot_blocks.empty()) << pos;
+    s.EndStep();
+  }
+  e = {};
+  EXPECT_EQ(s.PlanWrites(79, 80, 16, blocks, 0, &e, &up), -1);
+  EXPECT_EQ(e.slot_blocks, (std::vector<int32_t>{5}));
+  s.EndStep();
+  e = {};
+  EXPECT_EQ(s.PlanWrites(80, 81, 16, blocks, 0, &e, &up), -1);
+  EXPECT_TRUE(e.slot_blocks.empty());
+  EXPECT_GE(s.Find(11), 0);
+  EXPECT_EQ(s.staged(), 1);
+  // The updates in order, then the encodes' clears of the filled staged blocks (9 and 5: the
+  // kernel clears those, no update does), leave exactly block 11's entries listed.
+  std::map<int64_t, int32_t> table = Apply(up);
+  for (int32_t filled : {9, 5}) {
+    for (int32_t layer = 0; layer < kLayers; ++layer) {
+      for (int32_t h = 0; h < kHeads; ++h) {
+        EXPECT_GE(table.at(s.TableIndex(filled, layer, h)), 0);  // listed until its encode
+        table[s.TableIndex(filled, layer, h)] = -1;
+      }
+    }
+  }
+  for (const auto& [index, slot] : table) {
+    const bool block11 = index / (kLayers * kHeads) == 11;
+    EXPECT_EQ(slot >= 0, block11) << "entry " << index;
+  }
+}
+
+// Rows that begin a block already staged (the same positions written again) encode it from
+// the rows and drop the stage; rows continuing a block nobody staged are the caller's error.
+TEST(StagedBlocks, PlanWritesRewritesAndReportsUnstagedBlocks) {
+  StagedBlocks s(20, kLayers, kHeads);
+  const std::vector<int32_t> blocks = {2, 6};
+  std::vector<TableUpdate> up;
+  StagedBlocks::StepEncodes e;
+  EXPECT_EQ(s.PlanWrites(0, 10, 16, blocks, 0, &e, &up), -1);  // block 2 staged
+  s.EndStep();
+  e = {};
+  EXPECT_EQ(s.PlanWrites(0, 20, 16, blocks, 0, &e, &up), -1);  // written again, now full
+  EXPECT_EQ(e.row_blocks, (std::vector<int32_t>{2}));
+  EXPECT_EQ(s.Find(2), -1);
+  EXPECT_GE(s.Find(6), 0);
+  EXPECT_EQ(Apply(up).at(s.TableIndex(2, 0, 0)), -1);
+  s.EndStep();
+  StagedBlocks fresh(20, kLayers, kHeads);
+  e = {};
+  EXPECT_EQ(fresh.PlanWrites(20, 21, 16, blocks, 0, &e, &up), 6);
+}
+
 }  // namespace
 }  // namespace witcert
