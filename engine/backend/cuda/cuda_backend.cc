@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
   if (kv_options.outlier_channels != 0) {
     return absl::UnimplementedError(
         "the CUDA backend does not serve outlier channels yet: the kernels take them "
-        "(kernels/cuda/paged_kv_cuda.h), but the backend does not choose them or stage unfilled blocks");
+        "(kernels/cuda/paged_kv_cuda.h), but the backend does not choose the channels yet");
   }
   if (c.head_dim != 64 && c.head_dim != 128) {
     return absl::UnimplementedError(
