@@ -9,7 +9,8 @@ Prints a Markdown table; `--repeats N` alternates N runs of the level list and r
 plus each level's gain paired within a repeat (robust to a machine whose speed drifts).
 `--client httpx` streams with plain httpx (SSE parsed here) for hosts without the openai package
 (the GPU machine); `--serve-arg` passes flags to `witcert serve` (e.g. `--serve-arg=--device
---serve-arg=cuda`); `--no-overhead` skips the engine-alone comparison.
+--serve-arg=cuda`); `--no-overhead` skips the engine-alone comparison; `--prompt-words N` appends
+N filler words (about 4 tokens each) to every prompt, unique per request, for TTFT at long prompts.
 """
 import argparse
 import asyncio
@@ -38,12 +39,26 @@ def free_port():
 
 
 MODEL = "default"
+PROMPT_WORDS = 0  # --prompt-words: filler words appended to each client's prompt
+_serial = 0       # requests sent so far (long prompts are unique per request)
+
+
+def prompt_text(idx, words, serial):
+    """Client `idx`'s prompt: its own opening line, then (words > 0) `words` filler words that
+    start with the request's serial number, so no request shares a prefix with an earlier one
+    past the chat template and the prefix cache never shortens a long prompt's prefill."""
+    text = f"Tell me a long story about lighthouse {idx}."
+    if words > 0:
+        text += f" Request {serial}. Notes: " + " ".join(f"beacon{idx}-{i % 97}" for i in range(words))
+    return text
 
 
 def chat_request(tokens, idx):
     """The streaming chat request client `idx` sends (its own prompt and seed)."""
+    global _serial
+    _serial += 1
     return {"model": MODEL, "stream": True, "max_tokens": tokens, "temperature": 0.7, "seed": idx,
-            "messages": [{"role": "user", "content": f"Tell me a long story about lighthouse {idx}."}]}
+            "messages": [{"role": "user", "content": prompt_text(idx, PROMPT_WORDS, _serial)}]}
 
 
 async def one_stream(client, tokens, idx):
@@ -136,6 +151,8 @@ def main():
     ap.add_argument("--bench", default=os.path.join(ROOT, "build/bench/e2e_cpu/bench_cpu_generate"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompt-words", type=int, default=0,
+                    help="filler words appended to each prompt (long-prompt TTFT; ~4 tokens a word)")
     ap.add_argument("--levels", default="1,4,16,64")
     ap.add_argument("--client", choices=["openai", "httpx"], default="openai")
     ap.add_argument("--serve-arg", action="append", default=[])
@@ -149,7 +166,8 @@ def main():
                     help="run the whole level list this many times, alternating; the table then "
                          "shows each level's median run and the gain of medians (plus min-max)")
     args = ap.parse_args()
-    global CLIENT
+    global CLIENT, PROMPT_WORDS
+    PROMPT_WORDS = args.prompt_words
     CLIENT = args.client
     port = free_port()
     log_path = args.server_log or f"/tmp/witcert-load-{port}.log"
