@@ -125,7 +125,8 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   WITCERT_KERNEL_OK(ValidateLayout(layout_));
   if (layout_.group_keys()) {  // keys encoded per full block: the rest is staged exact
     if (o.block_size < 2) {
-      return absl::UnimplementedError(absl::StrCat("KV scheme '", o.k_scheme, "' needs block_size >= 2 on the CUDA backend"));
+      return absl::UnimplementedError(
+          absl::StrCat("KV scheme '", o.k_scheme, "' needs block_size >= 2 on the CUDA backend"));
     }
     staged_ = std::make_unique<StagedState>();
     staged_->blocks = std::make_unique<StagedBlocks>(o.num_blocks, o.num_layers, o.num_kv_heads);
@@ -353,7 +354,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   StagedStep staged_step;
   if (staged_ != nullptr) {
     // At most one slot group per item reading stored KV (its first block), one row group per bs rows.
-    if (static_cast<int64_t>(encodes.slot_blocks.size()) > s || static_cast<int64_t>(encodes.row_blocks.size()) > n) {
+    if (static_cast<int64_t>(encodes.slot_blocks.size()) > s ||
+        static_cast<int64_t>(encodes.row_blocks.size()) > n) {
       return absl::InternalError("staged blocks: more group encodes than the step's lists hold");
     }
     auto* hrow = reinterpret_cast<int32_t*>(hbase + off_row_blocks);
