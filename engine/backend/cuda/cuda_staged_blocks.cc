@@ -101,7 +101,8 @@ absl::Status CudaBackend::WriteStagedLayer(int32_t layer, const float* k_rows, c
     WITCERT_KERNEL_OK(EncodeKeyGroupsCuda(
         layout_, dst,
         KeyGroupArgs{.exact_slot = exact_.slot.get(), .exact_kv = exact_.kv.get(), .layer = layer,
-                     .num_layers = config_.num_layers, .blocks = step.slot_blocks, .num_groups = step.slot_groups, .outliers = {}},
+                     .num_layers = config_.num_layers, .blocks = step.slot_blocks,
+                     .num_groups = step.slot_groups, .outliers = {}},
         stream_));
   }
   return absl::OkStatus();
