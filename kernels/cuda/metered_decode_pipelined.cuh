@@ -61,6 +61,7 @@
 #include "kernels/cuda/pipe_stage_loader.cuh"
 #include "kernels/cuda/pipe_tc_kivi2_keys.cuh"
 #include "kernels/cuda/pipe_tc_query.cuh"
+#include "kernels/cuda/pipe_tc_value_codes.cuh"
 #include "kernels/cuda/pipe_weights_step.cuh"
 #include "kernels/cuda/tc_logit_eta.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
@@ -682,54 +683,14 @@ __global__ void __launch_bounds__(kThreads, 2) PipelinedDecodeKernel(const Decod
     // (b) values
     if constexpr (kTcV) {
       const int gid = lane >> 2, tig = lane & 3;
-      // ldmatrix rows: matrix i = lane / 8 covers tokens 8·(i / 2) + [0, 8) of the k-step and
-      // channels 16·warp + 8·(i % 2) + [0, 8): chunk 2·warp + i % 2 of row lane % 8, swizzled.
-      const int arow_tok = ((lane >> 4) & 1) * 8 + (lane & 7), arow_chunk = (2 * warp + ((lane >> 3) & 1)) ^ (lane & 7);
-      const uint32_t arow = static_cast<uint32_t>(__cvta_generic_to_shared(st + sl.codes)) + arow_tok * CB + (arow_chunk << 4);
-      // kTc8: the lane's channel pair 16·warp + 2·gid + {0, 1} of tokens tig + 4j (j < 4) of each
-      // k-step; rows of j even / odd swizzle by Tc8Swizzle(tig) / (tig + 4), distinct chunks across
-      // tig, so the 2-byte loads are free of bank conflicts.
-      const uint8_t* v8 = st + sl.codes + tig * CB + 2 * gid;
-      const int v8_even = (warp ^ Tc8Swizzle(tig)) << 4, v8_odd = (warp ^ Tc8Swizzle(tig + 4)) << 4;
-      // kTcV2: word `warp` of a token's 32 code bytes holds the warp's 16 channels, 2 bits each, so
-      // the lane's channels 16·warp + 2·gid + {0, 1} are its bits 4·gid + [0, 4); tokens tig + 4j as
-      // kTc8. One j's loads are four words 32 bytes apart (one per tig): no bank conflicts.
-      const uint32_t* v2 = reinterpret_cast<const uint32_t*>(st + sl.codes + tig * CB) + warp;
-      const uint32_t v2_sel = gid < 4 ? 0x5410u : 0x7632u, v2_shift = 4u * (gid & 3);
+      const TcValueCodes<CB, kTc8, kTcV2> codes(st + sl.codes, lane, gid, tig, warp);  // pipe_tc_value_codes.cuh
       float sacc[NT][4];
 #pragma unroll
       for (int n = 0; n < NT; ++n) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
 #pragma unroll
       for (int ks = 0; ks < kStageTokens / 16; ++ks) {
         uint32_t a[4];
-        if constexpr (kTc8) {
-          uint32_t r[4];  // token tig + 4j: [code of channel 2gid, of 2gid + 1]
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            r[j] = *reinterpret_cast<const uint16_t*>(v8 + (ks * 16 + 4 * j) * CB + ((j & 1) ? v8_odd : v8_even));
-          }
-          // [ch 2gid: tokens j, j+1 | ch 2gid+1: tokens j, j+1] for j = 0 and 2.
-          const uint32_t p01 = __byte_perm(r[0], r[1], 0x5140), p23 = __byte_perm(r[2], r[3], 0x5140);
-          a[0] = mma::E4m3PairLoToF16x2(p01);
-          a[1] = mma::E4m3PairHiToF16x2(p01);
-          a[2] = mma::E4m3PairLoToF16x2(p23);
-          a[3] = mma::E4m3PairHiToF16x2(p23);
-        } else if constexpr (kTcV2) {
-          uint32_t r[4];  // token tig + 4j: channel 2gid's code in bits 4gid + [0, 2), 2gid + 1's above
-#pragma unroll
-          for (int j = 0; j < 4; ++j) r[j] = v2[(ks * 16 + 4 * j) * (CB / 4)];
-          // Tokens (j, j + 1) in the (low, high) halves, j = 0 and 2: the halves holding the lane's
-          // bits, shifted to bits [0, 4). Channel 2gid's codes (rows gid) become m·2^-24, 2gid + 1's
-          // (rows gid + 8) m·2^-22, both exact fp16 subnormals: vacc's rows carry 2^-24 and 2^-22.
-          const uint32_t p01 = __byte_perm(r[0], r[1], v2_sel) >> v2_shift;
-          const uint32_t p23 = __byte_perm(r[2], r[3], v2_sel) >> v2_shift;
-          a[0] = mma::TwoBitPairAsF16Subnormals<0>(p01);
-          a[1] = mma::TwoBitPairAsF16Subnormals<2>(p01);
-          a[2] = mma::TwoBitPairAsF16Subnormals<0>(p23);
-          a[3] = mma::TwoBitPairAsF16Subnormals<2>(p23);
-        } else {
-          mma::LdMatrixX4Trans(a, arow + ks * 16 * CB);
-        }
+        codes.Load(ks, a);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
           const uint16_t* wr = &sm.wt16[buf][n * 8 + gid][ks * 16 + 2 * tig];
