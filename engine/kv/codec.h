@@ -75,6 +75,12 @@ class KvCodec {
                              const CodecContext& ctx, float* x) const {
     Decode(in, d, ctx, x);
   }
+  // n rows of one group: row i's codes at in + i·code_stride → x + i·d, each the bits
+  // DecodeInGroup gives it (context pos = ctx.pos + i). How the cache reads a block; a codec
+  // whose parameters are per group converts them once here instead of once per row.
+  // Default: DecodeInGroup row by row.
+  virtual void DecodeGroupRows(const uint8_t* in, int64_t code_stride, int32_t n, const uint8_t* params,
+                               int32_t d, const CodecContext& ctx, float* x) const;
 };
 
 // Name → codec (a process-wide static table). Unknown names → InvalidArgument listing the

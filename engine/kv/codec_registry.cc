@@ -52,6 +52,15 @@ void KvCodec::EncodeGroup(const float* x, int32_t n, int32_t d, const CodecConte
   }
 }
 
+void KvCodec::DecodeGroupRows(const uint8_t* in, int64_t code_stride, int32_t n, const uint8_t* params,
+                              int32_t d, const CodecContext& ctx, float* x) const {
+  for (int32_t i = 0; i < n; ++i) {
+    CodecContext row = ctx;
+    row.pos = ctx.pos + i;
+    DecodeInGroup(in + i * code_stride, params, d, row, x + static_cast<int64_t>(i) * d);
+  }
+}
+
 absl::StatusOr<const KvCodec*> FindKvCodec(std::string_view name) {
   for (const auto& c : Instances()) {
     if (c->name() == name) return c.get();

@@ -440,9 +440,8 @@ void KvCache::DecodeRows(int32_t layer, int32_t block, int32_t offset0, int32_t 
     float* dither_scale =
         side == 0 && !out->k_dither_scale.empty() ? &out->k_dither_scale[row0] : nullptr;
     const uint8_t* codes = slot0 + sl.offset;
+    sl.codec->DecodeGroupRows(codes, slot_bytes_, n, params, d, ctx, x);  // ctx.pos = pos0: row 0's
     for (int32_t r = 0; r < n; ++r, codes += slot_bytes_, x += d) {
-      ctx.pos = pos0 + r;
-      sl.codec->DecodeInGroup(codes, params, d, ctx, x);
       for (int32_t j = 0; j < m; ++j)
         std::memcpy(&x[channels[j]], codes + sl.code_bytes + 4 * j, 4);
       const uint8_t* stored = codes + sl.code_bytes + sl.outlier_bytes;  // after codes, outliers

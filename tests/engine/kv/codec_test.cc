@@ -1,9 +1,12 @@
 // Codec registry and per-scheme round-trip error bounds.
 #include "engine/kv/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/meter/float_formats.h"
@@ -22,6 +25,40 @@ TEST(CodecRegistry, LookupAndUnknownName) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("int8-dither"), std::string::npos);
   EXPECT_FALSE((*FindKvCodec("int4-rtn"))->Validate(48).ok());
+}
+
+// The cache reads a block with DecodeGroupRows: the very bits of DecodeInGroup row by row, for
+// every codec and both sides (kivi2's keys convert their group parameters once; its values
+// unpack a code byte at a time), rows strided as in the cache, dither positions included.
+TEST(CodecRegistry, GroupRowsDecodeAsRowByRow) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  constexpr int32_t kRows = 16, kStrideExtra = 24;
+  for (const std::string& name : RegisteredKvCodecs()) {
+    for (int32_t d : {64, 128}) {
+      const KvCodec* key = *FindKvCodec(name);
+      for (const KvCodec* codec : {key, key->ForValues()}) {
+        SCOPED_TRACE(name + (codec == key ? " keys" : " values") + " d=" + std::to_string(d));
+        if (!codec->Validate(d).ok()) continue;
+        std::vector<float> x(static_cast<size_t>(kRows) * d);
+        for (float& v : x) v = g(rng) * (rng() % 5 == 0 ? 40.0f : 1.0f);
+        const int64_t stride = codec->BytesPerVector(d) + kStrideExtra;
+        std::vector<uint8_t> codes(static_cast<size_t>(kRows) * stride, 0xa5);
+        std::vector<uint8_t> params(std::max(codec->GroupParamBytes(d, kRows), 1), 0);
+        const CodecContext ctx{.seed = 9, .layer = 2, .kv_head = 1, .pos = 1000, .is_value = codec != key};
+        codec->EncodeGroup(x.data(), kRows, d, ctx, codes.data(), stride, params.data());
+        const uint8_t* p = codec->GroupParamBytes(d, kRows) > 0 ? params.data() : nullptr;
+        std::vector<float> rows(x.size()), each(x.size());
+        codec->DecodeGroupRows(codes.data(), stride, kRows, p, d, ctx, rows.data());
+        for (int32_t i = 0; i < kRows; ++i) {
+          CodecContext row = ctx;
+          row.pos = ctx.pos + i;
+          codec->DecodeInGroup(codes.data() + i * stride, p, d, row, each.data() + static_cast<size_t>(i) * d);
+        }
+        EXPECT_EQ(std::memcmp(rows.data(), each.data(), rows.size() * sizeof(float)), 0);
+      }
+    }
+  }
 }
 
 TEST(CodecRegistry, BytesAndTiers) {
