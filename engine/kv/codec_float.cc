@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/kv/codec.h"
+#include "engine/kv/fp8_values.h"
 #include "engine/kv/half_array.h"
 #include "kernels/meter/float_formats.h"
 
@@ -64,7 +65,8 @@ class Fp8RawCodec final : public KvCodec {
     for (int32_t c = 0; c < d; ++c) out[c] = meter::FloatToFp8E4M3Sat(x[c]);
   }
   void Decode(const uint8_t* in, int32_t d, const CodecContext&, float* x) const override {
-    for (int32_t c = 0; c < d; ++c) x[c] = meter::Fp8E4M3ToFloat(in[c]);
+    const float* values = Fp8E4M3Values();
+    for (int32_t c = 0; c < d; ++c) x[c] = values[in[c]];
   }
 };
 

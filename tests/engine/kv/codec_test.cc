@@ -61,6 +61,27 @@ TEST(CodecRegistry, GroupRowsDecodeAsRowByRow) {
   }
 }
 
+// The fp8 codecs decode by a table (engine/kv/fp8_values.h): every one of the 256 codes, raw and
+// under a scale, gives the scalar rule's bits (NaN codes included).
+TEST(Codecs, Fp8DecodeIsTheScalarRuleForEveryCode) {
+  const KvCodec* raw = *FindKvCodec("fp8-e4m3-raw");
+  const KvCodec* scaled = *FindKvCodec("fp8-e4m3");
+  constexpr int32_t d = 256;
+  std::vector<uint8_t> in(2 + d);
+  const uint16_t scale_bits = meter::FloatToBf16(0.7f);
+  std::memcpy(in.data(), &scale_bits, 2);  // the scaled layout: [bf16 scale][d codes]
+  for (int32_t c = 0; c < d; ++c) in[2 + c] = static_cast<uint8_t>(c);
+  std::vector<float> x(d), y(d);
+  raw->Decode(in.data() + 2, d, CodecContext{}, x.data());
+  scaled->Decode(in.data(), d, CodecContext{}, y.data());
+  const float s = meter::Bf16ToFloat(scale_bits);
+  for (int32_t c = 0; c < d; ++c) {
+    const float want = meter::Fp8E4M3ToFloat(static_cast<uint8_t>(c)), want_scaled = want * s;
+    EXPECT_EQ(std::memcmp(&x[c], &want, 4), 0) << "code " << c;
+    EXPECT_EQ(std::memcmp(&y[c], &want_scaled, 4), 0) << "code " << c;
+  }
+}
+
 TEST(CodecRegistry, BytesAndTiers) {
   const int d = 128;
   EXPECT_EQ((*FindKvCodec("fp32"))->BytesPerVector(d), 512);
