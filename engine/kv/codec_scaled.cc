@@ -93,13 +93,29 @@ class Int8DitherCodec final : public KvCodec {
       std::memcpy(out + 2 + c, &m, 1);
     }
   }
+  // x̂_c = s·(m_c − ξ_c): the key's ξ of four channels come from one dither word (hashed once
+  // per four channels, not per channel), a value's ξ is 0. The same bits as Xi per channel.
   void Decode(const uint8_t* in, int32_t d, const CodecContext& ctx, float* x) const override {
-    float s = ReadScale(in);
-    const uint64_t th = TokenHash(ctx);
-    for (int32_t c = 0; c < d; ++c) {
-      float m = static_cast<float>(static_cast<int8_t>(in[2 + c]));
-      x[c] = s > 0.0f ? s * (m - Xi(th, ctx, c)) : 0.0f;
+    const float s = ReadScale(in);
+    if (!(s > 0.0f)) {
+      std::fill(x, x + d, 0.0f);
+      return;
     }
+    const int8_t* codes = reinterpret_cast<const int8_t*>(in + 2);
+    if (ctx.is_value) {
+      for (int32_t c = 0; c < d; ++c) x[c] = s * (static_cast<float>(codes[c]) - 0.0f);
+      return;
+    }
+    const uint64_t th = TokenHash(ctx);
+    int32_t c = 0;
+    for (; c + 4 <= d; c += 4) {
+      const uint32_t word = meter::DitherWord(th, static_cast<uint32_t>(c) >> 2);
+      for (int32_t j = 0; j < 4; ++j) {
+        const float xi = meter::DitherFromByte((word >> (8 * j)) & 0xffu);
+        x[c + j] = s * (static_cast<float>(codes[c + j]) - xi);
+      }
+    }
+    for (; c < d; ++c) x[c] = s * (static_cast<float>(codes[c]) - Xi(th, ctx, c));
   }
   float DitherScale(const uint8_t* in, int32_t d) const override { return ReadScale(in); }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/meter/dither_hash.h"
 #include "kernels/meter/float_formats.h"
 
 namespace witcert {
@@ -79,6 +80,35 @@ TEST(Codecs, Fp8DecodeIsTheScalarRuleForEveryCode) {
     const float want = meter::Fp8E4M3ToFloat(static_cast<uint8_t>(c)), want_scaled = want * s;
     EXPECT_EQ(std::memcmp(&x[c], &want, 4), 0) << "code " << c;
     EXPECT_EQ(std::memcmp(&y[c], &want_scaled, 4), 0) << "code " << c;
+  }
+}
+
+// int8-dither decodes x̂_c = s·(m_c − ξ_c) with ξ from the dither hash for keys (a word per four
+// channels) and 0 for values: against meter::DitherValue channel by channel, every bit, at
+// several positions, plus the zero scale.
+TEST(Codecs, DitherDecodeIsTheChannelFormula) {
+  const KvCodec* codec = *FindKvCodec("int8-dither");
+  std::mt19937 rng(3);
+  constexpr int32_t d = 128;
+  for (int64_t pos : {0, 7, 123456}) {
+    for (bool is_value : {false, true}) {
+      std::vector<uint8_t> in(2 + d);
+      const uint16_t scale_bits = meter::FloatToBf16(0.031f);
+      std::memcpy(in.data(), &scale_bits, 2);
+      for (int32_t c = 0; c < d; ++c) in[2 + c] = static_cast<uint8_t>(rng());
+      const CodecContext ctx{.seed = 5, .layer = 3, .kv_head = 1, .pos = pos, .is_value = is_value};
+      std::vector<float> x(d);
+      codec->Decode(in.data(), d, ctx, x.data());
+      const float s = meter::Bf16ToFloat(scale_bits);
+      for (int32_t c = 0; c < d; ++c) {
+        const float xi = meter::DitherValue(5, 3, 1, static_cast<uint64_t>(pos), static_cast<uint32_t>(c), is_value);
+        const float want = s * (static_cast<float>(static_cast<int8_t>(in[2 + c])) - xi);
+        EXPECT_EQ(std::memcmp(&x[c], &want, 4), 0) << "pos " << pos << " channel " << c << " value " << is_value;
+      }
+      in[0] = in[1] = 0;  // scale 0: zeros
+      codec->Decode(in.data(), d, ctx, x.data());
+      for (float v : x) EXPECT_EQ(v, 0.0f);
+    }
   }
 }
 
