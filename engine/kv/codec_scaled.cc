@@ -160,10 +160,11 @@ class Int4RtnCodec final : public KvCodec {
     const int32_t groups = d / kGroup;
     const uint8_t* codes = in + 2 * groups;
     for (int32_t g = 0; g < groups; ++g) {
-      float s = ReadScale(in + 2 * g);
-      for (int32_t c = g * kGroup; c < (g + 1) * kGroup; ++c) {
-        int32_t m = ((codes[c / 2] >> ((c & 1) * 4)) & 0xf) - 8;
-        x[c] = static_cast<float>(m) * s;
+      const float s = ReadScale(in + 2 * g);
+      for (int32_t b = g * kGroup / 2; b < (g + 1) * kGroup / 2; ++b) {  // a byte: channels 2b, 2b + 1
+        const int32_t byte = codes[b];
+        x[2 * b] = static_cast<float>((byte & 0xf) - 8) * s;
+        x[2 * b + 1] = static_cast<float>((byte >> 4) - 8) * s;
       }
     }
   }

@@ -112,6 +112,28 @@ TEST(Codecs, DitherDecodeIsTheChannelFormula) {
   }
 }
 
+// int4-rtn decodes channel c as ((byte c/2 >> 4·(c % 2)) & 15) − 8 times its group's bf16 scale,
+// a byte at a time: every byte value in every position of a group, against that formula.
+TEST(Codecs, Int4DecodeIsTheNibbleFormula) {
+  const KvCodec* codec = *FindKvCodec("int4-rtn");
+  constexpr int32_t d = 512, groups = d / 32;
+  std::vector<uint8_t> in(codec->BytesPerVector(d));
+  for (int32_t g = 0; g < groups; ++g) {
+    const uint16_t bits = meter::FloatToBf16(0.01f * static_cast<float>(g + 1));
+    std::memcpy(in.data() + 2 * g, &bits, 2);
+  }
+  uint8_t* codes = in.data() + 2 * groups;
+  for (int32_t b = 0; b < d / 2; ++b) codes[b] = static_cast<uint8_t>(b);  // every byte value once
+  std::vector<float> x(d);
+  codec->Decode(in.data(), d, CodecContext{}, x.data());
+  for (int32_t c = 0; c < d; ++c) {
+    uint16_t bits;
+    std::memcpy(&bits, in.data() + 2 * (c / 32), 2);
+    const float want = static_cast<float>(((codes[c / 2] >> ((c & 1) * 4)) & 0xf) - 8) * meter::Bf16ToFloat(bits);
+    EXPECT_EQ(std::memcmp(&x[c], &want, 4), 0) << "channel " << c;
+  }
+}
+
 TEST(CodecRegistry, BytesAndTiers) {
   const int d = 128;
   EXPECT_EQ((*FindKvCodec("fp32"))->BytesPerVector(d), 512);
