@@ -102,8 +102,8 @@ class Int8DitherCodec final : public KvCodec {
       return;
     }
     const int8_t* codes = reinterpret_cast<const int8_t*>(in + 2);
-    if (ctx.is_value) {
-      for (int32_t c = 0; c < d; ++c) x[c] = s * (static_cast<float>(codes[c]) - 0.0f);
+    if (ctx.is_value) {  // m − 0 is m exactly: s·m
+      for (int32_t c = 0; c < d; ++c) x[c] = s * static_cast<float>(codes[c]);
       return;
     }
     const uint64_t th = TokenHash(ctx);

@@ -123,6 +123,8 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
                      "bf16, fp8-e4m3-raw, fp8-e4m3, int8-rtn, int8-dither, int4-rtn)"));
   }
   WITCERT_KERNEL_OK(ValidateLayout(layout_));
+  exact_.shape = ExactUnitShape{.num_layers = o.num_layers, .num_kv_heads = o.num_kv_heads,
+                                .block_size = o.block_size, .head_dim = o.head_dim};
   if (layout_.group_keys()) {  // keys encoded per full block: the rest is staged exact
     if (o.block_size < 2) {
       return absl::UnimplementedError(
@@ -130,8 +132,6 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
     }
     staged_ = std::make_unique<StagedState>();
     staged_->blocks = std::make_unique<StagedBlocks>(o.num_blocks, o.num_layers, o.num_kv_heads);
-    staged_->shape = ExactUnitShape{.num_layers = o.num_layers, .num_kv_heads = o.num_kv_heads,
-                                    .block_size = o.block_size, .head_dim = o.head_dim};
     RETURN_IF_ERROR(EnsureExactTable());
   }
   dither_seed_ = o.dither_seed;
@@ -269,18 +269,16 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   // Packed inputs: ids [N] i32 | positions [N] i64 | slots [N] i64 | block tables [S, maxb]
   // i32 | context lengths [S] i32 | write-through entries [N] i32 | TV and value thresholds
-  // [S] f32 each (the last three: repair steps) | staged schemes' group lists: row groups'
-  // blocks and first rows [N] i32 each, slot groups' blocks [S] i32. One pinned buffer, one copy.
+  // [S] f32 each (the last three: repair steps) | staged schemes' group lists
+  // [StagedInputInts(N, S)] i32 (PackStagedStep). One pinned buffer, one copy.
   const size_t off_pos = AlignUp(n * 4), off_slot = off_pos + AlignUp(n * 8);
   const size_t off_table = off_slot + AlignUp(n * 8);
   const size_t off_ctx = off_table + AlignUp(s * max_blocks * 4);
   const size_t off_entry = off_ctx + AlignUp(s * 4);
   const size_t off_tv = off_entry + AlignUp(n * 4);
   const size_t off_vt = off_tv + AlignUp(s * 4);
-  const size_t off_row_blocks = off_vt + AlignUp(s * 4);
-  const size_t off_first_rows = off_row_blocks + (staged_ != nullptr ? AlignUp(n * 4) : 0);
-  const size_t off_slot_blocks = off_first_rows + (staged_ != nullptr ? AlignUp(n * 4) : 0);
-  const size_t input_bytes = off_slot_blocks + (staged_ != nullptr ? AlignUp(s * 4) : 0);
+  const size_t off_staged = off_vt + AlignUp(s * 4);
+  const size_t input_bytes = off_staged + (staged_ != nullptr ? AlignUp(StagedInputInts(n, s) * 4) : 0);
   RETURN_IF_ERROR(GrowScratch(n, s, m, max_blocks, input_bytes, repair_step));
   uint8_t* hbase = inputs_host_.get();
   auto* ids = reinterpret_cast<int32_t*>(hbase);
@@ -348,29 +346,11 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
       ctx[row] = static_cast<int32_t>(pos + 1);
     }
   }
-  // Staged schemes' group lists. Row groups come only from rows filling a block alone, so their
-  // count is fixed for a captured graph's shape (decode-only: n when block_size is 1, else 0);
-  // slot groups vary from step to step, so a graph step launches s of them, padded with −1.
-  StagedStep staged_step;
+  StagedStep staged_step;  // staged schemes' group lists
   if (staged_ != nullptr) {
-    // At most one slot group per item reading stored KV (its first block), one row group per bs rows.
-    if (static_cast<int64_t>(encodes.slot_blocks.size()) > s ||
-        static_cast<int64_t>(encodes.row_blocks.size()) > n) {
-      return absl::InternalError("staged blocks: more group encodes than the step's lists hold");
-    }
-    auto* hrow = reinterpret_cast<int32_t*>(hbase + off_row_blocks);
-    auto* hfirst = reinterpret_cast<int32_t*>(hbase + off_first_rows);
-    auto* hslot = reinterpret_cast<int32_t*>(hbase + off_slot_blocks);
-    std::copy(encodes.row_blocks.begin(), encodes.row_blocks.end(), hrow);
-    std::copy(encodes.first_rows.begin(), encodes.first_rows.end(), hfirst);
-    std::copy(encodes.slot_blocks.begin(), encodes.slot_blocks.end(), hslot);
-    std::fill(hslot + encodes.slot_blocks.size(), hslot + s, -1);
-    staged_step.row_blocks = reinterpret_cast<const int32_t*>(inputs_.get() + off_row_blocks);
-    staged_step.first_rows = reinterpret_cast<const int32_t*>(inputs_.get() + off_first_rows);
-    staged_step.slot_blocks = reinterpret_cast<const int32_t*>(inputs_.get() + off_slot_blocks);
-    staged_step.row_groups = static_cast<int32_t>(encodes.row_blocks.size());
-    staged_step.slot_groups =
-        static_cast<int32_t>(graph_step ? s : static_cast<int64_t>(encodes.slot_blocks.size()));
+    ASSIGN_OR_RETURN(staged_step,
+                     PackStagedStep(encodes, reinterpret_cast<int32_t*>(hbase + off_staged),
+                                    reinterpret_cast<const int32_t*>(inputs_.get() + off_staged), n, s, graph_step));
   }
   // Split counts and the decode workspace, once per batch.
   size_t workspace_bytes = 0;
@@ -450,11 +430,11 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         RepairState& r = *repair_;
         WITCERT_CUDA_OK(cudaEventRecord(r.kv_ready[layer], stream_));
         WITCERT_CUDA_OK(cudaStreamWaitEvent(r.copy_stream, r.kv_ready[layer], 0));
-        WITCERT_KERNEL_OK(WriteThroughExactCuda(r.shape, k_rows, v_rows, d_slots, d_entry, n, layer,
+        WITCERT_KERNEL_OK(WriteThroughExactCuda(exact_.shape, k_rows, v_rows, d_slots, d_entry, n, layer,
                                                 r.host_store, r.copy_stream));
         WITCERT_CUDA_OK(cudaEventRecord(r.written[layer], r.copy_stream));
         r.write_pending = true;
-        WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(r.shape, k_rows, v_rows, d_slots, n, layer,
+        WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(exact_.shape, k_rows, v_rows, d_slots, n, layer,
                                                     exact_.slot.get(), exact_.kv.get(),
                                                     stream_));
       }

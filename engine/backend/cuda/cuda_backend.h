@@ -168,6 +168,12 @@ class CudaBackend : public Backend {
   // `blocks`: the item's physical blocks; `row`: its first row.
   absl::Status PlanStagedItem(const ForwardItem& item, const std::vector<int32_t>& blocks, int64_t row,
                               StagedBlocks::StepEncodes* encodes);
+  // The step's group lists in the packed inputs: `host` and `dev` the same int32 region,
+  // [row blocks n | first rows n | slot blocks s] (StagedInputInts(n, s) of them); the counts each
+  // layer launches with (a graph step launches s slot groups, padded with −1).
+  static int64_t StagedInputInts(int64_t n, int64_t s) { return 2 * n + s; }
+  absl::StatusOr<StagedStep> PackStagedStep(const StagedBlocks::StepEncodes& encodes, int32_t* host,
+                                            const int32_t* dev, int64_t n, int64_t s, bool graph_step) const;
   // Before the step's work: grows the exact table to the stages in use and applies the table
   // updates (outside any captured graph).
   absl::Status PrepareStagedDevice();
@@ -316,6 +322,7 @@ class CudaBackend : public Backend {
   // Slots [0, R) are the gate's exact-block cache (R = exact_cache_blocks_, once repair
   // starts), slots from R on the stages of staged blocks. Allocated by the first user.
   struct ExactTable {
+    ExactUnitShape shape;       // a slot's rows (set in Init)
     DeviceArray<int32_t> slot;  // [num_blocks, L, Hkv] slot, −1: read from the pool
     DeviceArray<float> kv;      // [slots, 2, bs, d] exact rows
   };
@@ -326,7 +333,6 @@ class CudaBackend : public Backend {
   // ---- staged blocks (null unless the scheme groups keys) ----
   struct StagedState {
     std::unique_ptr<StagedBlocks> blocks;
-    ExactUnitShape shape;
     std::vector<TableUpdate> pending;     // for the next step's start
     DeviceArray<TableUpdate> updates;
     PinnedArray<TableUpdate> updates_host;
@@ -335,7 +341,6 @@ class CudaBackend : public Backend {
 
   // ---- gate repair (null until the first repair-mode item) ----
   struct RepairState {
-    ExactUnitShape shape;
     std::unique_ptr<ExactEntryTable> entries;  // physical block → host-store entry
     std::unique_ptr<ExactSlotCache> slots;     // unit → device cache slot (exact_ slots [0, R))
     float* host_store = nullptr;               // pinned + mapped [entries, L, Hkv, 2, bs, d]

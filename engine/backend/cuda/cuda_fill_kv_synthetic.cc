@@ -48,21 +48,18 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       sp[kChunk + i] = pos;
     }
     WITCERT_CUDA_OK(cudaMemcpy(slot_pos.get(), sp.data(), sp.size() * 8, cudaMemcpyHostToDevice));
-    // Staged schemes: the chunk starts on a block boundary (kChunk is a multiple of bs), so its
-    // first nt / bs blocks are full, rows group-major; a last partial block is staged.
-    int32_t full_groups = 0;
+    // Staged schemes, as a prompt chunk plans them (StagedBlocks::PlanWrites): the chunk starts on
+    // a block boundary (kChunk is a multiple of bs), so its full blocks are encoded from its rows,
+    // group-major, and a last partial block is staged.
+    StagedBlocks::StepEncodes encodes;
     if (staged_ != nullptr) {
-      std::vector<int32_t> full;
-      for (int64_t j = t0 / bs; (j + 1) * bs <= t0 + nt; ++j) {
-        staged_->blocks->Drop(blocks[j], &staged_->pending);
-        full.push_back(blocks[j]);
+      if (staged_->blocks->PlanWrites(t0, t0 + nt, static_cast<int32_t>(bs), blocks, 0, &encodes,
+                                      &staged_->pending) >= 0) {
+        return absl::InternalError("FillKvSynthetic: a chunk continues a block that is not staged");
       }
-      full_groups = static_cast<int32_t>(full.size());
-      if (nt % bs != 0 && staged_->blocks->Find(blocks[(t0 + nt) / bs]) < 0) {
-        staged_->blocks->Acquire(blocks[(t0 + nt) / bs], &staged_->pending);
-      }
-      if (!full.empty()) {
-        WITCERT_CUDA_OK(cudaMemcpy(group_blocks.get(), full.data(), full.size() * 4, cudaMemcpyHostToDevice));
+      if (!encodes.row_blocks.empty()) {
+        WITCERT_CUDA_OK(cudaMemcpy(group_blocks.get(), encodes.row_blocks.data(), encodes.row_blocks.size() * 4,
+                                   cudaMemcpyHostToDevice));
       }
       RETURN_IF_ERROR(PrepareStagedDevice());
     }
@@ -83,11 +80,12 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       if (staged_ != nullptr) {
         StagedStep step;
         step.row_blocks = group_blocks.get();
-        step.row_groups = full_groups;  // first_rows null: group g is rows [g·bs, (g+1)·bs)
+        // first_rows null: group g is rows [g·bs, (g+1)·bs) of the chunk.
+        step.row_groups = static_cast<int32_t>(encodes.row_blocks.size());
         RETURN_IF_ERROR(WriteStagedLayer(layer, write.k, write.v, write.slots, nt, step, /*rows_in_table=*/false));
       }
       if (write_through) {
-        WITCERT_KERNEL_OK(WriteThroughExactCuda(repair_->shape, write.k, write.v, write.slots,
+        WITCERT_KERNEL_OK(WriteThroughExactCuda(exact_.shape, write.k, write.v, write.slots,
                                                 entries.get(), nt, layer, repair_->host_store,
                                                 stream_));
       }

@@ -59,7 +59,7 @@ void CudaBackend::SnapshotRepairStats() {
   s.store_evicted = repair_->entries->evicted();
   s.store_refused = repair_->entries->refused();
   const int64_t entry_bytes =
-      repair_->shape.unit_floats() * 4 * repair_->shape.num_layers * repair_->shape.num_kv_heads;
+      exact_.shape.unit_floats() * 4 * exact_.shape.num_layers * exact_.shape.num_kv_heads;
   s.store_capacity_bytes = repair_->entries->num_entries() * entry_bytes;
   s.store_used_bytes = s.store_entries_used * entry_bytes;
   absl::MutexLock lock(&stats_mu_);
@@ -82,11 +82,7 @@ KvCacheStats CudaBackend::KvStats() {
 absl::Status CudaBackend::EnsureRepairState() {
   if (repair_ != nullptr) return absl::OkStatus();
   auto r = std::make_unique<RepairState>();
-  r->shape.num_layers = config_.num_layers;
-  r->shape.num_kv_heads = config_.num_kv_heads;
-  r->shape.block_size = layout_.block_size;
-  r->shape.head_dim = config_.head_dim;
-  const int64_t unit_bytes = r->shape.unit_floats() * 4;
+  const int64_t unit_bytes = exact_.shape.unit_floats() * 4;
   const int64_t entry_bytes = unit_bytes * config_.num_layers * config_.num_kv_heads;
   // The configured store, capped at one entry per pool block. Pinned memory can run out (the
   // host's limit, not the config's): halve until it fits rather than fail the request; with
@@ -106,15 +102,16 @@ absl::Status CudaBackend::EnsureRepairState() {
   const int64_t slots = std::max<int64_t>(exact_cache_blocks_, 0);
   r->slots = std::make_unique<ExactSlotCache>(slots, config_.num_layers, config_.num_kv_heads);
   RETURN_IF_ERROR(EnsureExactTable());
-  // The cache takes exact_ slots [0, slots); staged blocks' stages move up behind them.
-  const int64_t staged_slots =
-      staged_ != nullptr ? staged_->blocks->stages_needed() * config_.num_layers * config_.num_kv_heads : 0;
+  // The cache takes exact_ slots [0, slots); staged blocks' stages (from slot 0 until now) move
+  // up behind them.
+  const int64_t staged_slots = staged_ != nullptr ? staged_->blocks->slots_end() : 0;
+  const int64_t unit = exact_.shape.unit_floats();
   DeviceArray<float> kv;
-  RETURN_IF_ERROR(kv.Grow(std::max<int64_t>(slots + staged_slots, 1) * r->shape.unit_floats()));
+  RETURN_IF_ERROR(kv.Grow(std::max<int64_t>(slots + staged_slots, 1) * unit));
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
   if (staged_slots > 0) {
-    WITCERT_CUDA_OK(cudaMemcpy(kv.get() + slots * r->shape.unit_floats(), exact_.kv.get(),
-                               staged_slots * r->shape.unit_floats() * sizeof(float), cudaMemcpyDeviceToDevice));
+    WITCERT_CUDA_OK(cudaMemcpy(kv.get() + slots * unit, exact_.kv.get(), staged_slots * unit * sizeof(float),
+                               cudaMemcpyDeviceToDevice));
   }
   exact_.kv = std::move(kv);
   if (staged_ != nullptr) staged_->blocks->Rebase(static_cast<int32_t>(slots), &staged_->pending);
@@ -163,11 +160,10 @@ absl::Status CudaBackend::PrepareRepairDevice() {
     r.write_pending = false;
   }
   if (!r.pending.empty()) {
-    ASSIGN_OR_RETURN(void* dev, Upload(r.pending.data(), r.pending.size() * sizeof(TableUpdate)));
+    const std::vector<TableUpdate> updates = LastUpdatePerEntry(&r.pending);
+    ASSIGN_OR_RETURN(void* dev, Upload(updates.data(), updates.size() * sizeof(TableUpdate)));
     WITCERT_KERNEL_OK(ApplyTableUpdatesCuda(static_cast<const TableUpdate*>(dev),
-                                            static_cast<int32_t>(r.pending.size()),
-                                            exact_.slot.get(), stream_));
-    r.pending.clear();
+                                            static_cast<int32_t>(updates.size()), exact_.slot.get(), stream_));
   }
   return absl::OkStatus();
 }
@@ -392,7 +388,7 @@ absl::Status CudaBackend::RepairLayer(int32_t layer, RepairStep& step) {
     ASSIGN_OR_RETURN(void* dev_ops, Upload(ops.data(), ops.size() * sizeof(PageInOp)));
     // The copies read the host store: this layer's write-through must have landed.
     WITCERT_CUDA_OK(cudaStreamWaitEvent(stream_, r.written[layer], 0));
-    WITCERT_KERNEL_OK(PageInExactCuda(r.shape, r.host_store, static_cast<const PageInOp*>(dev_ops),
+    WITCERT_KERNEL_OK(PageInExactCuda(exact_.shape, r.host_store, static_cast<const PageInOp*>(dev_ops),
                                       static_cast<int32_t>(ops.size()), exact_.kv.get(),
                                       exact_.slot.get(), stream_));
     RETURN_IF_ERROR(RunExactRows(layer, rows, step));

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/common/status.h"
@@ -45,11 +44,34 @@ absl::Status CudaBackend::EnsureExactTable() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<CudaBackend::StagedStep> CudaBackend::PackStagedStep(const StagedBlocks::StepEncodes& e,
+                                                                   int32_t* host, const int32_t* dev, int64_t n,
+                                                                   int64_t s, bool graph_step) const {
+  // At most one slot group per item reading stored KV (its first block), one row group per bs rows.
+  if (static_cast<int64_t>(e.slot_blocks.size()) > s || static_cast<int64_t>(e.row_blocks.size()) > n) {
+    return absl::InternalError("staged blocks: more group encodes than the step's lists hold");
+  }
+  std::copy(e.row_blocks.begin(), e.row_blocks.end(), host);
+  std::copy(e.first_rows.begin(), e.first_rows.end(), host + n);
+  int32_t* slots = std::copy(e.slot_blocks.begin(), e.slot_blocks.end(), host + 2 * n);
+  std::fill(slots, host + 2 * n + s, -1);
+  StagedStep step;
+  step.row_blocks = dev;
+  step.first_rows = dev + n;
+  step.slot_blocks = dev + 2 * n;
+  // Row groups come only from rows filling a block alone, so their count is fixed for a captured
+  // graph's shape (decode-only: n when block_size is 1, else 0); slot groups vary from step to step.
+  step.row_groups = static_cast<int32_t>(e.row_blocks.size());
+  step.slot_groups = static_cast<int32_t>(graph_step ? s : static_cast<int64_t>(e.slot_blocks.size()));
+  return step;
+}
+
 absl::Status CudaBackend::PrepareStagedDevice() {
   StagedState& st = *staged_;
-  const int64_t stage_floats = int64_t{config_.num_layers} * config_.num_kv_heads * st.shape.unit_floats();
-  const int64_t needed = st.blocks->slot_base() * st.shape.unit_floats() +
-                         std::max<int64_t>(st.blocks->stages_needed(), 1) * stage_floats;
+  const int64_t unit = exact_.shape.unit_floats();
+  const int64_t stage_slots = int64_t{config_.num_layers} * config_.num_kv_heads;
+  // At least one stage, so the table's pointer is never null.
+  const int64_t needed = std::max(st.blocks->slots_end(), st.blocks->slot_base() + stage_slots) * unit;
   if (static_cast<size_t>(needed) > exact_.kv.size()) {  // grow ×2, keeping every slot's rows
     DeviceArray<float> grown;
     RETURN_IF_ERROR(grown.Grow(std::max<size_t>(needed, 2 * exact_.kv.size())));
@@ -61,15 +83,7 @@ absl::Status CudaBackend::PrepareStagedDevice() {
     exact_.kv = std::move(grown);
   }
   if (st.pending.empty()) return absl::OkStatus();
-  // One update per entry, the last one listed (the kernel applies them in parallel).
-  absl::flat_hash_map<int64_t, size_t> last;
-  for (size_t i = 0; i < st.pending.size(); ++i) last[st.pending[i].index] = i;
-  std::vector<TableUpdate> updates;
-  updates.reserve(last.size());
-  for (size_t i = 0; i < st.pending.size(); ++i) {
-    if (last[st.pending[i].index] == i) updates.push_back(st.pending[i]);
-  }
-  st.pending.clear();
+  const std::vector<TableUpdate> updates = LastUpdatePerEntry(&st.pending);
   RETURN_IF_ERROR(st.updates.Grow(updates.size()));
   RETURN_IF_ERROR(st.updates_host.Grow(updates.size()));
   // The host buffer is free: the previous step ended with a stream sync.
@@ -84,9 +98,8 @@ absl::Status CudaBackend::PrepareStagedDevice() {
 absl::Status CudaBackend::WriteStagedLayer(int32_t layer, const float* k_rows, const float* v_rows,
                                            const int64_t* d_slots, int64_t n, const StagedStep& step,
                                            bool rows_in_table) {
-  StagedState& st = *staged_;
   if (!rows_in_table) {
-    WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(st.shape, k_rows, v_rows, d_slots, n, layer, exact_.slot.get(),
+    WITCERT_KERNEL_OK(UpdateCachedExactRowsCuda(exact_.shape, k_rows, v_rows, d_slots, n, layer, exact_.slot.get(),
                                                 exact_.kv.get(), stream_));
   }
   const PagedKvLayer& dst = pool_.layer(layer);

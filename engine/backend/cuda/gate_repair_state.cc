@@ -54,6 +54,18 @@ int32_t ExactEntryTable::Acquire(int32_t block) {
   return e;
 }
 
+std::vector<TableUpdate> LastUpdatePerEntry(std::vector<TableUpdate>* pending) {
+  absl::flat_hash_map<int64_t, size_t> last;  // entry → its last update's position
+  for (size_t i = 0; i < pending->size(); ++i) last[(*pending)[i].index] = i;
+  std::vector<TableUpdate> updates;
+  updates.reserve(last.size());
+  for (size_t i = 0; i < pending->size(); ++i) {
+    if (last[(*pending)[i].index] == i) updates.push_back((*pending)[i]);
+  }
+  pending->clear();
+  return updates;
+}
+
 ExactSlotCache::ExactSlotCache(int64_t capacity, int32_t num_layers, int32_t num_kv_heads)
     : capacity_(std::max<int64_t>(capacity, 0)), num_layers_(num_layers), num_kv_heads_(num_kv_heads) {
   free_slots_.reserve(capacity_);

@@ -50,6 +50,10 @@ class ExactEntryTable {
   int64_t evicted_ = 0, refused_ = 0;
 };
 
+// The updates in list order as ApplyTableUpdatesCuda applies them (in parallel, so one per
+// entry): the last update of each entry, the others dropped. Clears `pending`.
+std::vector<TableUpdate> LastUpdatePerEntry(std::vector<TableUpdate>* pending);
+
 // Device exact-cache slots, least recently promoted evicted first. A unit's slot is listed
 // in the device table at TableIndex(); every change is appended to `updates` for the device.
 class ExactSlotCache {

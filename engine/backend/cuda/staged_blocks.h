@@ -59,9 +59,11 @@ class StagedBlocks {
   // blocks' entries, listed again, go to `updates`. Between steps (no retired stage).
   void Rebase(int32_t base, std::vector<TableUpdate>* updates);
   int32_t slot_base() const { return base_; }
+  // One past the last slot a stage in use may take: exact_kv holds at least this many slots.
+  int64_t slots_end() const { return base_ + stages_needed() * int64_t{num_layers_} * num_kv_heads_; }
 
   int64_t staged() const { return staged_; }
-  // Stages ever in use at once: exact_kv must hold stages_needed() · L · Hkv slots.
+  // Stages ever in use at once (slots_end() counts their slots).
   int64_t stages_needed() const { return static_cast<int64_t>(block_of_stage_.size()); }
   int64_t TableIndex(int32_t block, int32_t layer, int32_t kv_head) const {
     return (int64_t{block} * num_layers_ + layer) * num_kv_heads_ + kv_head;

@@ -85,5 +85,21 @@ TEST(ExactSlotCache, ZeroCapacityCachesNothing) {
   EXPECT_EQ(c.size(), 0);
 }
 
+// The device applies a list of table updates in parallel, so each entry must appear once: its
+// last update in list order, the lists' order otherwise kept.
+TEST(LastUpdatePerEntry, KeepsEachEntrysLastUpdateInOrder) {
+  std::vector<TableUpdate> pending = {{.index = 4, .value = 1}, {.index = 9, .value = 2}, {.index = 4, .value = -1},
+                                      {.index = 7, .value = 3}, {.index = 9, .value = 5}};
+  const std::vector<TableUpdate> out = LastUpdatePerEntry(&pending);
+  EXPECT_TRUE(pending.empty());
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].index, 4);
+  EXPECT_EQ(out[0].value, -1);
+  EXPECT_EQ(out[1].index, 7);
+  EXPECT_EQ(out[1].value, 3);
+  EXPECT_EQ(out[2].index, 9);
+  EXPECT_EQ(out[2].value, 5);
+}
+
 }  // namespace
 }  // namespace witcert

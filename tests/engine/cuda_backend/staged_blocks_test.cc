@@ -118,6 +118,7 @@ TEST(StagedBlocks, RebaseListsStagedBlocksPastTheCacheSlots) {
   std::vector<TableUpdate> rebase;
   s.Rebase(100, &rebase);
   EXPECT_EQ(s.slot_base(), 100);
+  EXPECT_EQ(s.slots_end(), 100 + 2 * kLayers * kHeads);  // two stages ever in use
   ASSERT_EQ(rebase.size(), static_cast<size_t>(kLayers * kHeads));  // block 6 only
   std::map<int64_t, int32_t> table = Apply(rebase, Apply(drop, Apply(up)));
   EXPECT_EQ(table.at(s.TableIndex(6, 1, 1)), 100 + (a * kLayers + 1) * kHeads + 1);

@@ -92,6 +92,16 @@ std::vector<uint8_t> KeyBytesOf(const HostPool& hp, const std::vector<int32_t>& 
   return out;
 }
 
+// `args` encoded into a fresh pool (zeroed by Init), read back.
+HostPool EncodeIntoFreshPool(const PagedKvLayout& L, const KeyGroupArgs& args) {
+  PagedKvPoolCuda pool;
+  EXPECT_TRUE(pool.Init(L, 1).ok);
+  const CudaStatus st = EncodeKeyGroupsCuda(L, pool.layer(0), args, nullptr);
+  EXPECT_TRUE(st.ok) << st.message;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return HostPool::Download(L, pool.layer(0));
+}
+
 // The same groups from the other two sources the CUDA backend uses — rows of a step's keys
 // picked by first_rows (listed backwards, with skipped −1 groups between), and the K rows of
 // exact-table slots (a staged block) — must write the very bytes of the group-major encode
@@ -109,20 +119,15 @@ void CheckKeyGroupSources(const PagedKvLayout& L, const HostPool& reference, con
       list_blocks.push_back(-1);
       first_rows.push_back(0);
     }
-    PagedKvPoolCuda pool;
-    ASSERT_CUDA_OK(pool.Init(L, 1));
     DeviceBuffer<float> dk;
     DeviceBuffer<int32_t> db, dr;
     dk.Upload(k);
     db.Upload(list_blocks);
     dr.Upload(first_rows);
-    ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0),
-                                       KeyGroupArgs{.k = dk.get(), .first_rows = dr.get(), .blocks = db.get(),
-                                                    .num_groups = static_cast<int32_t>(list_blocks.size()),
-                                                    .outliers = tables.view()},
-                                       nullptr));
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_TRUE(KeyBytesOf(HostPool::Download(L, pool.layer(0)), blocks) == want) << "first_rows source";
+    const HostPool got = EncodeIntoFreshPool(
+        L, KeyGroupArgs{.k = dk.get(), .first_rows = dr.get(), .blocks = db.get(),
+                        .num_groups = static_cast<int32_t>(list_blocks.size()), .outliers = tables.view()});
+    EXPECT_TRUE(KeyBytesOf(got, blocks) == want) << "first_rows source";
   }
   {  // exact table: layer 1 of 2, slots shuffled, one extra unstaged group listed (skipped)
     constexpr int32_t kLayers = 2, kLayer = 1;
@@ -147,21 +152,15 @@ void CheckKeyGroupSources(const PagedKvLayout& L, const HostPool& reference, con
     while (std::find(blocks.begin(), blocks.end(), unstaged) != blocks.end()) ++unstaged;
     ASSERT_LT(unstaged, L.num_blocks);
     list_blocks.push_back(unstaged);
-    PagedKvPoolCuda pool;
-    ASSERT_CUDA_OK(pool.Init(L, 1));
     DeviceBuffer<float> dkv;
     DeviceBuffer<int32_t> db, dt;
     dkv.Upload(exact_kv);
     db.Upload(list_blocks);
     dt.Upload(table);
-    ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0),
-                                       KeyGroupArgs{.exact_slot = dt.get(), .exact_kv = dkv.get(), .layer = kLayer,
-                                                    .num_layers = kLayers, .blocks = db.get(),
-                                                    .num_groups = static_cast<int32_t>(list_blocks.size()),
-                                                    .outliers = tables.view()},
-                                       nullptr));
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const HostPool got = HostPool::Download(L, pool.layer(0));
+    const HostPool got = EncodeIntoFreshPool(
+        L, KeyGroupArgs{.exact_slot = dt.get(), .exact_kv = dkv.get(), .layer = kLayer, .num_layers = kLayers,
+                        .blocks = db.get(), .num_groups = static_cast<int32_t>(list_blocks.size()),
+                        .outliers = tables.view()});
     EXPECT_TRUE(KeyBytesOf(got, blocks) == want) << "exact-table source";
     // The unstaged block's units were skipped: still the zero-initialized pool (Init zeroes it).
     const std::vector<uint8_t> skipped = KeyBytesOf(got, {unstaged});
