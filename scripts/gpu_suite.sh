@@ -54,10 +54,15 @@ if [ -n "$san" ]; then
     step memcheck_repair sanitizer_mr.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_gate_repair_test"
     step racecheck_repair sanitizer_rr.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool racecheck --error-exitcode 3 "$pack/bin/kernels_cuda_gate_repair_test"
   fi
+  # The chunked-prefill kernels (int8-rtn and the float keys).
+  [ -x "$pack/bin/kernels_cuda_metered_prefill_test" ] && {
+    step memcheck_prefill sanitizer_mp.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/kernels_cuda_metered_prefill_test" "$filt"
+    step racecheck_prefill sanitizer_rp.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool racecheck --error-exitcode 3 "$pack/bin/kernels_cuda_metered_prefill_test" "$filt"
+  }
   # The CUDA backend's staged blocks and the gate's exact table (kivi2, repair) under memcheck.
   [ -x "$pack/bin/engine_cuda_backend_test" ] &&
     step memcheck_backend sanitizer_mb.log env LD_LIBRARY_PATH="$pack/lib" "$san" --tool memcheck --error-exitcode 3 "$pack/bin/engine_cuda_backend_test" '--gtest_filter=*Kivi2*:*GateRepair*:*Graph*'
-  cat "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log" "$out"/sanitizer_m[rb].log "$out"/sanitizer_r[r].log >>"$out/sanitizer.log" 2>/dev/null
+  cat "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log" "$out"/sanitizer_m[rbp].log "$out"/sanitizer_r[rp].log >>"$out/sanitizer.log" 2>/dev/null
   rm -f "$out/sanitizer_md.log" "$out/sanitizer_rc.log" "$out/sanitizer_rw.log" "$out/sanitizer_mr.log" "$out/sanitizer_mb.log" "$out/sanitizer_rr.log"
 else
   summary+=("compute-sanitizer not found")

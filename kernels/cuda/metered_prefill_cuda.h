@@ -10,16 +10,20 @@
 // CTA holds 64 query vectors (rows × the query heads of one KV head) and reads each KV tile
 // once for all of them, on tensor cores.
 //
-// Supported (MeteredPrefillCudaSupports): int8-rtn K and V, head_dim 128, 8 witness bands,
-// block_size ≥ 8 (a power of two), any Hq/Hkv. Other schemes keep the per-row decode path.
+// Supported (MeteredPrefillCudaSupports): int8-rtn, fp16, bf16 and fp8-e4m3 (raw or scaled) K and
+// V without outlier channels, head_dim 128, 8 witness bands, block_size ≥ 8 (a power of two), any
+// Hq/Hkv. Other schemes (int8-dither, int4-rtn, kivi2) keep the per-row decode path.
 //
-// Arithmetic (kernels/cuda/metered_prefill_int8.cu has the derivation): q·k by exact int8
-// tensor-core MMAs on the four base-128 digits of the query (kernels/meter/int_digit_dot.h,
-// same logits and η bound as the tensor-core decode kernel); online softmax over 32-token
-// tiles, each rescale of the running sums counted as one merge of cert_math.h's SumInflation
-// (a rescale is one product by one rounded exponential, ≤ κ); the certificate sums per
-// (row, head) as in PartialAddTokenWeighted; p·v on fp16 MMAs with fp32 accumulation (the
-// output only: ~1e-3 relative, like any fp16 attention; the certificate never uses it).
+// Arithmetic, int8-rtn (kernels/cuda/metered_prefill_int8.cu has the derivation): q·k by exact
+// int8 tensor-core MMAs on the four base-128 digits of the query (kernels/meter/int_digit_dot.h,
+// same logits and η bound as the tensor-core decode kernel). 16-bit float keys
+// (metered_prefill_float.cu): the query as two digits of the key's format against the exact keys
+// on fp16 / bf16 MMAs, η by the decode kernel's tensor-core model (tc_logit_eta.cuh). Both: online
+// softmax over 32-token tiles, each rescale of the running sums counted as one merge of
+// cert_math.h's SumInflation (a rescale is one product by one rounded exponential, ≤ κ); the
+// certificate sums per (row, head) as in PartialAddTokenWeighted; p·v on fp16 MMAs with fp32
+// accumulation (the output only: ~1e-3 relative, like any fp16 attention; the certificate never
+// uses it).
 #pragma once
 
 #include <cstdint>

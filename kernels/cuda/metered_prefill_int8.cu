@@ -34,7 +34,7 @@
 #include <cmath>
 
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
-#include "kernels/cuda/metered_prefill_cuda.h"
+#include "kernels/cuda/metered_prefill_launch.h"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/meter/int_digit_dot.h"
@@ -52,10 +52,14 @@ using cuda_kv::MmaHeadSums;
 using cuda_kv::MmaS8;
 using cuda_kv::MmaSwizzle;
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kVecs = 16 * kWarps;  // query vectors per CTA
-constexpr int kTile = 32;           // tokens per KV tile
-constexpr int kD = 128, kBands = 8, kRing = 3;
+using prefill::kBands;
+using prefill::kD;
+using prefill::kRing;
+using prefill::kThreads;
+using prefill::kTile;
+using prefill::kVecs;
+using prefill::Params;
+using prefill::RescaleSum;
 constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
 
 struct Stage {
@@ -76,22 +80,10 @@ struct Smem {
   int32_t qexp[kVecs], qbad[kVecs];
 };
 
-// x·f for a running certificate sum; an infinite sum (a vacuous term, ε̂ > kEpsCap) stays
-// infinite even when f underflows to 0, where inf·0 would turn the bound into NaN.
-__device__ __forceinline__ float RescaleSum(float x, float f) { return x == INFINITY ? x : x * f; }
-
 // k position of tile token T in the transposed V tile (see the file comment).
 __device__ __forceinline__ int KPos(int t) {
   return 16 * (t >> 4) + 8 * ((t >> 3) & 1) + 2 * (t & 3) + ((t >> 2) & 1);
 }
-
-struct Params {
-  PagedKvLayout layout;
-  PagedKvLayer kv;
-  MeteredPrefillCudaArgs a;
-  int32_t group;     // G = Hq / Hkv
-  int32_t bs_shift;  // log2(block_size)
-};
 
 template <bool METER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Params P) {
@@ -400,45 +392,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 
 }  // namespace
 
-bool MeteredPrefillCudaSupports(const PagedKvLayout& L, int32_t num_q_heads) {
-  const int32_t bs = L.block_size;
-  return L.scheme == KvScheme::kInt8Rtn && L.head_dim == kD && L.num_bands == kBands && bs >= 8 && L.outliers() == 0 &&
-         (bs & (bs - 1)) == 0 && L.num_kv_heads > 0 && num_q_heads % L.num_kv_heads == 0 &&
-         num_q_heads >= L.num_kv_heads;
-}
-
-CudaStatus MeteredPrefillCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
-                              const MeteredPrefillCudaArgs& args, cudaStream_t stream) {
-  if (!MeteredPrefillCudaSupports(layout, args.num_q_heads)) {
-    return CudaStatus::Error("MeteredPrefillCuda: takes int8-rtn, head_dim 128, 8 witness bands, "
-                             "a power-of-two block_size >= 8 and Hq a multiple of Hkv");
-  }
-  if (args.num_rows <= 0) return CudaStatus::Ok();
-  if (args.q == nullptr || args.out == nullptr || args.block_table == nullptr ||
-      (args.meter && args.cert == nullptr) || args.start_pos < 0) {
-    return CudaStatus::Error("MeteredPrefillCuda: null pointer or negative start_pos");
-  }
-  const int64_t tokens = args.start_pos + args.num_rows;
-  if ((tokens + layout.block_size - 1) / layout.block_size > args.max_blocks) {
-    return CudaStatus::Error("MeteredPrefillCuda: the block table does not cover the chunk");
-  }
-  if (reinterpret_cast<uintptr_t>(args.out) % 8 != 0 || args.out_stride % 2 != 0) {
-    return CudaStatus::Error("MeteredPrefillCuda: out rows must be 8-byte aligned");
-  }
-  Params p;
-  p.layout = layout;
-  p.kv = kv;
-  p.a = args;
-  p.group = args.num_q_heads / layout.num_kv_heads;
-  p.bs_shift = 0;
-  while ((1 << p.bs_shift) < layout.block_size) ++p.bs_shift;
-  const int64_t ctas = (args.num_rows * p.group + kVecs - 1) / kVecs;
-  if (ctas > 0x7fffffff || layout.num_kv_heads > 65535) {
-    return CudaStatus::Error("MeteredPrefillCuda: chunk too large");
-  }
-  const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(layout.num_kv_heads));
+CudaStatus prefill::LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = sizeof(Smem);
-  auto kernel = args.meter ? MeteredPrefillInt8Kernel<true> : MeteredPrefillInt8Kernel<false>;
+  auto kernel = p.a.meter ? MeteredPrefillInt8Kernel<true> : MeteredPrefillInt8Kernel<false>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   kernel<<<grid, kThreads, smem, stream>>>(p);

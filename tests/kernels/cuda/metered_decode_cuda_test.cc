@@ -41,6 +41,7 @@
 #include "kernels/meter/partial_sum.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/cuda/late_copy_cuda.h"
+#include "tests/kernels/cuda/tc_eta_bound.h"
 #include "tests/kernels/meter/long_double_reference.h"
 
 namespace witcert {
@@ -78,38 +79,6 @@ double EtaCauchySchwarzExcess(const float* q, const std::vector<float>& k, const
     cs += std::sqrt(n) * lane_max[l];
   }
   return meter::EtaFactor(d) * std::max(0.0, cs - per_token) / std::sqrt(static_cast<double>(d));
-}
-
-// The largest η the pipelined kernel's tensor-core logits (fp16 / bf16 / fp8-e4m3 at d = 128) can
-// carry for a cell (kernels/cuda/tc_logit_eta.cuh, over-estimated: T̂ ≤ (1 + 2^-10)·Σ_c |q_c·2^s|·|k̃_c|
-// + the digits' rounding), in double. Only the upper tolerance uses it. Scaled fp8 (`scaled`): the
-// absolute term is per unit of the token's K scale, which is ≤ max_c |k̃_c| / 256 (its codes' largest
-// magnitude is ~448).
-double TensorCoreEtaBound(const float* q, const std::vector<float>& k, const std::vector<uint8_t>& exact, int64_t S,
-                          int32_t d, bool bf16, bool scaled = false) {
-  double per_token = 0.0, qmax = 0.0, scale_max = scaled ? 0.0 : 1.0;
-  for (int32_t c = 0; c < d; ++c) qmax = std::max(qmax, std::fabs(static_cast<double>(q[c])));
-  for (int64_t t = 0; t < S; ++t) {
-    if (exact[t]) continue;
-    double s = 0.0, kmax = 0.0;
-    for (int32_t c = 0; c < d; ++c) {
-      s += std::fabs(static_cast<double>(q[c]) * k[t * d + c]);
-      kmax = std::max(kmax, std::fabs(static_cast<double>(k[t * d + c])));
-    }
-    per_token = std::max(per_token, s);
-    if (scaled) scale_max = std::max(scale_max, kmax / 256.0);
-  }
-  // Scaled fp8 bounds each token's sum by its codes' range instead (TcLogitEtaFp8CodeBoundOf):
-  // T_t·s_t ≤ 448·‖q‖₁·max_t s_t.
-  if (scaled) {
-    double q_l1 = 0.0;
-    for (int32_t c = 0; c < d; ++c) q_l1 += std::fabs(static_cast<double>(q[c]));
-    per_token = 448.0 * q_l1 * scale_max;
-  }
-  const double rel = bf16 ? cuda_kv::TcLogitEta<true>::kRel : cuda_kv::TcLogitEta<false>::kRel;
-  const double abs = bf16 ? cuda_kv::TcLogitEta<true>::kAbs : cuda_kv::TcLogitEta<false>::kAbs;
-  // unscale = 2^-s/√d with 2^-s ≤ max|q|·2^-13.
-  return (rel * 1.01 * per_token + abs * scale_max * qmax * std::ldexp(1.0, -13)) / std::sqrt(static_cast<double>(d));
 }
 
 // The same for kivi2's tensor-core logits (d = 128, the pipelined kernel; TcLogitEtaKivi2Of): η ≤
@@ -566,8 +535,10 @@ class Problem {
           // sit above the CPU by e^{2Δη} on A − 1, squared through (A² − 1)/2.
           const double cs_allowance =
               mma ? 1.0
-                  : std::exp(4.0 * (tc_logits ? TensorCoreEtaBound(q, ks, exact, S, d, c_.scheme == KvScheme::kBf16,
-                                                                   c_.scheme == KvScheme::kFp8Scaled)
+                  : std::exp(4.0 * (tc_logits ? testing::TensorCoreEtaBound(q, ks, exact, S, d, c_.scheme == KvScheme::kBf16,
+                                                                            c_.scheme == KvScheme::kFp8Scaled
+                                                                                ? testing::ScaledEta::kCodeBound
+                                                                                : testing::ScaledEta::kNone)
                                     : kivi2_tc ? std::max(EtaCauchySchwarzExcess(q, ks, exact, S, d),
                                                           Kivi2TensorCoreEtaBound(q, ks, S, d))
                                                : EtaCauchySchwarzExcess(q, ks, exact, S, d)));

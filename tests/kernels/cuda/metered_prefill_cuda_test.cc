@@ -9,7 +9,9 @@
 //  * certificate: both sides are sound. The GPU may be lower than the CPU only by the CPU's
 //    larger fp32 logit rounding η (the GPU's logits are exact integer dots, as in the decode
 //    test's tensor-core case: up to e^{-4η_cpu}) and the two sides' ε̂ roundings; it may be
-//    higher by its rescale merges ((1+κ) each, a few per row) and coarser η: ≤ 1.02× + 1e-6.
+//    higher by its rescale merges ((1+κ) each, a few per row) and coarser η: ≤ 1.02× + 1e-6. With
+//    float keys the logits come from tensor cores (two query digits, tc_logit_eta.cuh): the GPU may
+//    also sit above the CPU by e^{4η_tc}, η_tc over-estimated in double (tc_eta_bound.h).
 //  * soundness: the GPU TV bound ≥ the true TV and the value bound ≥ ‖o − õ‖, no slack.
 #include <algorithm>
 #include <cmath>
@@ -24,6 +26,7 @@
 #include "kernels/cuda/metered_prefill_cuda.h"
 #include "kernels/meter/float_formats.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/tc_eta_bound.h"
 #include "tests/kernels/meter/long_double_reference.h"
 
 namespace witcert {
@@ -33,6 +36,7 @@ using testing::DeviceBuffer;
 using testing::HostPool;
 
 struct PrefillCase {
+  KvScheme scheme = KvScheme::kInt8Rtn;
   int32_t group = 4, hkv = 2, bs = 16;
   int64_t start = 37, rows = 20;  // stored tokens before the chunk; chunk rows
   bool meter = true;
@@ -41,7 +45,7 @@ struct PrefillCase {
   bool interleaved = true;
   uint32_t seed = 1;
   std::string Name() const {
-    return "G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) + " bs=" + std::to_string(bs) +
+    return std::string(SchemeInfo(scheme).name) + " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) + " bs=" + std::to_string(bs) +
            " start=" + std::to_string(start) + " rows=" + std::to_string(rows) + (meter ? " meter" : " nometer") +
            " kscale=" + std::to_string(key_scale) + (adversarial ? " adversarial" : "");
   }
@@ -62,7 +66,7 @@ void RunCase(const PrefillCase& c) {
   L.head_dim = kD;
   L.num_bands = kBands;
   L.interleaved = c.interleaved;
-  L.scheme = KvScheme::kInt8Rtn;
+  L.scheme = c.scheme;
   const int32_t nblk = static_cast<int32_t>((S + c.bs - 1) / c.bs);
   L.num_blocks = nblk + 7;
   ASSERT_TRUE(MeteredPrefillCudaSupports(L, hq));
@@ -148,7 +152,7 @@ void RunCase(const PrefillCase& c) {
 
   // CPU oracle on what the GPU stored (decoded by the CPU codec).
   HostPool hp = HostPool::Download(L, pool.layer(0));
-  auto codec_or = FindKvCodec("int8-rtn");
+  auto codec_or = FindKvCodec(SchemeInfo(c.scheme).name);
   ASSERT_TRUE(codec_or.ok());
   const KvCodec& codec = **codec_or;
   int failures = 0;
@@ -209,13 +213,22 @@ void RunCase(const PrefillCase& c) {
         const meter::CertBound& gc = gcert[i * cert_stride + head];
         const meter::CertBound& cc = res.bound;
         const double eta_slack = 8.6 * (kD + 4) * meter::kUnitRoundoff * lambda + 2e-4;
+        // Float keys: the tensor-core η (tc_logit_eta.cuh) may exceed the CPU's fp32 one; A − 1 may
+        // then sit above the CPU's by e^{2Δη}, squared through (A² − 1)/2 (as in the decode test).
+        const double tc_allowance =
+            c.scheme == KvScheme::kInt8Rtn
+                ? 1.0
+                : std::exp(4.0 * testing::TensorCoreEtaBound(qr, ks, {}, ctx, kD, c.scheme == KvScheme::kBf16,
+                                                             c.scheme == KvScheme::kFp8Scaled
+                                                                 ? testing::ScaledEta::kPerToken
+                                                                 : testing::ScaledEta::kNone));
         auto check = [&](const char* what, double gv, double cv) {
           if (cv > 1e-6) {
             worst_ratio_lo = std::min(worst_ratio_lo, gv / cv);
             worst_ratio_hi = std::max(worst_ratio_hi, gv / cv);
           }
           const bool low = gv < cv * (1.0 - eta_slack);
-          const bool high = gv > cv * (c.adversarial ? 1.5 : 1.02) + 1e-6;
+          const bool high = gv > cv * (c.adversarial ? 1.5 : 1.02) * tc_allowance + 1e-6;
           if ((low || high || std::isnan(gv)) && ++failures < 6) {
             ADD_FAILURE() << what << " row " << i << " head " << head << ": gpu " << gv << " cpu " << cv;
           }
@@ -290,6 +303,51 @@ TEST(MeteredPrefillCuda, AdversarialSoundness) {
   }
 }
 
+constexpr KvScheme kFloatKeySchemes[] = {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled};
+
+// The 16-bit-float keys, one small chunk each, meter on and off (also the sanitizer case).
+TEST(MeteredPrefillCuda, FloatKeysSmallMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (KvScheme scheme : kFloatKeySchemes) {
+    for (bool meter : {true, false}) {
+      PrefillCase c;
+      c.scheme = scheme;
+      c.group = 4;
+      c.start = 45;
+      c.rows = 19;
+      c.meter = meter;
+      c.seed = 5 + static_cast<uint32_t>(scheme);
+      RunCase(c);
+    }
+  }
+}
+
+// The 16-bit-float keys (fp16, bf16, fp8-e4m3 raw and scaled): the same oracle, small and long
+// chunks, GQA 1/4/8, both RoPE pairings, meter on and off, and the adversarial inputs.
+TEST(MeteredPrefillCuda, FloatKeysMatchCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  struct S { int32_t group, hkv, bs; int64_t start, rows; float kscale; bool inter, meter, adversarial; };
+  for (KvScheme scheme : kFloatKeySchemes) {
+    for (S s : {S{4, 2, 16, 37, 17, 1.0f, true, true, false}, S{1, 2, 16, 5, 65, 1.0f, true, false, false},
+                S{8, 1, 32, 300, 100, 4.0f, false, true, false}, S{4, 2, 16, 1500, 70, 1.0f, true, true, false},
+                S{4, 2, 16, 200, 40, 6.0f, true, true, true}}) {
+      PrefillCase c;
+      c.scheme = scheme;
+      c.group = s.group;
+      c.hkv = s.hkv;
+      c.bs = s.bs;
+      c.start = s.start;
+      c.rows = s.rows;
+      c.key_scale = s.kscale;
+      c.interleaved = s.inter;
+      c.meter = s.meter;
+      c.adversarial = s.adversarial;
+      c.seed = 21 + static_cast<uint32_t>(s.start) + static_cast<uint32_t>(scheme);
+      RunCase(c);
+    }
+  }
+}
+
 TEST(MeteredPrefillCuda, RejectsOtherShapes) {
   PagedKvLayout L;
   L.num_kv_heads = 2;
@@ -299,8 +357,17 @@ TEST(MeteredPrefillCuda, RejectsOtherShapes) {
   L.scheme = KvScheme::kInt8Rtn;
   EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8));
   EXPECT_FALSE(MeteredPrefillCudaSupports(L, 7));  // Hq not a multiple of Hkv
-  L.scheme = KvScheme::kFp16;
-  EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8));
+  for (KvScheme other : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn, KvScheme::kKivi2, KvScheme::kFp32}) {
+    L.scheme = other;
+    EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(other).name;
+  }
+  for (KvScheme taken : {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled}) {
+    L.scheme = taken;
+    EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(taken).name;
+  }
+  L.outlier_channels = 4;
+  EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8));  // the bypass's exact channels: decode path
+  L.outlier_channels = 0;
   L.scheme = KvScheme::kInt8Rtn;
   L.head_dim = 64;
   EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8));

@@ -1,0 +1,517 @@
+// The metered chunked-prefill kernel for keys that are one exact 16-bit float per channel: fp16,
+// bf16, fp8-e4m3 raw and fp8-e4m3 scaled (a code times a per-token scale). Contract in
+// metered_prefill_cuda.h; the CTA shape, the tile ring, the online softmax and the certificate
+// sums are the int8-rtn kernel's (metered_prefill_int8.cu), the key arithmetic is the tensor-core
+// decode kernel's (metered_decode_pipelined.cuh, kTc), with the operands' roles swapped: here the
+// A operand holds 16 query vectors, the B operand 8 tokens' keys.
+//
+// Structure (why):
+//  * CTA = 4 warps, 64 query vectors of one KV head: vector v ↔ (row v / G, head v % G). Each
+//    32-token KV tile (codes, scales, witnesses) is loaded once per CTA by cp.async into a
+//    3-stage ring and used by all 64 vectors. fp8 tiles are converted to fp16 in shared memory
+//    once per tile (every e4m3 value is an fp16 one, exactly); 16-bit tiles are read as stored.
+//    Key rows keep their 16-byte chunks XOR-swizzled by token % 8, so the B-fragment loads of a
+//    warp (8 tokens × 4 words) hit 32 distinct banks.
+//  * q·k: each vector as x = q·2^s (s puts max|x_c| below 2^14) split into two digits of the key
+//    format, hi + lo (f16_digits.cuh), the A fragments of fp16 / bf16 MMAs with fp32 accumulation.
+//    Per digit, two chains of 4 k-steps (even and odd), summed as ((ca_hi + cb_hi) + (ca_lo +
+//    cb_lo)), times the token's K scale (scaled fp8), times the vector's unscale fl(2^-s·fl(1/√d)):
+//    the arithmetic tc_logit_eta.cuh's model bounds. With the meter on:
+//    a chain of 8 MMAs over a third digit, fl↑(|hi| + |lo|) rounded up to the key format (≥ |hi| +
+//    |lo|), against the keys (codes) with their sign bits cleared, gives T̂_t with T_t ≤ T̂_t·(1 +
+//    8.02μ + 2u) + 8ν for T_t = Σ_c (|hi_c| + |lo_c|)·|k_c|: the model's T̂ (there the two digits
+//    are two columns of one chain; here one digit bounds both, its round-up only loosening T̂ by
+//    ≤ 2^-10). The vector's η is TcLogitEtaOf(max T̂_t over the tokens it sees, unscale); scaled
+//    fp8: TcLogitEtaScaledOf(max_t fl(T̂_t·s_t), the largest K scale the CTA read, unscale). (The
+//    decode kernel bounds scaled fp8's T_t by 448·Σ_c (|hi_c| + |lo_c|) instead, which saves the
+//    chain but is loose by 10-100x where one key dominates; here the chain is shared by 64 vectors.)
+//    A non-finite query makes its certificate vacuous.
+//  * Softmax, certificate terms and p·v: as the int8 kernel (its file comment has the rescale
+//    argument), tokens in natural order: C element (row, 2·tig + e) of n-tile nt is token
+//    8·nt + 2·tig + e, so two n-tiles' C fragments are one PV A fragment, and the V tile is
+//    transposed in natural token order. p·v is output only: the weights times the token's V scale
+//    (scaled fp8; else 1) rounded to fp16, the values as fp16 (bf16 values rounded to fp16:
+//    output-only, ≤ 2^-11 relative; a value beyond fp16's range would make the output infinite).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/f16_digits.cuh"
+#include "kernels/cuda/metered_prefill_launch.h"
+#include "kernels/cuda/mma_head_sums.cuh"
+#include "kernels/cuda/ops/mma_f16.cuh"
+#include "kernels/cuda/tc_logit_eta.cuh"
+#include "kernels/meter/cert_math.h"
+
+namespace witcert {
+namespace {
+
+using cuda_kv::Bf16Bits;
+using cuda_copy::CpAsync16;
+using cuda_copy::CpAsyncCommit;
+using cuda_copy::CpAsyncWait;
+using cuda_kv::DecodeBandCodes8;
+using cuda_kv::MmaHeadSums;
+using prefill::kBands;
+using prefill::kD;
+using prefill::kRing;
+using prefill::kThreads;
+using prefill::kTile;
+using prefill::kVecs;
+using prefill::Params;
+using prefill::RescaleSum;
+
+constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
+
+// The key formats: bytes per stored channel, the MMA / digit format, whether codes are fp8 and
+// whether each vector has a bf16 scale.
+template <int CODE_BYTES, bool BF16, bool SCALED>
+struct KeyFormat {
+  static constexpr int kCodeBytes = CODE_BYTES;
+  static constexpr bool kBf16 = BF16, kFp8 = CODE_BYTES == 1, kScaled = SCALED;
+  static constexpr int kChunks = kD * CODE_BYTES / 16;  // 16-byte chunks per stored vector
+};
+using Fp16Keys = KeyFormat<2, false, false>;
+using Bf16Keys = KeyFormat<2, true, false>;
+using Fp8RawKeys = KeyFormat<1, false, false>;
+using Fp8ScaledKeys = KeyFormat<1, false, true>;
+
+template <class F>
+struct Stage {
+  uint8_t kc[kTile][kD * F::kCodeBytes];  // 16-bit: chunk c of token t at chunk c ^ (t & 7); fp8: as stored
+  uint8_t vc[kTile][kD * F::kCodeBytes];  // as stored
+  uint16_t ks[kTile], vs[kTile];          // bf16 scales (scaled fp8)
+  alignas(16) uint8_t kw[kTile][kBands];  // K band codes c_b
+  alignas(16) uint16_t ku[kTile];         // K band units U, bf16
+  alignas(16) uint32_t vsum[kTile];       // V summaries: bf16 ρ (low half), ν (high half)
+};
+
+template <class F>
+struct Smem {
+  Stage<F> ring[kRing];
+  uint16_t k16[F::kFp8 ? kTile : 1][kD];  // fp8: the K tile as fp16, chunks swizzled as kc's
+  __half vt[kD][kVPitch];                 // V of the current tile as fp16, [channel, token]
+};
+
+// The 16-bit key rows of a tile (swizzled), as 32-bit words [token][64].
+template <class F>
+__device__ __forceinline__ const uint32_t* KeyWords(const Smem<F>& sm, const Stage<F>& st) {
+  if constexpr (F::kFp8) {
+    return reinterpret_cast<const uint32_t*>(&sm.k16[0][0]);
+  } else {
+    return reinterpret_cast<const uint32_t*>(&st.kc[0][0]);
+  }
+}
+
+// A 16-bit value of format F (fp16 / bf16 bits) as fp32, exact.
+template <bool BF16>
+__device__ __forceinline__ float HalfBitsToFloat(uint32_t h) {
+  if constexpr (BF16) {
+    return __uint_as_float(h << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  }
+}
+
+// fl↑(|hi| + |lo|) in the digit format: ≥ |hi| + |lo| (an fp32 sum rounded up, then a conversion
+// rounded up), as 16 bits.
+template <bool BF16>
+__device__ __forceinline__ uint32_t DigitAbsUp(uint32_t pair) {
+  const float s = __fadd_ru(fabsf(HalfBitsToFloat<BF16>(pair & 0xffffu)), fabsf(HalfBitsToFloat<BF16>(pair >> 16)));
+  if constexpr (BF16) {
+    return __bfloat16_as_ushort(__float2bfloat16_ru(s));
+  } else {
+    return __half_as_ushort(__float2half_ru(s));
+  }
+}
+
+template <class F, bool METER>
+__global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const Params P) {
+  constexpr bool BF16 = F::kBf16;
+  constexpr bool kChain = METER;  // η from the T̂ chain
+  using Digits = cuda_kv::DigitFormat<BF16>;
+  extern __shared__ __align__(16) uint8_t dsm[];
+  Smem<F>& sm = *reinterpret_cast<Smem<F>*>(dsm);
+  const MeteredPrefillCudaArgs& a = P.a;
+  const PagedKvLayout& L = P.layout;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int kvh = blockIdx.y, G = P.group;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
+  const int64_t n = a.num_rows, nvec = n * G;
+  const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
+
+  // ---- prologue: the thread's rows gid and gid + 8 of the warp's 16 vectors.
+  int64_t ctx[2];        // tokens the row's vector sees (0: not a vector of the chunk)
+  float qbn[2][kBands];  // ‖q_b‖ (meter)
+  float unscale[2];
+  bool qbad[2];
+  // A fragments [digit: hi, lo, fl↑(|hi|+|lo|)][k-step][register]: channels 16·ks + 2·tig + {0, 1}
+  // (registers 0, 1: rows gid, gid + 8) and + 8 (registers 2, 3).
+  uint32_t qa[kChain ? 3 : 2][8][4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t gv = v0 + warp * 16 + gid + 8 * r;
+    const bool live = gv < nvec;
+    ctx[r] = live ? a.start_pos + gv / G + 1 : 0;
+    const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
+    const float* qg = a.q + (live ? gv / G : 0) * a.q_stride + static_cast<int64_t>(head) * kD;
+    float2 qv[8][2];
+    float amax = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        qv[ks][h] = live ? *reinterpret_cast<const float2*>(qg + 16 * ks + 8 * h + 2 * tig) : make_float2(0.0f, 0.0f);
+        amax = fmaxf(amax, fmaxf(fabsf(qv[ks][h].x), fabsf(qv[ks][h].y)));
+      }
+    }
+    // fmaxf drops NaN: a non-finite query is flagged by its own test.
+    bool bad = false;
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) bad = bad || !(fabsf(qv[ks][h].x) <= 3.0e38f) || !(fabsf(qv[ks][h].y) <= 3.0e38f);
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    bad = __shfl_xor_sync(0xffffffffu, bad, 1) || bad;
+    bad = __shfl_xor_sync(0xffffffffu, bad, 2) || bad;
+    qbad[r] = bad;
+    int e = 0;
+    if (amax > 0.0f && amax <= 3.0e38f) frexpf(amax, &e);  // amax < 2^e
+    e = max(e, -100);
+    const float scale = ldexpf(1.0f, 14 - e);
+    unscale[r] = (1.0f / scale) * inv_sqrt_d;
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t dx = Digits::Pair(qv[ks][h].x * scale), dy = Digits::Pair(qv[ks][h].y * scale);
+        qa[0][ks][2 * h + r] = (dx & 0xffffu) | (dy << 16);
+        qa[1][ks][2 * h + r] = (dx >> 16) | (dy & 0xffff0000u);
+        if constexpr (kChain) qa[2][ks][2 * h + r] = DigitAbsUp<BF16>(dx) | (DigitAbsUp<BF16>(dy) << 16);
+      }
+    }
+    if constexpr (METER) {
+#pragma unroll
+      for (int b = 0; b < kBands; ++b) {
+        double unused = 0.0;
+        qbn[r][b] = live ? cuda_kv::QueryBandNorm<kD>(qg, b, kBands, L.interleaved, &unused) : 0.0f;
+      }
+    }
+  }
+  // Tokens the CTA reads: up to the last live row's context; the warp's own limit for skips.
+  const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
+  const int64_t cta_end = a.start_pos + last_vec / G + 1;
+  int64_t warp_end = max(ctx[0], ctx[1]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
+  const int num_tiles = static_cast<int>((cta_end + kTile - 1) / kTile);
+
+  // ---- the tile loader: thread (token tid / 4, part tid % 4)
+  const int ld_t = tid >> 2, ld_p = tid & 3;
+  const int32_t hkv = L.num_kv_heads, bmask = L.block_size - 1;
+  constexpr int kCB = kD * F::kCodeBytes;  // code bytes per vector
+  constexpr int kPartChunks = F::kChunks / 4;
+  auto issue = [&](int k) {
+    if (k < num_tiles) {
+      Stage<F>& st = sm.ring[k % kRing];
+      const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
+      const bool ok = pos < cta_end;
+      int64_t vec = 0;
+      if (ok) {
+        const int32_t blk = a.block_table[pos >> P.bs_shift];
+        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << P.bs_shift) + (pos & bmask);
+      }
+#pragma unroll
+      for (int c = kPartChunks * ld_p; c < kPartChunks * (ld_p + 1); ++c) {
+        const int kpos = F::kFp8 ? c : c ^ (ld_t & 7);
+        CpAsync16(&st.kc[ld_t][kpos << 4], P.kv.k_codes + vec * kCB + c * 16, ok);
+        CpAsync16(&st.vc[ld_t][c << 4], P.kv.v_codes + vec * kCB + c * 16, ok);
+      }
+      if constexpr (F::kScaled) {  // one 16-byte chunk per 8 tokens (a group never crosses a block)
+        if ((ld_t & 7) == 0 && ld_p >= 2) {
+          uint16_t* dst = ld_p == 2 ? &st.ks[ld_t] : &st.vs[ld_t];
+          const uint16_t* src = (ld_p == 2 ? P.kv.k_scales : P.kv.v_scales) + vec;
+          CpAsync16(dst, src, ok);
+        }
+      }
+      // Witnesses, from the first token of each 16-byte run (runs never cross a block).
+      if (METER && ld_p == 0 && (ld_t & 1) == 0) CpAsync16(st.kw[ld_t], P.kv.k_witness + vec * kBands, ok);
+      if (METER && ld_p == 1 && (ld_t & 3) == 0) CpAsync16(&st.vsum[ld_t], P.kv.v_summary + vec * 2, ok);
+      if (METER && ld_p == 1 && (ld_t & 7) == 0) CpAsync16(&st.ku[ld_t], P.kv.k_witness_unit + vec, ok);
+    }
+    CpAsyncCommit();
+  };
+#pragma unroll
+  for (int k = 0; k < kRing - 1; ++k) issue(k);
+
+  float o[16][4];  // output accumulators: rows gid / gid+8, channels 8·ct + 2·tig + {0, 1}
+#pragma unroll
+  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  MmaHeadSums sums[2];
+  int32_t count[2] = {0, 0};
+  float m[2] = {-INFINITY, -INFINITY};
+  float vmax[2] = {0.0f, 0.0f}, that[2] = {0.0f, 0.0f}, smaxk = 0.0f;
+  int32_t rescales[2] = {0, 0};
+  const float infl = meter::EpsInflation(kD, kBands);
+
+  for (int k = 0; k < num_tiles; ++k) {
+    CpAsyncWait<kRing - 2>();
+    __syncthreads();
+    issue(k + kRing - 1);
+    const Stage<F>& st = sm.ring[k % kRing];
+    const int64_t base = static_cast<int64_t>(k) * kTile;
+    // (a) V tile → fp16 [channel, token]; fp8 K tile → fp16, swizzled.
+    {
+      const int t = tid & 31, cb = tid >> 5;  // token, 32-channel block
+      if constexpr (F::kFp8) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 x = *reinterpret_cast<const uint4*>(&st.vc[t][cb * 32 + h * 16]);
+          const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t lo = mma::E4m3PairLoToF16x2(w[i]), hi = mma::E4m3PairHiToF16x2(w[i]);
+            const int c = cb * 32 + h * 16 + 4 * i;
+            sm.vt[c + 0][t] = __ushort_as_half(static_cast<unsigned short>(lo & 0xffffu));
+            sm.vt[c + 1][t] = __ushort_as_half(static_cast<unsigned short>(lo >> 16));
+            sm.vt[c + 2][t] = __ushort_as_half(static_cast<unsigned short>(hi & 0xffffu));
+            sm.vt[c + 3][t] = __ushort_as_half(static_cast<unsigned short>(hi >> 16));
+          }
+        }
+        // K: token tid / 4, code chunks 2·(tid % 4) + {0, 1} → fp16 chunks 4·(tid % 4) + [0, 4).
+        const int kt = tid >> 2, kp = tid & 3;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 x = *reinterpret_cast<const uint4*>(&st.kc[kt][(2 * kp + h) * 16]);
+          const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {  // fp16 chunk 4kp + 2h + j: code words 2j, 2j + 1
+            const uint4 y = make_uint4(mma::E4m3PairLoToF16x2(w[2 * j]), mma::E4m3PairHiToF16x2(w[2 * j]),
+                                       mma::E4m3PairLoToF16x2(w[2 * j + 1]), mma::E4m3PairHiToF16x2(w[2 * j + 1]));
+            const int chunk = (4 * kp + 2 * h + j) ^ (kt & 7);
+            *reinterpret_cast<uint4*>(&sm.k16[kt][chunk * 8]) = y;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const uint4 x = *reinterpret_cast<const uint4*>(&st.vc[t][(cb * 32 + h * 8) * 2]);
+          const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const uint32_t bits = (w[i >> 1] >> (16 * (i & 1))) & 0xffffu;
+            sm.vt[cb * 32 + h * 8 + i][t] =
+                BF16 ? __float2half_rn(HalfBitsToFloat<true>(bits)) : __ushort_as_half(static_cast<unsigned short>(bits));
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (base >= warp_end) continue;  // every row of this warp ends before the tile
+
+    // (b) logits: 4 n-tiles of 8 tokens; c0,c1 row gid, c2,c3 row gid+8, tokens 8·nt + 2·tig + {0, 1}.
+    const uint32_t* kw32 = KeyWords(sm, st);
+    float lg[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int brow = nt * 8 + gid, sw = brow & 7;
+      float ca[2][4] = {}, cb[2][4] = {}, ct[4] = {};
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        const uint32_t b0 = kw32[brow * 64 + (((2 * ks) ^ sw) << 2) + tig];
+        const uint32_t b1 = kw32[brow * 64 + (((2 * ks + 1) ^ sw) << 2) + tig];
+#pragma unroll
+        for (int dg = 0; dg < 2; ++dg) {
+          if (ks & 1) {
+            mma::Mma16F32<BF16>(cb[dg], qa[dg][ks], b0, b1);
+          } else {
+            mma::Mma16F32<BF16>(ca[dg], qa[dg][ks], b0, b1);
+          }
+        }
+        if constexpr (kChain) mma::Mma16F32<BF16>(ct, qa[2][ks], b0 & 0x7fff7fffu, b1 & 0x7fff7fffu);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, tok = nt * 8 + 2 * tig + (e & 1);
+        float sum = (ca[0][e] + cb[0][e]) + (ca[1][e] + cb[1][e]);
+        if constexpr (F::kScaled) sum *= Bf16Bits(st.ks[tok]);
+        const bool seen = base + tok < ctx[r];
+        lg[nt][e] = seen ? sum * unscale[r] : -INFINITY;
+        if constexpr (kChain) {  // scaled fp8: fl(T̂_t·s_t)
+          if (seen) that[r] = meter::MaxAcc(that[r], F::kScaled ? ct[e] * Bf16Bits(st.ks[tok]) : ct[e]);
+        }
+      }
+    }
+    if constexpr (METER && F::kScaled) {  // η's key-scale max, over the CTA's real tokens
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int tok = nt * 8 + 2 * tig + h;
+          if (base + tok < cta_end) smaxk = meter::MaxAcc(smaxk, Bf16Bits(st.ks[tok]));
+        }
+      }
+    }
+    // (c) online max per row (the quad shares it), rescale on a new maximum.
+    float scale_row[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) tmax = fmaxf(tmax, fmaxf(lg[nt][2 * r], lg[nt][2 * r + 1]));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+      scale_row[r] = 1.0f;
+      if (tmax > m[r]) {
+        if (m[r] > -INFINITY) {
+          const float f = expf(m[r] - tmax);  // may underflow to 0 for a jump > 104
+          sums[r].z *= f;
+          sums[r].b = RescaleSum(sums[r].b, f);
+          sums[r].c = RescaleSum(sums[r].c, f);
+          scale_row[r] = f;
+          ++rescales[r];
+        }
+        m[r] = tmax;
+      }
+    }
+    if (scale_row[0] != 1.0f || scale_row[1] != 1.0f) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        o[i][0] *= scale_row[0];
+        o[i][1] *= scale_row[0];
+        o[i][2] *= scale_row[1];
+        o[i][3] *= scale_row[1];
+      }
+    }
+    // (d) weights, certificate terms, fp16 P·s_v.
+    uint32_t pa[2][4];  // PV A fragments of the two 16-token k-steps
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      float pw[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this n-tile
+        const int tok = nt * 8 + 2 * tig + h;
+        float w8[8], rho = 0.0f, nu = 0.0f;  // band bounds c_b·U, ρ, ν (meter)
+        if constexpr (METER) {
+          const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+          DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), w8);
+          rho = cuda_kv::SummaryRho(st.vsum[tok]);
+          nu = cuda_kv::SummaryNu(st.vsum[tok]);
+        }
+        const float sv = F::kScaled ? Bf16Bits(st.vs[tok]) : 1.0f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + h;
+          const float l = lg[nt][e];
+          float w = 0.0f;
+          if (l > -INFINITY) {
+            w = expf(l - m[r]);
+            if constexpr (METER) {
+              const float eps = meter::TierAEpsilon(qbn[r], w8, kBands, inv_sqrt_d, infl);
+              sums[r].Add(l, w, m[r], eps, rho);
+              vmax[r] = meter::MaxAcc(vmax[r], nu);
+            } else {
+              sums[r].z += w;
+            }
+            count[r] += 1;
+          } else if (!(l == l)) {
+            sums[r].bad = true;  // a NaN logit: the certificate is vacuous
+          }
+          pw[e] = w > 0.0f ? w * sv : 0.0f;  // a masked slot's scale may be garbage
+        }
+      }
+      // a0/a2: row gid (k-step nt/2, half nt%2); a1/a3: row gid + 8.
+      pa[nt >> 1][(nt & 1) * 2 + 0] = mma::PackHalf2(pw[0], pw[1]);
+      pa[nt >> 1][(nt & 1) * 2 + 1] = mma::PackHalf2(pw[2], pw[3]);
+    }
+    // (e) o += P·V over the 16 channel tiles.
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+      for (int ct = 0; ct < 16; ++ct) {
+        const __half* vrow = &sm.vt[ct * 8 + gid][kk * 16];
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(vrow + 2 * tig);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(vrow + 8 + 2 * tig);
+        mma::MmaF16F32(o[ct], pa[kk], b0, b1);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // ---- per row: the quad's sums, the output, the certificate
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sums[r].AddShfl<METER>(1);
+    sums[r].AddShfl<METER>(2);
+    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
+    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 2);
+    sums[r].bad = MmaHeadSums::BadOf(sums[r].bad, 0xfu << (lane & ~3));
+    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 1));
+    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 2));
+    that[r] = meter::MaxAcc(that[r], __shfl_xor_sync(0xffffffffu, that[r], 1));
+    that[r] = meter::MaxAcc(that[r], __shfl_xor_sync(0xffffffffu, that[r], 2));
+  }
+  smaxk = meter::MaxAcc(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 1));
+  smaxk = meter::MaxAcc(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 2));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (ctx[r] == 0) continue;
+    const int64_t gv = v0 + warp * 16 + gid + 8 * r;
+    const int64_t row = gv / G;
+    const int head = static_cast<int>(kvh * G + gv % G);
+    const float inv_z = 1.0f / sums[r].z;
+    float* out = a.out + row * a.out_stride + static_cast<int64_t>(head) * kD;
+#pragma unroll
+    for (int ct = 0; ct < 16; ++ct) {
+      const float2 val = make_float2(o[ct][2 * r] * inv_z, o[ct][2 * r + 1] * inv_z);
+      *reinterpret_cast<float2*>(&out[ct * 8 + 2 * tig]) = val;
+    }
+    if (METER && tig == 0) {
+      meter::CertPartial c = sums[r].ToPartial(m[r], count[r]);
+      c.merges = rescales[r];
+      c.vmax = vmax[r];
+      if constexpr (F::kScaled) {
+        c.eta_max = cuda_kv::TcLogitEtaScaledOf<false>(that[r], smaxk, unscale[r]);
+      } else {
+        c.eta_max = cuda_kv::TcLogitEtaOf<BF16>(that[r], unscale[r]);
+      }
+      if (qbad[r]) {
+        c.eta_max = INFINITY;
+        c.bad = true;
+      }
+      a.cert[row * a.cert_row_stride + head] = meter::FinalizeCert(c, 1);
+    }
+  }
+}
+
+template <class F>
+CudaStatus Launch(const Params& p, dim3 grid, cudaStream_t stream) {
+  const size_t smem = sizeof(Smem<F>);
+  auto kernel = p.a.meter ? MeteredPrefillFloatKernel<F, true> : MeteredPrefillFloatKernel<F, false>;
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+}  // namespace
+
+CudaStatus prefill::LaunchFloat(const Params& p, dim3 grid, cudaStream_t stream) {
+  switch (p.layout.scheme) {
+    case KvScheme::kFp16: return Launch<Fp16Keys>(p, grid, stream);
+    case KvScheme::kBf16: return Launch<Bf16Keys>(p, grid, stream);
+    case KvScheme::kFp8Raw: return Launch<Fp8RawKeys>(p, grid, stream);
+    case KvScheme::kFp8Scaled: return Launch<Fp8ScaledKeys>(p, grid, stream);
+    default: return CudaStatus::Error("MeteredPrefillCuda: no float-key kernel for this scheme");
+  }
+}
+
+}  // namespace witcert
