@@ -1,8 +1,9 @@
 // Prefill tokens/s of the CUDA backend on a synthetic model: one prompt of P tokens run as
 // chunks of C tokens (the engine's chunked prefill). The first chunk attends causally to
 // itself (PrefillAttentionCuda, tensor cores); every later chunk's rows attend to the stored KV
-// — through the chunked-prefill kernel (MeteredPrefillCuda) for int8-rtn, through the metered
-// decode kernel row by row for other schemes (O(P²) KV bytes) — and, with the meter on, each
+// — through the chunked-prefill kernel (MeteredPrefillCuda) for int8-rtn, fp16, bf16 and
+// fp8-e4m3, through the metered decode kernel row by row for other schemes (O(P²) KV bytes) —
+// and, with the meter on, each
 // later-chunk row is a certificate cell, exactly as in serving.
 //
 // Usage: bench_prefill_gpu [preset=llama-3.1-8b] [prompts=8192,32768] [chunk=2048]
@@ -105,7 +106,6 @@ int Run(int argc, char** argv) {
       return 1;
     }
     for (const GatePolicy* policy : {static_cast<const GatePolicy*>(&observe), static_cast<const GatePolicy*>(nullptr)}) {
-      if (policy != nullptr && std::string(scheme) == "fp16") continue;  // fp16: the unmetered baseline
       for (int64_t prompt : prompts) {
         if (RunPrompt(**b, c.vocab_size, std::min<int64_t>(prompt, 2 * chunk), chunk, policy) < 0) return 1;
         double best = 1e30;
