@@ -8,8 +8,8 @@
 namespace witcert {
 namespace {
 
-// Schemes with a chunked-prefill kernel: int8-rtn's integer digits, and the keys that are one
-// exact 16-bit float per channel (times a per-token scale for fp8-e4m3).
+// Schemes with a chunked-prefill kernel: int8-rtn's integer digits, the keys that are one exact
+// 16-bit float per channel (times a per-token scale for fp8-e4m3), and kivi2's bit planes.
 bool SchemeHasPrefillKernel(KvScheme s) {
   switch (s) {
     case KvScheme::kInt8Rtn:
@@ -17,6 +17,7 @@ bool SchemeHasPrefillKernel(KvScheme s) {
     case KvScheme::kBf16:
     case KvScheme::kFp8Raw:
     case KvScheme::kFp8Scaled:
+    case KvScheme::kKivi2:
       return true;
     default:
       return false;
@@ -35,7 +36,7 @@ bool MeteredPrefillCudaSupports(const PagedKvLayout& L, int32_t num_q_heads) {
 CudaStatus MeteredPrefillCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
                               const MeteredPrefillCudaArgs& args, cudaStream_t stream) {
   if (!MeteredPrefillCudaSupports(layout, args.num_q_heads)) {
-    return CudaStatus::Error("MeteredPrefillCuda: takes int8-rtn, fp16, bf16 or fp8-e4m3 (raw or scaled) "
+    return CudaStatus::Error("MeteredPrefillCuda: takes int8-rtn, fp16, bf16, fp8-e4m3 (raw or scaled) or kivi2 "
                              "without outlier channels, head_dim 128, 8 witness bands, a power-of-two "
                              "block_size >= 8 and Hq a multiple of Hkv");
   }
@@ -54,6 +55,16 @@ CudaStatus MeteredPrefillCuda(const PagedKvLayout& layout, const PagedKvLayer& k
   if (reinterpret_cast<uintptr_t>(args.q) % 8 != 0 || args.q_stride % 2 != 0) {
     return CudaStatus::Error("MeteredPrefillCuda: q rows must be 8-byte aligned");
   }
+  const bool group_keys = layout.scheme == KvScheme::kKivi2;
+  if (group_keys != (args.exact_slot != nullptr) || (group_keys && args.exact_kv == nullptr) ||
+      (group_keys && (args.layer < 0 || args.layer >= args.num_layers))) {
+    return CudaStatus::Error("MeteredPrefillCuda: kivi2 needs the exact-block table (exact_slot, exact_kv, "
+                             "layer < num_layers); other schemes take none");
+  }
+  if (group_keys && (reinterpret_cast<uintptr_t>(args.q) % 16 != 0 || args.q_stride % 4 != 0 ||
+                     reinterpret_cast<uintptr_t>(args.exact_kv) % 16 != 0)) {
+    return CudaStatus::Error("MeteredPrefillCuda: kivi2 reads q and exact rows as float4: 16-byte aligned rows");
+  }
   prefill::Params p;
   p.layout = layout;
   p.kv = kv;
@@ -66,8 +77,11 @@ CudaStatus MeteredPrefillCuda(const PagedKvLayout& layout, const PagedKvLayer& k
     return CudaStatus::Error("MeteredPrefillCuda: chunk too large");
   }
   const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(layout.num_kv_heads));
-  return layout.scheme == KvScheme::kInt8Rtn ? prefill::LaunchInt8(p, grid, stream)
-                                             : prefill::LaunchFloat(p, grid, stream);
+  switch (layout.scheme) {
+    case KvScheme::kInt8Rtn: return prefill::LaunchInt8(p, grid, stream);
+    case KvScheme::kKivi2: return prefill::LaunchKivi2(p, grid, stream);
+    default: return prefill::LaunchFloat(p, grid, stream);
+  }
 }
 
 }  // namespace witcert

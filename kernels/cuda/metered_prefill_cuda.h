@@ -10,9 +10,9 @@
 // CTA holds 64 query vectors (rows × the query heads of one KV head) and reads each KV tile
 // once for all of them, on tensor cores.
 //
-// Supported (MeteredPrefillCudaSupports): int8-rtn, fp16, bf16 and fp8-e4m3 (raw or scaled) K and
-// V without outlier channels, head_dim 128, 8 witness bands, block_size ≥ 8 (a power of two), any
-// Hq/Hkv. Other schemes (int8-dither, int4-rtn, kivi2) keep the per-row decode path.
+// Supported (MeteredPrefillCudaSupports): int8-rtn, fp16, bf16, fp8-e4m3 (raw or scaled) and kivi2
+// K and V without outlier channels, head_dim 128, 8 witness bands, block_size ≥ 8 (a power of
+// two), any Hq/Hkv. Other schemes (int8-dither, int4-rtn) keep the per-row decode path.
 //
 // Arithmetic, int8-rtn (kernels/cuda/metered_prefill_int8.cu has the derivation): q·k by exact
 // int8 tensor-core MMAs on the four base-128 digits of the query (kernels/meter/int_digit_dot.h,
@@ -23,7 +23,9 @@
 // cert_math.h's SumInflation (a rescale is one product by one rounded exponential, ≤ κ); the
 // certificate sums per (row, head) as in PartialAddTokenWeighted; p·v on fp16 MMAs with fp32
 // accumulation (the output only: ~1e-3 relative, like any fp16 attention; the certificate never
-// uses it).
+// uses it). kivi2 (metered_prefill_kivi2.cu): the keys' 2-bit codes as two bit planes times the
+// block's per-channel scales plus its zeros, exact fp16 rows against the query digits, η as the
+// decode kernel's kivi2 tensor-core bound; its unencoded (staged) blocks read exact.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,12 @@ struct MeteredPrefillCudaArgs {
   int64_t out_stride = 0;
   meter::CertBound* cert = nullptr;  // [n, cert_row_stride] device; (row, head) at row·stride + h
   int64_t cert_row_stride = 0;
+  // kivi2 only (required there): the exact-block table of MeteredDecodeCudaArgs, the same layout.
+  // A block whose keys are not encoded yet (fewer than block_size tokens) must be listed, its rows
+  // in exact_kv; listed blocks are read exact (ε̂ = ρ = 0, ‖ṽ‖ of the exact row).
+  const int32_t* exact_slot = nullptr;  // [num_blocks, num_layers, Hkv] slot or −1, device
+  const float* exact_kv = nullptr;      // [slots, 2 (K, V), block_size, d] fp32, device
+  int32_t layer = 0, num_layers = 0;    // this layer, and the table's
 };
 
 // True when the kernel takes this pool and head count.

@@ -40,12 +40,10 @@
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/decode_common.cuh"
-#include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/metered_prefill_launch.h"
-#include "kernels/cuda/mma_head_sums.cuh"
+#include "kernels/cuda/metered_prefill_rows.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/tc_logit_eta.cuh"
-#include "kernels/meter/cert_math.h"
 
 namespace witcert {
 namespace {
@@ -55,17 +53,15 @@ using cuda_copy::CpAsync16;
 using cuda_copy::CpAsyncCommit;
 using cuda_copy::CpAsyncWait;
 using cuda_kv::DecodeBandCodes8;
-using cuda_kv::MmaHeadSums;
+using prefill::HalfBitsToFloat;
 using prefill::kBands;
 using prefill::kD;
 using prefill::kRing;
 using prefill::kThreads;
 using prefill::kTile;
 using prefill::kVecs;
+using prefill::kVPitch;
 using prefill::Params;
-using prefill::RescaleSum;
-
-constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
 
 // The key formats: bytes per stored channel, the MMA / digit format, whether codes are fp8 and
 // whether each vector has a bf16 scale.
@@ -107,33 +103,10 @@ __device__ __forceinline__ const uint32_t* KeyWords(const Smem<F>& sm, const Sta
   }
 }
 
-// A 16-bit value of format F (fp16 / bf16 bits) as fp32, exact.
-template <bool BF16>
-__device__ __forceinline__ float HalfBitsToFloat(uint32_t h) {
-  if constexpr (BF16) {
-    return __uint_as_float(h << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-  }
-}
-
-// fl↑(|hi| + |lo|) in the digit format: ≥ |hi| + |lo| (an fp32 sum rounded up, then a conversion
-// rounded up), as 16 bits.
-template <bool BF16>
-__device__ __forceinline__ uint32_t DigitAbsUp(uint32_t pair) {
-  const float s = __fadd_ru(fabsf(HalfBitsToFloat<BF16>(pair & 0xffffu)), fabsf(HalfBitsToFloat<BF16>(pair >> 16)));
-  if constexpr (BF16) {
-    return __bfloat16_as_ushort(__float2bfloat16_ru(s));
-  } else {
-    return __half_as_ushort(__float2half_ru(s));
-  }
-}
-
 template <class F, bool METER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const Params P) {
   constexpr bool BF16 = F::kBf16;
   constexpr bool kChain = METER;  // η from the T̂ chain
-  using Digits = cuda_kv::DigitFormat<BF16>;
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem<F>& sm = *reinterpret_cast<Smem<F>*>(dsm);
   const MeteredPrefillCudaArgs& a = P.a;
@@ -145,66 +118,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   const int64_t n = a.num_rows, nvec = n * G;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
-  // ---- prologue: the thread's rows gid and gid + 8 of the warp's 16 vectors.
-  int64_t ctx[2];        // tokens the row's vector sees (0: not a vector of the chunk)
-  float qbn[2][kBands];  // ‖q_b‖ (meter)
-  float unscale[2];
-  bool qbad[2];
-  // A fragments [digit: hi, lo, fl↑(|hi|+|lo|)][k-step][register]: channels 16·ks + 2·tig + {0, 1}
-  // (registers 0, 1: rows gid, gid + 8) and + 8 (registers 2, 3).
-  uint32_t qa[kChain ? 3 : 2][8][4];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t gv = v0 + warp * 16 + gid + 8 * r;
-    const bool live = gv < nvec;
-    ctx[r] = live ? a.start_pos + gv / G + 1 : 0;
-    const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
-    const float* qg = a.q + (live ? gv / G : 0) * a.q_stride + static_cast<int64_t>(head) * kD;
-    float2 qv[8][2];
-    float amax = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        qv[ks][h] = live ? *reinterpret_cast<const float2*>(qg + 16 * ks + 8 * h + 2 * tig) : make_float2(0.0f, 0.0f);
-        amax = fmaxf(amax, fmaxf(fabsf(qv[ks][h].x), fabsf(qv[ks][h].y)));
-      }
-    }
-    // fmaxf drops NaN: a non-finite query is flagged by its own test.
-    bool bad = false;
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) bad = bad || !(fabsf(qv[ks][h].x) <= 3.0e38f) || !(fabsf(qv[ks][h].y) <= 3.0e38f);
-    }
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    bad = __shfl_xor_sync(0xffffffffu, bad, 1) || bad;
-    bad = __shfl_xor_sync(0xffffffffu, bad, 2) || bad;
-    qbad[r] = bad;
-    int e = 0;
-    if (amax > 0.0f && amax <= 3.0e38f) frexpf(amax, &e);  // amax < 2^e
-    e = max(e, -100);
-    const float scale = ldexpf(1.0f, 14 - e);
-    unscale[r] = (1.0f / scale) * inv_sqrt_d;
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t dx = Digits::Pair(qv[ks][h].x * scale), dy = Digits::Pair(qv[ks][h].y * scale);
-        qa[0][ks][2 * h + r] = (dx & 0xffffu) | (dy << 16);
-        qa[1][ks][2 * h + r] = (dx >> 16) | (dy & 0xffff0000u);
-        if constexpr (kChain) qa[2][ks][2 * h + r] = DigitAbsUp<BF16>(dx) | (DigitAbsUp<BF16>(dy) << 16);
-      }
-    }
-    if constexpr (METER) {
-#pragma unroll
-      for (int b = 0; b < kBands; ++b) {
-        double unused = 0.0;
-        qbn[r][b] = live ? cuda_kv::QueryBandNorm<kD>(qg, b, kBands, L.interleaved, &unused) : 0.0f;
-      }
-    }
-  }
+  prefill::QueryRows<BF16, kChain, METER> rows;
+  rows.Load(P, v0, warp, gid, tig, inv_sqrt_d);
+  const int64_t(&ctx)[2] = rows.ctx;
   // Tokens the CTA reads: up to the last live row's context; the warp's own limit for skips.
   const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
   const int64_t cta_end = a.start_pos + last_vec / G + 1;
@@ -251,14 +167,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
 #pragma unroll
   for (int k = 0; k < kRing - 1; ++k) issue(k);
 
-  float o[16][4];  // output accumulators: rows gid / gid+8, channels 8·ct + 2·tig + {0, 1}
-#pragma unroll
-  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  MmaHeadSums sums[2];
-  int32_t count[2] = {0, 0};
-  float m[2] = {-INFINITY, -INFINITY};
-  float vmax[2] = {0.0f, 0.0f}, that[2] = {0.0f, 0.0f}, smaxk = 0.0f;
-  int32_t rescales[2] = {0, 0};
+  prefill::RowSums<METER> acc;
+  acc.Init();
+  float that[2] = {0.0f, 0.0f}, smaxk = 0.0f;  // max T̂_t (·s_t) per row; scaled fp8: max K scale
   const float infl = meter::EpsInflation(kD, kBands);
 
   for (int k = 0; k < num_tiles; ++k) {
@@ -330,12 +241,12 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
 #pragma unroll
         for (int dg = 0; dg < 2; ++dg) {
           if (ks & 1) {
-            mma::Mma16F32<BF16>(cb[dg], qa[dg][ks], b0, b1);
+            mma::Mma16F32<BF16>(cb[dg], rows.qa[dg][ks], b0, b1);
           } else {
-            mma::Mma16F32<BF16>(ca[dg], qa[dg][ks], b0, b1);
+            mma::Mma16F32<BF16>(ca[dg], rows.qa[dg][ks], b0, b1);
           }
         }
-        if constexpr (kChain) mma::Mma16F32<BF16>(ct, qa[2][ks], b0 & 0x7fff7fffu, b1 & 0x7fff7fffu);
+        if constexpr (kChain) mma::Mma16F32<BF16>(ct, rows.qa[2][ks], b0 & 0x7fff7fffu, b1 & 0x7fff7fffu);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -343,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
         float sum = (ca[0][e] + cb[0][e]) + (ca[1][e] + cb[1][e]);
         if constexpr (F::kScaled) sum *= Bf16Bits(st.ks[tok]);
         const bool seen = base + tok < ctx[r];
-        lg[nt][e] = seen ? sum * unscale[r] : -INFINITY;
+        lg[nt][e] = seen ? sum * rows.unscale[r] : -INFINITY;
         if constexpr (kChain) {  // scaled fp8: fl(T̂_t·s_t)
           if (seen) that[r] = meter::MaxAcc(that[r], F::kScaled ? ct[e] * Bf16Bits(st.ks[tok]) : ct[e]);
         }
@@ -359,136 +270,36 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
         }
       }
     }
-    // (c) online max per row (the quad shares it), rescale on a new maximum.
-    float scale_row[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tmax = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) tmax = fmaxf(tmax, fmaxf(lg[nt][2 * r], lg[nt][2 * r + 1]));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-      scale_row[r] = 1.0f;
-      if (tmax > m[r]) {
-        if (m[r] > -INFINITY) {
-          const float f = expf(m[r] - tmax);  // may underflow to 0 for a jump > 104
-          sums[r].z *= f;
-          sums[r].b = RescaleSum(sums[r].b, f);
-          sums[r].c = RescaleSum(sums[r].c, f);
-          scale_row[r] = f;
-          ++rescales[r];
-        }
-        m[r] = tmax;
+    // (c)–(e): online softmax, certificate terms, o += P·V.
+    acc.AddTile(lg, rows.qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+      prefill::TokenTerms tt;
+      tt.rho = tt.nu = 0.0f;
+      if constexpr (METER) {
+        const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+        DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
+        tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
+        tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
       }
-    }
-    if (scale_row[0] != 1.0f || scale_row[1] != 1.0f) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        o[i][0] *= scale_row[0];
-        o[i][1] *= scale_row[0];
-        o[i][2] *= scale_row[1];
-        o[i][3] *= scale_row[1];
-      }
-    }
-    // (d) weights, certificate terms, fp16 P·s_v.
-    uint32_t pa[2][4];  // PV A fragments of the two 16-token k-steps
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      float pw[4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this n-tile
-        const int tok = nt * 8 + 2 * tig + h;
-        float w8[8], rho = 0.0f, nu = 0.0f;  // band bounds c_b·U, ρ, ν (meter)
-        if constexpr (METER) {
-          const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
-          DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), w8);
-          rho = cuda_kv::SummaryRho(st.vsum[tok]);
-          nu = cuda_kv::SummaryNu(st.vsum[tok]);
-        }
-        const float sv = F::kScaled ? Bf16Bits(st.vs[tok]) : 1.0f;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int e = 2 * r + h;
-          const float l = lg[nt][e];
-          float w = 0.0f;
-          if (l > -INFINITY) {
-            w = expf(l - m[r]);
-            if constexpr (METER) {
-              const float eps = meter::TierAEpsilon(qbn[r], w8, kBands, inv_sqrt_d, infl);
-              sums[r].Add(l, w, m[r], eps, rho);
-              vmax[r] = meter::MaxAcc(vmax[r], nu);
-            } else {
-              sums[r].z += w;
-            }
-            count[r] += 1;
-          } else if (!(l == l)) {
-            sums[r].bad = true;  // a NaN logit: the certificate is vacuous
-          }
-          pw[e] = w > 0.0f ? w * sv : 0.0f;  // a masked slot's scale may be garbage
-        }
-      }
-      // a0/a2: row gid (k-step nt/2, half nt%2); a1/a3: row gid + 8.
-      pa[nt >> 1][(nt & 1) * 2 + 0] = mma::PackHalf2(pw[0], pw[1]);
-      pa[nt >> 1][(nt & 1) * 2 + 1] = mma::PackHalf2(pw[2], pw[3]);
-    }
-    // (e) o += P·V over the 16 channel tiles.
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-      for (int ct = 0; ct < 16; ++ct) {
-        const __half* vrow = &sm.vt[ct * 8 + gid][kk * 16];
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(vrow + 2 * tig);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(vrow + 8 + 2 * tig);
-        mma::MmaF16F32(o[ct], pa[kk], b0, b1);
-      }
-    }
+      tt.sv = F::kScaled ? Bf16Bits(st.vs[tok]) : 1.0f;
+      return tt;
+    });
   }
   CpAsyncWait<0>();
 
-  // ---- per row: the quad's sums, the output, the certificate
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sums[r].AddShfl<METER>(1);
-    sums[r].AddShfl<METER>(2);
-    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
-    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 2);
-    sums[r].bad = MmaHeadSums::BadOf(sums[r].bad, 0xfu << (lane & ~3));
-    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 1));
-    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 2));
-    that[r] = meter::MaxAcc(that[r], __shfl_xor_sync(0xffffffffu, that[r], 1));
-    that[r] = meter::MaxAcc(that[r], __shfl_xor_sync(0xffffffffu, that[r], 2));
-  }
+  // ---- η per row (the quad's T̂ maxima), then the output and the certificate
+  float eta[2] = {0.0f, 0.0f};
   smaxk = meter::MaxAcc(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 1));
   smaxk = meter::MaxAcc(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 2));
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (ctx[r] == 0) continue;
-    const int64_t gv = v0 + warp * 16 + gid + 8 * r;
-    const int64_t row = gv / G;
-    const int head = static_cast<int>(kvh * G + gv % G);
-    const float inv_z = 1.0f / sums[r].z;
-    float* out = a.out + row * a.out_stride + static_cast<int64_t>(head) * kD;
-#pragma unroll
-    for (int ct = 0; ct < 16; ++ct) {
-      const float2 val = make_float2(o[ct][2 * r] * inv_z, o[ct][2 * r + 1] * inv_z);
-      *reinterpret_cast<float2*>(&out[ct * 8 + 2 * tig]) = val;
-    }
-    if (METER && tig == 0) {
-      meter::CertPartial c = sums[r].ToPartial(m[r], count[r]);
-      c.merges = rescales[r];
-      c.vmax = vmax[r];
-      if constexpr (F::kScaled) {
-        c.eta_max = cuda_kv::TcLogitEtaScaledOf<false>(that[r], smaxk, unscale[r]);
-      } else {
-        c.eta_max = cuda_kv::TcLogitEtaOf<BF16>(that[r], unscale[r]);
-      }
-      if (qbad[r]) {
-        c.eta_max = INFINITY;
-        c.bad = true;
-      }
-      a.cert[row * a.cert_row_stride + head] = meter::FinalizeCert(c, 1);
+    that[r] = meter::MaxAcc(that[r], __shfl_xor_sync(0xffffffffu, that[r], 1));
+    that[r] = meter::MaxAcc(that[r], __shfl_xor_sync(0xffffffffu, that[r], 2));
+    if constexpr (METER) {
+      eta[r] = F::kScaled ? cuda_kv::TcLogitEtaScaledOf<false>(that[r], smaxk, rows.unscale[r])
+                          : cuda_kv::TcLogitEtaOf<BF16>(that[r], rows.unscale[r]);
     }
   }
+  acc.Finish(P, rows, v0, warp, lane, eta);
 }
 
 template <class F>

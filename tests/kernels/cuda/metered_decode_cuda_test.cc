@@ -81,22 +81,6 @@ double EtaCauchySchwarzExcess(const float* q, const std::vector<float>& k, const
   return meter::EtaFactor(d) * std::max(0.0, cs - per_token) / std::sqrt(static_cast<double>(d));
 }
 
-// The same for kivi2's tensor-core logits (d = 128, the pipelined kernel; TcLogitEtaKivi2Of): η ≤
-// (c_rel·Σ_c (|hi_c| + |lo_c|)·(Z + 3S) + c_abs·2^-s)/√d with Z + 3S, a channel pair's largest
-// |z| + 3|s| over the blocks read, ≤ 3·max|k̃| (z is a stored key's value, 3s ≈ max − z) — taken
-// with room as 3.1·max_t,c |k̃_t,c| over the head's rows.
-double Kivi2TensorCoreEtaBound(const float* q, const std::vector<float>& k, int64_t S, int32_t d) {
-  double q_l1 = 0.0, qmax = 0.0, kmax = 0.0;
-  for (int32_t c = 0; c < d; ++c) {
-    q_l1 += std::fabs(static_cast<double>(q[c]));
-    qmax = std::max(qmax, std::fabs(static_cast<double>(q[c])));
-  }
-  for (int64_t i = 0; i < S * d; ++i) kmax = std::max(kmax, std::fabs(static_cast<double>(k[i])));
-  return (cuda_kv::TcLogitEtaKivi2::kRel * 1.01 * q_l1 * 3.1 * kmax +
-          cuda_kv::TcLogitEtaKivi2::kAbs * qmax * std::ldexp(1.0, -13)) /
-         std::sqrt(static_cast<double>(d));
-}
-
 struct DecodeCase {
   KvScheme scheme = KvScheme::kInt8Rtn;
   int32_t d = 64, group = 4, hkv = 2, bs = 16;
@@ -540,7 +524,7 @@ class Problem {
                                                                                 ? testing::ScaledEta::kCodeBound
                                                                                 : testing::ScaledEta::kNone)
                                     : kivi2_tc ? std::max(EtaCauchySchwarzExcess(q, ks, exact, S, d),
-                                                          Kivi2TensorCoreEtaBound(q, ks, S, d))
+                                                          testing::Kivi2TensorCoreEtaBound(q, ks, S, d))
                                                : EtaCauchySchwarzExcess(q, ks, exact, S, d)));
           auto check = [&](const char* what, double gv, double cv) {
             const bool low = gv < cv * (1.0 - kappa_slack - eta_slack);

@@ -122,6 +122,38 @@ void RunCase(const PrefillCase& c) {
     dp.Upload(pos);
     KvWriteArgs w{dk.get(), dv.get(), ds.get(), dp.get(), S, kLayer, kSeed, {}};
     ASSERT_CUDA_OK(WriteKvCuda(L, pool.layer(0), w, nullptr));
+    const int32_t full = static_cast<int32_t>(S / c.bs);
+    if (L.group_keys() && full > 0) {  // kivi2: the full blocks' keys, [full · bs, Hkv, d] rows
+      DeviceBuffer<int32_t> dblk;
+      dblk.Upload(std::vector<int32_t>(table.begin(), table.begin() + full));
+      ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0),
+                                         KeyGroupArgs{.k = dk.get(), .blocks = dblk.get(), .num_groups = full}, nullptr));
+    }
+    ASSERT_CUDART(cudaDeviceSynchronize());
+  }
+  // kivi2: the last block, if not full, lives exact in the exact-block table (one slot per KV head),
+  // as the CUDA backend stages it.
+  const bool staged_tail = L.group_keys() && S % c.bs != 0;
+  auto staged = [&](int64_t t) { return staged_tail && t / c.bs == S / c.bs; };
+  constexpr int32_t kTableLayers = kLayer + 1;
+  DeviceBuffer<int32_t> dslot;
+  DeviceBuffer<float> dexact;
+  if (L.group_keys()) {
+    std::vector<int32_t> slots(L.num_blocks * kTableLayers * c.hkv, -1);
+    std::vector<float> cache(std::max<int64_t>(1, c.hkv * 2 * c.bs * kD), NAN);  // rows past the context stay NaN
+    if (staged_tail) {
+      for (int32_t h = 0; h < c.hkv; ++h) {
+        slots[(int64_t{table[S / c.bs]} * kTableLayers + kLayer) * c.hkv + h] = h;
+        for (int64_t t = (S / c.bs) * c.bs; t < S; ++t) {
+          for (int side = 0; side < 2; ++side) {
+            const std::vector<float>& src = side == 0 ? k : v;
+            std::copy_n(&src[(t * c.hkv + h) * kD], kD, &cache[((int64_t{h} * 2 + side) * c.bs + t % c.bs) * kD]);
+          }
+        }
+      }
+    }
+    dslot.Upload(slots);
+    dexact.Upload(cache);
   }
   const int64_t out_stride = hq * kD + 8, cert_stride = hq + 3;
   DeviceBuffer<float> dq, dout;
@@ -145,6 +177,12 @@ void RunCase(const PrefillCase& c) {
   a.out_stride = out_stride;
   a.cert = dc.get();
   a.cert_row_stride = cert_stride;
+  if (L.group_keys()) {
+    a.exact_slot = dslot.get();
+    a.exact_kv = dexact.get();
+    a.layer = kLayer;
+    a.num_layers = kTableLayers;
+  }
   ASSERT_CUDA_OK(MeteredPrefillCuda(L, pool.layer(0), a, nullptr));
   ASSERT_CUDART(cudaDeviceSynchronize());
   const std::vector<float> gout = dout.Download();
@@ -162,12 +200,27 @@ void RunCase(const PrefillCase& c) {
     for (int64_t t = 0; t < S; ++t) {
       const int64_t vec = (static_cast<int64_t>(table[t / c.bs]) * c.hkv + h) * c.bs + t % c.bs;
       auto ksl = hp.CpuSlot(vec, false), vsl = hp.CpuSlot(vec, true);
-      codec.Decode(ksl.data(), kD, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * kD]);
-      codec.Decode(vsl.data(), kD, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * kD]);
-      hp.KeyBounds(vec, &kw[t * kBands]);
-      hp.ValueSummary(vec, &vrho[t], &vbound[t]);
       std::copy_n(&k[(t * c.hkv + h) * kD], kD, &kx[t * kD]);
       std::copy_n(&v[(t * c.hkv + h) * kD], kD, &vx[t * kD]);
+      if (staged(t)) {  // read exact: no residual, ν = ‖v‖ (rounded up)
+        std::copy_n(&kx[t * kD], kD, &ks[t * kD]);
+        std::copy_n(&vx[t * kD], kD, &vs[t * kD]);
+        std::fill_n(&kw[t * kBands], kBands, 0.0f);
+        double n2 = 0.0;
+        for (int j = 0; j < kD; ++j) n2 += static_cast<double>(vx[t * kD + j]) * vx[t * kD + j];
+        vrho[t] = 0.0f;
+        vbound[t] = static_cast<float>(std::sqrt(n2) * (1.0 + 1e-6));
+        continue;
+      }
+      if (L.group_keys()) {
+        const std::vector<uint8_t> gp = hp.CpuGroupParams(vec / c.bs);
+        codec.DecodeInGroup(ksl.data(), gp.data(), kD, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * kD]);
+      } else {
+        codec.Decode(ksl.data(), kD, CodecContext{kSeed, kLayer, h, t, false}, &ks[t * kD]);
+      }
+      codec.ForValues()->Decode(vsl.data(), kD, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * kD]);
+      hp.KeyBounds(vec, &kw[t * kBands]);
+      hp.ValueSummary(vec, &vrho[t], &vbound[t]);
     }
     for (int64_t i = 0; i < c.rows; ++i) {
       const int64_t ctx = c.start + i + 1;
@@ -216,8 +269,9 @@ void RunCase(const PrefillCase& c) {
         // Float keys: the tensor-core η (tc_logit_eta.cuh) may exceed the CPU's fp32 one; A − 1 may
         // then sit above the CPU's by e^{2Δη}, squared through (A² − 1)/2 (as in the decode test).
         const double tc_allowance =
-            c.scheme == KvScheme::kInt8Rtn
-                ? 1.0
+            c.scheme == KvScheme::kInt8Rtn ? 1.0
+            : L.group_keys()
+                ? std::exp(4.0 * testing::Kivi2TensorCoreEtaBound(qr, ks, ctx, kD))
                 : std::exp(4.0 * testing::TensorCoreEtaBound(qr, ks, {}, ctx, kD, c.scheme == KvScheme::kBf16,
                                                              c.scheme == KvScheme::kFp8Scaled
                                                                  ? testing::ScaledEta::kPerToken
@@ -303,9 +357,11 @@ TEST(MeteredPrefillCuda, AdversarialSoundness) {
   }
 }
 
-constexpr KvScheme kFloatKeySchemes[] = {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled};
+constexpr KvScheme kFloatKeySchemes[] = {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled,
+                                         KvScheme::kKivi2};
 
-// The 16-bit-float keys, one small chunk each, meter on and off (also the sanitizer case).
+// The tensor-core-logit schemes (16-bit-float keys, kivi2), one small chunk each, meter on and
+// off (also the sanitizer case).
 TEST(MeteredPrefillCuda, FloatKeysSmallMatchesCpu) {
   WITCERT_SKIP_WITHOUT_GPU();
   for (KvScheme scheme : kFloatKeySchemes) {
@@ -314,7 +370,7 @@ TEST(MeteredPrefillCuda, FloatKeysSmallMatchesCpu) {
       c.scheme = scheme;
       c.group = 4;
       c.start = 45;
-      c.rows = 19;
+      c.rows = 22;  // 67 tokens: kivi2's last block (bs 16) is staged
       c.meter = meter;
       c.seed = 5 + static_cast<uint32_t>(scheme);
       RunCase(c);
@@ -322,7 +378,8 @@ TEST(MeteredPrefillCuda, FloatKeysSmallMatchesCpu) {
   }
 }
 
-// The 16-bit-float keys (fp16, bf16, fp8-e4m3 raw and scaled): the same oracle, small and long
+// The tensor-core-logit schemes (fp16, bf16, fp8-e4m3 raw and scaled, kivi2: its last block read
+// exact from the exact-block table where it is not full): the same oracle, small and long
 // chunks, GQA 1/4/8, both RoPE pairings, meter on and off, and the adversarial inputs.
 TEST(MeteredPrefillCuda, FloatKeysMatchCpu) {
   WITCERT_SKIP_WITHOUT_GPU();
@@ -357,11 +414,11 @@ TEST(MeteredPrefillCuda, RejectsOtherShapes) {
   L.scheme = KvScheme::kInt8Rtn;
   EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8));
   EXPECT_FALSE(MeteredPrefillCudaSupports(L, 7));  // Hq not a multiple of Hkv
-  for (KvScheme other : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn, KvScheme::kKivi2, KvScheme::kFp32}) {
+  for (KvScheme other : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn, KvScheme::kFp32}) {
     L.scheme = other;
     EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(other).name;
   }
-  for (KvScheme taken : {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled}) {
+  for (KvScheme taken : {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled, KvScheme::kKivi2}) {
     L.scheme = taken;
     EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(taken).name;
   }
@@ -380,6 +437,24 @@ TEST(MeteredPrefillCuda, RejectsOtherShapes) {
   a.num_rows = 4;
   a.start_pos = 10;
   EXPECT_FALSE(MeteredPrefillCuda(L, PagedKvLayer{}, a, nullptr).ok);  // null pointers
+  // The exact-block table: required with kivi2, refused with any other scheme.
+  float dummy[4] = {};
+  int32_t table[4] = {};
+  a.q = a.out = dummy;
+  a.block_table = table;
+  a.max_blocks = 4;
+  a.meter = false;
+  a.exact_slot = table;
+  a.exact_kv = dummy;
+  a.num_layers = 1;
+  const CudaStatus with_table = MeteredPrefillCuda(L, PagedKvLayer{}, a, nullptr);
+  EXPECT_FALSE(with_table.ok);
+  EXPECT_NE(with_table.message.find("exact-block table"), std::string::npos) << with_table.message;
+  L.scheme = KvScheme::kKivi2;
+  a.exact_slot = nullptr;
+  const CudaStatus without = MeteredPrefillCuda(L, PagedKvLayer{}, a, nullptr);
+  EXPECT_FALSE(without.ok);
+  EXPECT_NE(without.message.find("exact-block table"), std::string::npos) << without.message;
 }
 
 }  // namespace

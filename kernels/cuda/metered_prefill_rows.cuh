@@ -1,0 +1,277 @@
+// What the chunked-prefill kernels on 16-bit tensor-core logits share (metered_prefill_float.cu:
+// fp16, bf16, fp8-e4m3; metered_prefill_kivi2.cu): a thread's two query rows (gid and gid + 8 of
+// its warp's 16 vectors) — their query digits, band norms and context — and their running sums:
+// the online softmax, the certificate terms, p·v, and the final output and certificate.
+//
+// Layouts (mma.m16n8k16, ops/mma_f16.cuh): the logits of a 32-token tile are lg[nt][e], n-tile
+// nt's C element e: row gid (e < 2) or gid + 8, token 8·nt + 2·tig + (e & 1) in natural order,
+// so two n-tiles' C fragments are one PV A fragment, and the V tile is [channel, token] fp16.
+// The rescale argument (one rounded exponential per rescale = one merge of cert_math.h's
+// SumInflation) is metered_prefill_int8.cu's.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/f16_digits.cuh"
+#include "kernels/cuda/metered_prefill_launch.h"
+#include "kernels/cuda/mma_head_sums.cuh"
+#include "kernels/cuda/ops/mma_f16.cuh"
+#include "kernels/meter/cert_math.h"
+
+namespace witcert::prefill {
+
+constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
+
+// A 16-bit value (fp16 / bf16 bits in the low half) as fp32, exact.
+template <bool BF16>
+__device__ __forceinline__ float HalfBitsToFloat(uint32_t h) {
+  if constexpr (BF16) {
+    return __uint_as_float(h << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  }
+}
+
+// fl↑(|hi| + |lo|) of a digit pair in its format: ≥ |hi| + |lo| (an fp32 sum rounded up, then a
+// conversion rounded up), as 16 bits.
+template <bool BF16>
+__device__ __forceinline__ uint32_t DigitAbsUp(uint32_t pair) {
+  const float s = __fadd_ru(fabsf(HalfBitsToFloat<BF16>(pair & 0xffffu)), fabsf(HalfBitsToFloat<BF16>(pair >> 16)));
+  if constexpr (BF16) {
+    return __bfloat16_as_ushort(__float2bfloat16_ru(s));
+  } else {
+    return __half_as_ushort(__float2half_ru(s));
+  }
+}
+
+// The thread's two rows r = 0, 1 (vectors warp·16 + gid + 8r of the CTA). Each vector's query is
+// x = q·2^s (s puts max|x_c| below 2^14) as two digits of the format, hi + lo (f16_digits.cuh):
+// qa[0] / qa[1], A fragments [k-step][register] of channels 16·ks + 2·tig + {0, 1} (registers 0, 1:
+// rows gid, gid + 8) and + 8 (registers 2, 3); with ABS, qa[2] = fl↑(|hi| + |lo|) digit-wise.
+// unscale = fl(2^-s·fl(1/√d)), as the decode kernel's TcQueryFragments. A non-finite query sets bad.
+template <bool BF16, bool ABS, bool METER>
+struct QueryRows {
+  int64_t ctx[2];        // tokens the row's vector sees (0: not a vector of the chunk)
+  const float* q[2];     // the row's query (row 0's for a dead row)
+  float qbn[2][kBands];  // ‖q_b‖ (meter)
+  float unscale[2];
+  bool bad[2];
+  uint32_t qa[ABS ? 3 : 2][8][4];
+
+  __device__ __forceinline__ void Load(const Params& P, int64_t v0, int warp, int gid, int tig, float inv_sqrt_d) {
+    using Digits = cuda_kv::DigitFormat<BF16>;
+    const MeteredPrefillCudaArgs& a = P.a;
+    const int G = P.group;
+    const int64_t nvec = a.num_rows * G;
+    const int kvh = blockIdx.y;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t gv = v0 + warp * 16 + gid + 8 * r;
+      const bool live = gv < nvec;
+      ctx[r] = live ? a.start_pos + gv / G + 1 : 0;
+      const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
+      q[r] = a.q + (live ? gv / G : 0) * a.q_stride + static_cast<int64_t>(head) * kD;
+      float2 qv[8][2];
+      float amax = 0.0f;
+      bool nonfinite = false;  // fmaxf drops NaN: tested on its own
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          qv[ks][h] = live ? *reinterpret_cast<const float2*>(q[r] + 16 * ks + 8 * h + 2 * tig) : make_float2(0.0f, 0.0f);
+          amax = fmaxf(amax, fmaxf(fabsf(qv[ks][h].x), fabsf(qv[ks][h].y)));
+          nonfinite = nonfinite || !(fabsf(qv[ks][h].x) <= 3.0e38f) || !(fabsf(qv[ks][h].y) <= 3.0e38f);
+        }
+      }
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      nonfinite = __shfl_xor_sync(0xffffffffu, nonfinite, 1) || nonfinite;
+      nonfinite = __shfl_xor_sync(0xffffffffu, nonfinite, 2) || nonfinite;
+      bad[r] = nonfinite;
+      int e = 0;
+      if (amax > 0.0f && amax <= 3.0e38f) frexpf(amax, &e);  // amax < 2^e
+      e = max(e, -100);
+      const float scale = ldexpf(1.0f, 14 - e);
+      unscale[r] = (1.0f / scale) * inv_sqrt_d;
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t dx = Digits::Pair(qv[ks][h].x * scale), dy = Digits::Pair(qv[ks][h].y * scale);
+          qa[0][ks][2 * h + r] = (dx & 0xffffu) | (dy << 16);
+          qa[1][ks][2 * h + r] = (dx >> 16) | (dy & 0xffff0000u);
+          if constexpr (ABS) qa[2][ks][2 * h + r] = DigitAbsUp<BF16>(dx) | (DigitAbsUp<BF16>(dy) << 16);
+        }
+      }
+      if constexpr (METER) {
+#pragma unroll
+        for (int b = 0; b < kBands; ++b) {
+          double unused = 0.0;
+          qbn[r][b] = live ? cuda_kv::QueryBandNorm<kD>(q[r], b, kBands, P.layout.interleaved, &unused) : 0.0f;
+        }
+      }
+    }
+  }
+};
+
+// What the certificate needs of one token (meter only): the key band bounds c_b·U (ε̂ = 0 where
+// all are 0), ρ and ν ≥ ‖ṽ‖ + ρ; and the V scale the weight is multiplied by before p·v (1 when
+// the values carry their own).
+struct TokenTerms {
+  float w8[kBands];
+  float rho, nu, sv;
+};
+
+// The thread's two rows' running state: output accumulators o [channel tile][C element] (rows
+// gid / gid + 8, channels 8·ct + 2·tig + {0, 1}), online max m, the certificate sums.
+template <bool METER>
+struct RowSums {
+  float o[16][4];
+  cuda_kv::MmaHeadSums sums[2];
+  int32_t count[2];  // tokens summed per row (a non-finite logit's row is bad anyway)
+  float m[2];
+  float vmax[2];
+  int32_t rescales[2];
+
+  __device__ __forceinline__ void Init() {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      count[r] = 0;
+      m[r] = -INFINITY;
+      vmax[r] = 0.0f;
+      rescales[r] = 0;
+    }
+  }
+
+  // One tile: the online max per row (the quad shares it), a rescale on a new maximum; then each
+  // token's weight, its certificate terms (terms(tok) → TokenTerms) and o += P·V over the V tile
+  // vt [channel][kVPitch].
+  template <class Terms>
+  __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const float (&qbn)[2][kBands], float inv_sqrt_d,
+                                          float infl, const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
+    float scale_row[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) tmax = fmaxf(tmax, fmaxf(lg[nt][2 * r], lg[nt][2 * r + 1]));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+      scale_row[r] = 1.0f;
+      if (tmax > m[r]) {
+        if (m[r] > -INFINITY) {
+          const float f = expf(m[r] - tmax);  // may underflow to 0 for a jump > 104
+          sums[r].z *= f;
+          sums[r].b = RescaleSum(sums[r].b, f);
+          sums[r].c = RescaleSum(sums[r].c, f);
+          scale_row[r] = f;
+          ++rescales[r];
+        }
+        m[r] = tmax;
+      }
+    }
+    if (scale_row[0] != 1.0f || scale_row[1] != 1.0f) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        o[i][0] *= scale_row[0];
+        o[i][1] *= scale_row[0];
+        o[i][2] *= scale_row[1];
+        o[i][3] *= scale_row[1];
+      }
+    }
+    uint32_t pa[2][4];  // PV A fragments of the two 16-token k-steps
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      float pw[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this n-tile
+        const TokenTerms tt = terms(nt * 8 + 2 * tig + h);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + h;
+          const float l = lg[nt][e];
+          float w = 0.0f;
+          if (l > -INFINITY) {
+            w = expf(l - m[r]);
+            if constexpr (METER) {
+              const float eps = meter::TierAEpsilon(qbn[r], tt.w8, kBands, inv_sqrt_d, infl);
+              sums[r].Add(l, w, m[r], eps, tt.rho);
+              vmax[r] = meter::MaxAcc(vmax[r], tt.nu);
+            } else {
+              sums[r].z += w;
+            }
+            count[r] += 1;
+          } else if (!(l == l)) {
+            sums[r].bad = true;  // a NaN logit: the certificate is vacuous
+          }
+          pw[e] = w > 0.0f ? w * tt.sv : 0.0f;  // a masked slot's scale may be garbage
+        }
+      }
+      // a0/a2: row gid (k-step nt/2, half nt%2); a1/a3: row gid + 8.
+      pa[nt >> 1][(nt & 1) * 2 + 0] = mma::PackHalf2(pw[0], pw[1]);
+      pa[nt >> 1][(nt & 1) * 2 + 1] = mma::PackHalf2(pw[2], pw[3]);
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+      for (int ct = 0; ct < 16; ++ct) {
+        const __half* vrow = &vt[ct * 8 + gid][kk * 16];
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(vrow + 2 * tig);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(vrow + 8 + 2 * tig);
+        mma::MmaF16F32(o[ct], pa[kk], b0, b1);
+      }
+    }
+  }
+
+  // The quad's sums, then each live row's output and (meter) certificate with logit bound eta[r].
+  // Every lane of the warp calls.
+  template <class Rows>
+  __device__ __forceinline__ void Finish(const Params& P, const Rows& rows, int64_t v0, int warp, int lane,
+                                         const float (&eta)[2]) {
+    const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sums[r].template AddShfl<METER>(1);
+      sums[r].template AddShfl<METER>(2);
+      count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
+      count[r] += __shfl_xor_sync(0xffffffffu, count[r], 2);
+      sums[r].bad = cuda_kv::MmaHeadSums::BadOf(sums[r].bad, 0xfu << (lane & ~3));
+      vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 1));
+      vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 2));
+    }
+    const MeteredPrefillCudaArgs& a = P.a;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (rows.ctx[r] == 0) continue;
+      const int64_t gv = v0 + warp * 16 + gid + 8 * r;
+      const int64_t row = gv / P.group;
+      const int head = static_cast<int>(blockIdx.y * P.group + gv % P.group);
+      const float inv_z = 1.0f / sums[r].z;
+      float* out = a.out + row * a.out_stride + static_cast<int64_t>(head) * kD;
+#pragma unroll
+      for (int ct = 0; ct < 16; ++ct) {
+        const float2 val = make_float2(o[ct][2 * r] * inv_z, o[ct][2 * r + 1] * inv_z);
+        *reinterpret_cast<float2*>(&out[ct * 8 + 2 * tig]) = val;
+      }
+      if (METER && tig == 0) {
+        meter::CertPartial c = sums[r].ToPartial(m[r], count[r]);
+        c.merges = rescales[r];
+        c.vmax = vmax[r];
+        c.eta_max = eta[r];
+        if (rows.bad[r]) {
+          c.eta_max = INFINITY;
+          c.bad = true;
+        }
+        a.cert[row * a.cert_row_stride + head] = meter::FinalizeCert(c, 1);
+      }
+    }
+  }
+};
+
+}  // namespace witcert::prefill
