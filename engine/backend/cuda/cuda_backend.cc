@@ -472,6 +472,12 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.out_stride = q_dim;
         a.cert = meter ? cert_.get() + cell0 : nullptr;
         a.cert_row_stride = hq;
+        if (staged_ != nullptr) {  // kivi2: the chunk's unfilled blocks are read exact
+          a.exact_slot = exact_.slot.get();
+          a.exact_kv = exact_.kv.get();
+          a.layer = layer;
+          a.num_layers = layers;
+        }
         WITCERT_KERNEL_OK(MeteredPrefillCuda(layout_, pool_.layer(layer), a, stream_));
         if (meter) {
           WITCERT_KERNEL_OK(RowNormsCuda(a.out, len * hq, d, out_norm_.get() + cell0, stream_));
