@@ -86,16 +86,19 @@ struct Stage {
   alignas(16) uint32_t vsum[kTile];       // V summaries: bf16 ρ (low half), ν (high half)
 };
 
-template <class F>
+template <class F, bool METER>
 struct Smem {
   Stage<F> ring[kRing];
   uint16_t k16[F::kFp8 ? kTile : 1][kD];  // fp8: the K tile as fp16, chunks swizzled as kc's
   __half vt[kD][kVPitch];                 // V of the current tile as fp16, [channel, token]
+  // With the meter the query's lo and fl↑(|hi| + |lo|) digits live here, not in registers
+  // (QueryRows with SMEM_DIGITS): [warp][digit − 1][k-step][lane].
+  uint4 qdig[METER ? prefill::kWarps : 1][2][8][32];
 };
 
 // The 16-bit key rows of a tile (swizzled), as 32-bit words [token][64].
-template <class F>
-__device__ __forceinline__ const uint32_t* KeyWords(const Smem<F>& sm, const Stage<F>& st) {
+template <class F, bool METER>
+__device__ __forceinline__ const uint32_t* KeyWords(const Smem<F, METER>& sm, const Stage<F>& st) {
   if constexpr (F::kFp8) {
     return reinterpret_cast<const uint32_t*>(&sm.k16[0][0]);
   } else {
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   constexpr bool BF16 = F::kBf16;
   constexpr bool kChain = METER;  // η from the T̂ chain
   extern __shared__ __align__(16) uint8_t dsm[];
-  Smem<F>& sm = *reinterpret_cast<Smem<F>*>(dsm);
+  Smem<F, METER>& sm = *reinterpret_cast<Smem<F, METER>*>(dsm);
   const MeteredPrefillCudaArgs& a = P.a;
   const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -118,8 +121,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   const int64_t n = a.num_rows, nvec = n * G;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
-  prefill::QueryRows<BF16, kChain, METER> rows;
-  rows.Load(P, v0, warp, gid, tig, inv_sqrt_d);
+  prefill::QueryRows<BF16, kChain, METER, METER> rows;
+  rows.Load(P, v0, warp, gid, tig, inv_sqrt_d, &sm.qdig[METER ? warp : 0][0][0][0]);
   const int64_t(&ctx)[2] = rows.ctx;
   // Tokens the CTA reads: up to the last live row's context; the warp's own limit for skips.
   const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
@@ -240,13 +243,19 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
         const uint32_t b1 = kw32[brow * 64 + (((2 * ks + 1) ^ sw) << 2) + tig];
 #pragma unroll
         for (int dg = 0; dg < 2; ++dg) {
+          uint32_t qf[4];
+          rows.Frag(dg, ks, qf);
           if (ks & 1) {
-            mma::Mma16F32<BF16>(cb[dg], rows.qa[dg][ks], b0, b1);
+            mma::Mma16F32<BF16>(cb[dg], qf, b0, b1);
           } else {
-            mma::Mma16F32<BF16>(ca[dg], rows.qa[dg][ks], b0, b1);
+            mma::Mma16F32<BF16>(ca[dg], qf, b0, b1);
           }
         }
-        if constexpr (kChain) mma::Mma16F32<BF16>(ct, rows.qa[2][ks], b0 & 0x7fff7fffu, b1 & 0x7fff7fffu);
+        if constexpr (kChain) {
+          uint32_t qf[4];
+          rows.Frag(2, ks, qf);
+          mma::Mma16F32<BF16>(ct, qf, b0 & 0x7fff7fffu, b1 & 0x7fff7fffu);
+        }
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -304,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
 
 template <class F>
 CudaStatus Launch(const Params& p, dim3 grid, cudaStream_t stream) {
-  const size_t smem = sizeof(Smem<F>);
+  const size_t smem = p.a.meter ? sizeof(Smem<F, true>) : sizeof(Smem<F, false>);
   auto kernel = p.a.meter ? MeteredPrefillFloatKernel<F, true> : MeteredPrefillFloatKernel<F, false>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));

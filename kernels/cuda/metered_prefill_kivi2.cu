@@ -7,18 +7,22 @@
 //  * Keys: k̃_c = fl(z_c + s_c·m_c), fp16 (z_c, s_c) per channel of the (block, KV head), 2-bit
 //    codes m_c = b0_c + 2·b1_c. Per tile the CTA converts the codes once into two bit-plane tiles,
 //    R0 = s_c·b0_c and R1 = s_c·b1_c (exact fp16: s_c or 0), 16-byte chunks swizzled by token % 8.
-//    Per n-tile (8 tokens, one block since block_size ≥ 8) and query digit g (hi, lo): the planes
-//    in two chains of 4 k-steps each (even, odd), the block's zero row (B = z in every column, a
-//    broadcast load) in a chain of 8; then P0 = (ca0_hi + cb0_hi) + (ca0_lo + cb0_lo), P1 the same
-//    over R1, Pz = cz_hi + cz_lo, and the sum (P0 + Pz) + 2·P1 (Kivi2TcDot's order), times the
-//    vector's unscale: the decode kernel's arithmetic, so TcLogitEtaKivi2Of bounds it, with
-//    Ŵ = Σ_c (|hi_c| + |lo_c|)·(Z(c) + 3·S(c)), Z(c), S(c) the largest |z_c|, |s_c| over every coded
+//    Per n-tile (8 tokens, one block since block_size ≥ 8) and query digit g (hi, lo): each plane
+//    and the block's zero row (B = z in every column, a broadcast load) in a chain of 8 k-steps;
+//    then P0 = c0_hi + c0_lo, P1 the same over R1, Pz = cz_hi + cz_lo, and (P0 + Pz) + 2·P1
+//    (Kivi2TcDot's order), times the vector's unscale. TcLogitEtaKivi2Of bounds it, with Ŵ =
+//    Σ_c (|hi_c| + |lo_c|)·(Z(c) + 3·S(c)), Z(c), S(c) the largest |z_c|, |s_c| over every coded
 //    block the CTA read (kept per channel in shared memory; the per-lane sum has ≤ 37 roundings of
-//    non-negative terms, inside that function's (1 + 2^-16)).
+//    non-negative terms, inside that function's (1 + 2^-16)). That bound's derivation
+//    (tc_logit_eta.cuh) takes the planes in chains of 4 and the zeros in a chain of 8 and bounds
+//    the MMAs' error by 8.02μ·W; with the planes in chains of 8 too, the error is ≤ 8.02μ·(T_P0 +
+//    2·T_P1 + T_z) ≤ 8.02μ·W (b0 + 2·b1 = m ≤ 3), the same, and the sum has five fp32 additions
+//    where the derivation counts nine.
 //  * Blocks listed in the exact table (unencoded: the chunk's last, partly filled block) are read
 //    exact: their n-tiles' logits are fp32 dots on CUDA cores (the decode kernel's KeyLogit: η_t =
 //    EtaFactor(d)·Σ|q_c k_c|/√d), ε̂ = ρ = 0, ν = ‖v‖ of the exact row (wide-range form), their
-//    values from the exact row. The vector's η is the larger of the two kinds'.
+//    values from the exact row. The vector's η is the larger of the two kinds'. The CTA computes a
+//    tile's exact logits together into shared memory before the tensor-core pass (Smem::xlg).
 //  * Values, output only: ṽ_c = z + s·m_c rounded to fp16 in the [channel, token] tile.
 #include <cuda_fp16.h>
 
@@ -69,6 +73,11 @@ struct Smem {
   uint32_t plane[2][kTile][kD / 2];  // R0, R1 as fp16 pairs [token][word], 16-byte chunks swizzled by token % 8
   __half vt[kD][kVPitch];            // V of the current tile as fp16, [channel, token]
   float zmax[kD], smax[kD];          // Z(c), S(c) over the coded blocks read
+  // A tile with an exact block: each (vector, token)'s fp32 logit and η, each token's ν = ‖v‖,
+  // computed by the whole CTA before the tensor-core pass, which only reads them: inside that
+  // pass the fp32 dots would take registers from the MMAs (and spill).
+  float xlg[kVecs][kTile], xeta[kVecs][kTile], xnu[kTile];
+  uint4 qdig[prefill::kWarps][1][8][32];  // meter: the query's lo digit (QueryRows with SMEM_DIGITS)
 };
 
 // ≥ ‖x‖ of a [kD] fp32 row in global memory, by one thread: the wide-range form of
@@ -98,7 +107,7 @@ __device__ __forceinline__ float ExactRowNorm(const float* x) {
 template <bool METER>
 __device__ __forceinline__ float ExactLogit(const float* q, const float* k, float inv_sqrt_d, float* eta) {
   float dot = 0.0f, ad = 0.0f;
-#pragma unroll 4
+#pragma unroll 1
   for (int c = 0; c < kD; c += 4) {
     const float4 xv = __ldg(reinterpret_cast<const float4*>(k + c));
     const float4 qv = __ldg(reinterpret_cast<const float4*>(q + c));
@@ -126,8 +135,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
   const int bs = L.block_size, bshift = P.bs_shift;
 
-  prefill::QueryRows<false, false, METER> rows;
-  rows.Load(P, v0, warp, gid, tig, inv_sqrt_d);
+  prefill::QueryRows<false, false, METER, METER> rows;
+  rows.Load(P, v0, warp, gid, tig, inv_sqrt_d, &sm.qdig[warp][0][0][0]);
   sm.zmax[tid] = 0.0f;  // kThreads == kD: thread c owns channel c's maxima
   sm.smax[tid] = 0.0f;
   const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
@@ -244,6 +253,27 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
         *reinterpret_cast<uint4*>(&sm.plane[1][kt][chunk * 4]) = make_uint4(r1[0], r1[1], r1[2], r1[3]);
       }
     }
+    // (b') a tile with an exact block: its exact tokens' logits, η and ν, CTA-wide.
+    bool tile_exact = false;
+    for (int b = 0; b < tile_blocks; ++b) tile_exact = tile_exact || st.eslot[b] >= 0;
+    if (tile_exact) {
+#pragma unroll 1
+      for (int i = tid; i < kVecs * kTile; i += kThreads) {
+        const int v = i / kTile, t = i % kTile;
+        const int64_t gv = v0 + v;
+        const float* xk = exact_row(t, 0);
+        if (gv >= nvec || xk == nullptr || base + t >= a.start_pos + gv / G + 1) continue;  // unread
+        const int head = static_cast<int>(kvh * G + gv % G);
+        float eta = 0.0f;
+        sm.xlg[v][t] =
+            ExactLogit<METER>(a.q + (gv / G) * a.q_stride + static_cast<int64_t>(head) * kD, xk, inv_sqrt_d, &eta);
+        sm.xeta[v][t] = eta;
+      }
+      if (METER && tid < kTile) {
+        const float* xv = exact_row(tid, 1);
+        sm.xnu[tid] = xv != nullptr && base + tid < cta_end ? ExactRowNorm(xv) : 0.0f;
+      }
+    }
     // (c) η's per-channel maxima over the tile's coded blocks with a token the CTA reads.
     if constexpr (METER) {
       for (int b = 0; b < tile_blocks; ++b) {
@@ -264,57 +294,42 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const int tb = tile_block(base, nt * 8);
-      if (st.eslot[tb] >= 0) {  // an exact block (uniform across the CTA)
+      if (st.eslot[tb] >= 0) {  // an exact block (uniform across the CTA): computed in (b')
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, tok = nt * 8 + 2 * tig + (e & 1);
-          lg[nt][e] = -INFINITY;
-          if (base + tok < rows.ctx[r]) {
-            float eta = 0.0f;
-            lg[nt][e] = ExactLogit<METER>(rows.q[r], exact_row(tok, 0), inv_sqrt_d, &eta);
-            if constexpr (METER) eta_exact[r] = meter::MaxAcc(eta_exact[r], eta);
-          }
+          const int r = e >> 1, tok = nt * 8 + 2 * tig + (e & 1), v = warp * 16 + gid + 8 * r;
+          const bool seen = base + tok < rows.ctx[r];
+          lg[nt][e] = seen ? sm.xlg[v][tok] : -INFINITY;
+          if (METER && seen) eta_exact[r] = meter::MaxAcc(eta_exact[r], sm.xeta[v][tok]);
         }
         continue;
       }
       const uint32_t* zrow = st.kparam[tb];
       const int brow = nt * 8 + gid, sw = brow & 7;
-      float psum[3][4];  // P0, P1, Pz per C element
+      float cp[2][2][4] = {}, cz[2][4] = {};  // [plane][digit][element], [digit][element]: chains of 8
 #pragma unroll
-      for (int pl = 0; pl < 2; ++pl) {  // one plane at a time: fewer live accumulators
-        float ca[2][4] = {}, cb[2][4] = {};  // [digit][element]: even and odd k-steps
+      for (int ks = 0; ks < 8; ++ks) {
+        const uint32_t p00 = sm.plane[0][brow][(((2 * ks) ^ sw) << 2) + tig];
+        const uint32_t p01 = sm.plane[0][brow][(((2 * ks + 1) ^ sw) << 2) + tig];
+        const uint32_t p10 = sm.plane[1][brow][(((2 * ks) ^ sw) << 2) + tig];
+        const uint32_t p11 = sm.plane[1][brow][(((2 * ks + 1) ^ sw) << 2) + tig];
+        const uint32_t z0 = zrow[16 * ks + 2 * tig], z1 = zrow[16 * ks + 8 + 2 * tig];  // the k-step's zeros
 #pragma unroll
-        for (int ks = 0; ks < 8; ++ks) {
-          const uint32_t b0 = sm.plane[pl][brow][(((2 * ks) ^ sw) << 2) + tig];
-          const uint32_t b1 = sm.plane[pl][brow][(((2 * ks + 1) ^ sw) << 2) + tig];
-#pragma unroll
-          for (int dg = 0; dg < 2; ++dg) {
-            if (ks & 1) {
-              mma::MmaF16F32(cb[dg], rows.qa[dg][ks], b0, b1);
-            } else {
-              mma::MmaF16F32(ca[dg], rows.qa[dg][ks], b0, b1);
-            }
-          }
+        for (int dg = 0; dg < 2; ++dg) {
+          uint32_t qf[4];
+          rows.Frag(dg, ks, qf);
+          mma::MmaF16F32(cp[0][dg], qf, p00, p01);
+          mma::MmaF16F32(cp[1][dg], qf, p10, p11);
+          mma::MmaF16F32(cz[dg], qf, z0, z1);
         }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) psum[pl][e] = (ca[0][e] + cb[0][e]) + (ca[1][e] + cb[1][e]);
-      }
-      {
-        float cz[2][4] = {};
-#pragma unroll
-        for (int ks = 0; ks < 8; ++ks) {
-          const uint32_t z0 = zrow[16 * ks + 2 * tig], z1 = zrow[16 * ks + 8 + 2 * tig];  // the k-step's zeros
-#pragma unroll
-          for (int dg = 0; dg < 2; ++dg) mma::MmaF16F32(cz[dg], rows.qa[dg][ks], z0, z1);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) psum[2][e] = cz[0][e] + cz[1][e];
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, tok = nt * 8 + 2 * tig + (e & 1);
-        lg[nt][e] = base + tok < rows.ctx[r] ? fmaf(2.0f, psum[1][e], psum[0][e] + psum[2][e]) * rows.unscale[r]
-                                             : -INFINITY;
+        const float p0 = cp[0][0][e] + cp[0][1][e];
+        const float p1 = cp[1][0][e] + cp[1][1][e];
+        const float pz = cz[0][e] + cz[1][e];
+        lg[nt][e] = base + tok < rows.ctx[r] ? fmaf(2.0f, p1, p0 + pz) * rows.unscale[r] : -INFINITY;
       }
     }
     // (e)–(g): online softmax, certificate terms, o += P·V.
@@ -323,11 +338,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
       tt.rho = tt.nu = 0.0f;
       tt.sv = 1.0f;
       if constexpr (METER) {
-        const float* xv = exact_row(tok, 1);
-        if (xv != nullptr) {
+        if (st.eslot[tile_block(base, tok)] >= 0) {
 #pragma unroll
           for (int b = 0; b < kBands; ++b) tt.w8[b] = 0.0f;
-          tt.nu = base + tok < cta_end ? ExactRowNorm(xv) : 0.0f;
+          tt.nu = sm.xnu[tok];
         } else {
           const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
           DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
@@ -351,7 +365,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
       for (int ks = 0; ks < 8; ++ks) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint32_t hi = rows.qa[0][ks][2 * h + r], lo = rows.qa[1][ks][2 * h + r];
+          uint32_t fh[4], fl[4];
+          rows.Frag(0, ks, fh);
+          rows.Frag(1, ks, fl);
+          const uint32_t hi = fh[2 * h + r], lo = fl[2 * h + r];
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const int c = 16 * ks + 8 * h + 2 * tig + j;

@@ -49,32 +49,63 @@ __device__ __forceinline__ uint32_t DigitAbsUp(uint32_t pair) {
 }
 
 // The thread's two rows r = 0, 1 (vectors warp·16 + gid + 8r of the CTA). Each vector's query is
-// x = q·2^s (s puts max|x_c| below 2^14) as two digits of the format, hi + lo (f16_digits.cuh):
-// qa[0] / qa[1], A fragments [k-step][register] of channels 16·ks + 2·tig + {0, 1} (registers 0, 1:
-// rows gid, gid + 8) and + 8 (registers 2, 3); with ABS, qa[2] = fl↑(|hi| + |lo|) digit-wise.
+// x = q·2^s (s puts max|x_c| below 2^14) as two digits of the format, hi + lo (f16_digits.cuh),
+// and with ABS a third, fl↑(|hi| + |lo|) digit-wise: A fragments [k-step][register] of channels
+// 16·ks + 2·tig + {0, 1} (registers 0, 1: rows gid, gid + 8) and + 8 (registers 2, 3), read by
+// Frag(digit, ks). With SMEM_DIGITS only hi stays in registers (qa); the other digits go to the
+// warp's shared array `sdig` ([digit − 1][ks][lane], a lane's four registers as one uint4: one
+// conflict-free 16-byte load per fragment), for kernels whose registers would otherwise spill.
 // unscale = fl(2^-s·fl(1/√d)), as the decode kernel's TcQueryFragments. A non-finite query sets bad.
-template <bool BF16, bool ABS, bool METER>
+template <bool BF16, bool ABS, bool METER, bool SMEM_DIGITS>
 struct QueryRows {
+  static constexpr int kDigits = ABS ? 3 : 2;
+  static constexpr int kRegDigits = SMEM_DIGITS ? 1 : kDigits;
+  static constexpr int kSmemDigits = kDigits - kRegDigits;  // uint4 [kSmemDigits][8][32] per warp
   int64_t ctx[2];        // tokens the row's vector sees (0: not a vector of the chunk)
-  const float* q[2];     // the row's query (row 0's for a dead row)
   float qbn[2][kBands];  // ‖q_b‖ (meter)
   float unscale[2];
   bool bad[2];
-  uint32_t qa[ABS ? 3 : 2][8][4];
+  uint32_t qa[kRegDigits][8][4];
+  uint4* sdig;
 
-  __device__ __forceinline__ void Load(const Params& P, int64_t v0, int warp, int gid, int tig, float inv_sqrt_d) {
+  __device__ __forceinline__ void Frag(int dg, int ks, uint32_t (&f)[4]) const {
+    if (dg < kRegDigits) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[i] = qa[dg < kRegDigits ? dg : 0][ks][i];
+    } else {
+      const uint4 v = sdig[((dg - kRegDigits) * 8 + ks) * 32 + (threadIdx.x & 31)];
+      f[0] = v.x;
+      f[1] = v.y;
+      f[2] = v.z;
+      f[3] = v.w;
+    }
+  }
+
+  // warp_digits: this warp's uint4 [kSmemDigits][8][32] (unused without SMEM_DIGITS).
+  __device__ __forceinline__ void Load(const Params& P, int64_t v0, int warp, int gid, int tig, float inv_sqrt_d,
+                                       uint4* warp_digits) {
     using Digits = cuda_kv::DigitFormat<BF16>;
     const MeteredPrefillCudaArgs& a = P.a;
     const int G = P.group;
     const int64_t nvec = a.num_rows * G;
     const int kvh = blockIdx.y;
+    sdig = warp_digits;
+    uint32_t* sword = reinterpret_cast<uint32_t*>(warp_digits);
+    const int lane = threadIdx.x & 31;
+    auto put = [&](int dg, int ks, int i, uint32_t x) {
+      if (dg < kRegDigits) {
+        qa[dg < kRegDigits ? dg : 0][ks][i] = x;
+      } else {
+        sword[(((dg - kRegDigits) * 8 + ks) * 32 + lane) * 4 + i] = x;
+      }
+    };
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t gv = v0 + warp * 16 + gid + 8 * r;
       const bool live = gv < nvec;
       ctx[r] = live ? a.start_pos + gv / G + 1 : 0;
       const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
-      q[r] = a.q + (live ? gv / G : 0) * a.q_stride + static_cast<int64_t>(head) * kD;
+      const float* q = a.q + (live ? gv / G : 0) * a.q_stride + static_cast<int64_t>(head) * kD;
       float2 qv[8][2];
       float amax = 0.0f;
       bool nonfinite = false;  // fmaxf drops NaN: tested on its own
@@ -82,7 +113,7 @@ struct QueryRows {
       for (int ks = 0; ks < 8; ++ks) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          qv[ks][h] = live ? *reinterpret_cast<const float2*>(q[r] + 16 * ks + 8 * h + 2 * tig) : make_float2(0.0f, 0.0f);
+          qv[ks][h] = live ? *reinterpret_cast<const float2*>(q + 16 * ks + 8 * h + 2 * tig) : make_float2(0.0f, 0.0f);
           amax = fmaxf(amax, fmaxf(fabsf(qv[ks][h].x), fabsf(qv[ks][h].y)));
           nonfinite = nonfinite || !(fabsf(qv[ks][h].x) <= 3.0e38f) || !(fabsf(qv[ks][h].y) <= 3.0e38f);
         }
@@ -102,19 +133,20 @@ struct QueryRows {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint32_t dx = Digits::Pair(qv[ks][h].x * scale), dy = Digits::Pair(qv[ks][h].y * scale);
-          qa[0][ks][2 * h + r] = (dx & 0xffffu) | (dy << 16);
-          qa[1][ks][2 * h + r] = (dx >> 16) | (dy & 0xffff0000u);
-          if constexpr (ABS) qa[2][ks][2 * h + r] = DigitAbsUp<BF16>(dx) | (DigitAbsUp<BF16>(dy) << 16);
+          put(0, ks, 2 * h + r, (dx & 0xffffu) | (dy << 16));
+          put(1, ks, 2 * h + r, (dx >> 16) | (dy & 0xffff0000u));
+          if constexpr (ABS) put(2, ks, 2 * h + r, DigitAbsUp<BF16>(dx) | (DigitAbsUp<BF16>(dy) << 16));
         }
       }
       if constexpr (METER) {
 #pragma unroll
         for (int b = 0; b < kBands; ++b) {
           double unused = 0.0;
-          qbn[r][b] = live ? cuda_kv::QueryBandNorm<kD>(q[r], b, kBands, P.layout.interleaved, &unused) : 0.0f;
+          qbn[r][b] = live ? cuda_kv::QueryBandNorm<kD>(q, b, kBands, P.layout.interleaved, &unused) : 0.0f;
         }
       }
     }
+    if constexpr (kSmemDigits > 0) __syncwarp();  // the warp's digits, written lane by lane, read as uint4
   }
 };
 
