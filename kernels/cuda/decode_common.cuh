@@ -105,6 +105,27 @@ __device__ __forceinline__ float WideRangeRowNorm(const float (&x)[8], float sca
   return norm * scale * kInfl;
 }
 
+// q·k/√d of an exact key row k ([D] fp32, global, 16-byte aligned) for the query row q (the same), a
+// sequential fp32 dot, UNROLL float4 steps unrolled; with METER, *eta its η,
+// EtaFactor(d)·Σ|q_c k_c|/√d (certificates.md §4). How the kernels read rows the gate promoted or a
+// group-keyed scheme has not encoded yet (pipe_exact_rows.cuh, metered_prefill_kivi2.cu).
+template <int D, bool METER, int UNROLL = 4>
+__device__ __forceinline__ float ExactKeyLogit(const float* q, const float* k, float inv_sqrt_d, float* eta) {
+  float dot = 0.0f, ad = 0.0f;
+#pragma unroll UNROLL
+  for (int c = 0; c < D; c += 4) {
+    const float4 xv = __ldg(reinterpret_cast<const float4*>(k + c));
+    const float4 qv = __ldg(reinterpret_cast<const float4*>(q + c));
+    dot = fmaf(qv.w, xv.w, fmaf(qv.z, xv.z, fmaf(qv.y, xv.y, fmaf(qv.x, xv.x, dot))));
+    if constexpr (METER) {
+      ad = fmaf(fabsf(qv.w), fabsf(xv.w),
+                fmaf(fabsf(qv.z), fabsf(xv.z), fmaf(fabsf(qv.y), fabsf(xv.y), fmaf(fabsf(qv.x), fabsf(xv.x), ad))));
+    }
+  }
+  if constexpr (METER) *eta = meter::EtaFactor(D) * ad * inv_sqrt_d;
+  return dot * inv_sqrt_d;
+}
+
 // This CTA's token range [begin, end) of sequence `seq`'s split `split` (SplitTokens: whole
 // 128-token stages; the last used split takes the rest). run = false: nothing left to do —
 // the split is empty (at or past SplitsUsed), or longer than the shared-memory logits

@@ -116,21 +116,16 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int kvh = blockIdx.y, G = P.group;
+  const int kvh = blockIdx.y;
   const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
-  const int64_t n = a.num_rows, nvec = n * G;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
   prefill::QueryRows<BF16, kChain, METER, METER> rows;
   rows.Load(P, v0, warp, gid, tig, inv_sqrt_d, &sm.qdig[METER ? warp : 0][0][0][0]);
   const int64_t(&ctx)[2] = rows.ctx;
-  // Tokens the CTA reads: up to the last live row's context; the warp's own limit for skips.
-  const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
-  const int64_t cta_end = a.start_pos + last_vec / G + 1;
-  int64_t warp_end = max(ctx[0], ctx[1]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
-  const int num_tiles = static_cast<int>((cta_end + kTile - 1) / kTile);
+  const prefill::CtaSpan span(P, v0, ctx);
+  const int64_t cta_end = span.end, warp_end = span.warp_end;
+  const int num_tiles = span.num_tiles;
 
   // ---- the tile loader: thread (token tid / 4, part tid % 4)
   const int ld_t = tid >> 2, ld_p = tid & 3;
@@ -153,17 +148,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
         CpAsync16(&st.kc[ld_t][kpos << 4], P.kv.k_codes + vec * kCB + c * 16, ok);
         CpAsync16(&st.vc[ld_t][c << 4], P.kv.v_codes + vec * kCB + c * 16, ok);
       }
-      if constexpr (F::kScaled) {  // one 16-byte chunk per 8 tokens (a group never crosses a block)
-        if ((ld_t & 7) == 0 && ld_p >= 2) {
-          uint16_t* dst = ld_p == 2 ? &st.ks[ld_t] : &st.vs[ld_t];
-          const uint16_t* src = (ld_p == 2 ? P.kv.k_scales : P.kv.v_scales) + vec;
-          CpAsync16(dst, src, ok);
-        }
-      }
-      // Witnesses, from the first token of each 16-byte run (runs never cross a block).
-      if (METER && ld_p == 0 && (ld_t & 1) == 0) CpAsync16(st.kw[ld_t], P.kv.k_witness + vec * kBands, ok);
-      if (METER && ld_p == 1 && (ld_t & 3) == 0) CpAsync16(&st.vsum[ld_t], P.kv.v_summary + vec * 2, ok);
-      if (METER && ld_p == 1 && (ld_t & 7) == 0) CpAsync16(&st.ku[ld_t], P.kv.k_witness_unit + vec, ok);
+      if constexpr (F::kScaled) prefill::IssueScales(st.ks, st.vs, P.kv, vec, ld_t, ld_p, ok);
+      if constexpr (METER) prefill::IssueWitnesses(st.kw, st.ku, st.vsum, P.kv, vec, ld_t, ld_p, ok);
     }
     CpAsyncCommit();
   };

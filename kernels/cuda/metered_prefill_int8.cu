@@ -35,6 +35,7 @@
 
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
 #include "kernels/cuda/metered_prefill_launch.h"
+#include "kernels/cuda/metered_prefill_rows.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/meter/int_digit_dot.h"
@@ -48,7 +49,6 @@ using cuda_kv::CpAsync16;
 using cuda_kv::CpAsyncCommit;
 using cuda_kv::CpAsyncWait;
 using cuda_kv::DecodeBandCodes8;
-using cuda_kv::MmaHeadSums;
 using cuda_kv::MmaS8;
 using cuda_kv::MmaSwizzle;
 
@@ -59,8 +59,7 @@ using prefill::kThreads;
 using prefill::kTile;
 using prefill::kVecs;
 using prefill::Params;
-using prefill::RescaleSum;
-constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
+using prefill::kVPitch;
 
 struct Stage {
   uint8_t kc[kTile][kD];  // K codes, 16-byte chunk c of token t at chunk position c ^ MmaSwizzle(t)
@@ -154,13 +153,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
       qa[j][s][3] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0 + 4]);
     }
   }
-  // Tokens the CTA reads: up to the last live row's context; the warp's own limit for skips.
-  const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
-  const int64_t cta_end = a.start_pos + last_vec / G + 1;
-  int64_t warp_end = max(ctx[0], ctx[1]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
-  const int num_tiles = static_cast<int>((cta_end + kTile - 1) / kTile);
+  const prefill::CtaSpan span(P, v0, ctx);
+  const int64_t cta_end = span.end, warp_end = span.warp_end;
+  const int num_tiles = span.num_tiles;
 
   // ---- the tile loader: thread (token tid / 4, part tid % 4)
   const int ld_t = tid >> 2, ld_p = tid & 3;
@@ -180,31 +175,17 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         CpAsync16(&st.kc[ld_t][(c ^ MmaSwizzle(ld_t)) << 4], P.kv.k_codes + vec * kD + c * 16, ok);
         CpAsync16(&st.vc[ld_t][c * 16], P.kv.v_codes + vec * kD + c * 16, ok);
       }
-      // Scales: one 16-byte chunk per 8 tokens (a group never crosses a block: bs ≥ 8).
-      if ((ld_t & 7) == 0 && ld_p >= 2) {
-        uint16_t* dst = ld_p == 2 ? &st.ks[ld_t] : &st.vs[ld_t];
-        const uint16_t* src = (ld_p == 2 ? P.kv.k_scales : P.kv.v_scales) + vec;
-        CpAsync16(dst, src, ok);
-      }
-      // Witnesses, from the first token of each 16-byte run (runs never cross a block):
-      // band codes of tokens ld_t, ld_t + 1; summaries of 4 tokens; units of 8.
-      if (METER && ld_p == 0 && (ld_t & 1) == 0) CpAsync16(st.kw[ld_t], P.kv.k_witness + vec * kBands, ok);
-      if (METER && ld_p == 1 && (ld_t & 3) == 0) CpAsync16(&st.vsum[ld_t], P.kv.v_summary + vec * 2, ok);
-      if (METER && ld_p == 1 && (ld_t & 7) == 0) CpAsync16(&st.ku[ld_t], P.kv.k_witness_unit + vec, ok);
+      prefill::IssueScales(st.ks, st.vs, P.kv, vec, ld_t, ld_p, ok);
+      if constexpr (METER) prefill::IssueWitnesses(st.kw, st.ku, st.vsum, P.kv, vec, ld_t, ld_p, ok);
     }
     CpAsyncCommit();
   };
 #pragma unroll
   for (int k = 0; k < kRing - 1; ++k) issue(k);
 
-  float o[16][4];  // output accumulators: rows gid / gid+8, channels 8·nt + 2·tig + {0, 1}
-#pragma unroll
-  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  MmaHeadSums sums[2];
-  int32_t count[2] = {0, 0};  // tokens summed per row (a non-finite logit's row is bad anyway)
-  float m[2] = {-INFINITY, -INFINITY};
-  float vmax[2] = {0.0f, 0.0f}, smaxk = 0.0f;
-  int32_t rescales[2] = {0, 0};
+  prefill::RowSums<METER> acc;
+  acc.Init();
+  float smaxk = 0.0f;  // η's key-scale max
   const float infl = meter::EpsInflation(kD, kBands);
 
   for (int k = 0; k < num_tiles; ++k) {
@@ -265,129 +246,38 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         if (base + tok < cta_end) smaxk = meter::MaxAcc(smaxk, Bf16Bits(st.ks[tok]));
       }
     }
-    // (c) online max per row (the quad shares it), rescale on a new maximum.
-    float scale_row[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tmax = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) tmax = fmaxf(tmax, fmaxf(lg[nt][2 * r], lg[nt][2 * r + 1]));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-      scale_row[r] = 1.0f;
-      if (tmax > m[r]) {
-        if (m[r] > -INFINITY) {
-          const float f = expf(m[r] - tmax);  // may underflow to 0 for a jump > 104
-          sums[r].z *= f;
-          sums[r].b = RescaleSum(sums[r].b, f);
-          sums[r].c = RescaleSum(sums[r].c, f);
-          scale_row[r] = f;
-          ++rescales[r];
-        }
-        m[r] = tmax;
+    // (c)–(e): online softmax, certificate terms, o += P·V (the int8 key columns: tokens 8·nt + tig + 4·h).
+    acc.template AddTile<true>(lg, qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+      prefill::TokenTerms tt;
+      tt.rho = tt.nu = 0.0f;
+      if constexpr (METER) {
+        const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+        DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
+        tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
+        tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
       }
-    }
-    if (scale_row[0] != 1.0f || scale_row[1] != 1.0f) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        o[i][0] *= scale_row[0];
-        o[i][1] *= scale_row[0];
-        o[i][2] *= scale_row[1];
-        o[i][3] *= scale_row[1];
-      }
-    }
-    // (d) weights, certificate terms, fp16 P·s_v.
-    uint32_t pa[2][4];  // PV A fragments of the two 16-token k-steps
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      float pw[4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this column tile
-        const int tok = nt * 8 + tig + 4 * h;
-        float w8[8], rho = 0.0f, nu = 0.0f;  // band bounds c_b·U, ρ, ν (meter)
-        if constexpr (METER) {
-          const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
-          DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), w8);
-          rho = cuda_kv::SummaryRho(st.vsum[tok]);
-          nu = cuda_kv::SummaryNu(st.vsum[tok]);
-        }
-        const float sv = Bf16Bits(st.vs[tok]);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int e = 2 * r + h;
-          const float l = lg[nt][e];
-          float w = 0.0f;
-          if (l > -INFINITY) {
-            w = expf(l - m[r]);
-            if constexpr (METER) {
-              const float eps = meter::TierAEpsilon(qbn[r], w8, kBands, inv_sqrt_d, infl);
-              sums[r].Add(l, w, m[r], eps, rho);
-              vmax[r] = meter::MaxAcc(vmax[r], nu);
-            } else {
-              sums[r].z += w;
-            }
-            count[r] += 1;
-          } else if (!(l == l)) {
-            sums[r].bad = true;  // a NaN logit: the certificate is vacuous
-          }
-          pw[e] = w > 0.0f ? w * sv : 0.0f;  // a masked slot's scale may be garbage
-        }
-      }
-      // a0/a2: row gid (k-step nt/2, half nt%2); a1/a3: row gid + 8.
-      pa[nt >> 1][(nt & 1) * 2 + 0] = mma::PackHalf2(pw[0], pw[1]);
-      pa[nt >> 1][(nt & 1) * 2 + 1] = mma::PackHalf2(pw[2], pw[3]);
-    }
-    // (e) o += P·V over the 16 channel tiles.
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-      for (int ct = 0; ct < 16; ++ct) {
-        const __half* vrow = &sm.vt[ct * 8 + gid][kk * 16];
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(vrow + 2 * tig);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(vrow + 8 + 2 * tig);
-        mma::MmaF16F32(o[ct], pa[kk], b0, b1);
-      }
-    }
+      tt.sv = Bf16Bits(st.vs[tok]);
+      return tt;
+    });
   }
   CpAsyncWait<0>();
 
-  // ---- per row: the quad's sums, the output, the certificate
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sums[r].AddShfl<METER>(1);
-    sums[r].AddShfl<METER>(2);
-    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
-    count[r] += __shfl_xor_sync(0xffffffffu, count[r], 2);
-    sums[r].bad = MmaHeadSums::BadOf(sums[r].bad, 0xfu << (lane & ~3));
-    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 1));
-    vmax[r] = fmaxf(vmax[r], __shfl_xor_sync(0xffffffffu, vmax[r], 2));
-  }
+  // ---- η per row (IntDigitEta with the largest key scale the quad saw), the output, the certificate
   smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 1));
   smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 2));
+  struct {
+    int64_t ctx[2];
+    bool bad[2];
+  } rows;
+  float eta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (ctx[r] == 0) continue;
-    const int64_t gv = v0 + vloc[r];
-    const int64_t row = gv / G;
-    const int head = static_cast<int>(kvh * G + gv % G);
-    const float inv_z = 1.0f / sums[r].z;
-    float* out = a.out + row * a.out_stride + static_cast<int64_t>(head) * kD;
-#pragma unroll
-    for (int ct = 0; ct < 16; ++ct) {
-      const float2 val = make_float2(o[ct][2 * r] * inv_z, o[ct][2 * r + 1] * inv_z);
-      *reinterpret_cast<float2*>(&out[ct * 8 + 2 * tig]) = val;
-    }
-    if (METER && tig == 0) {
-      meter::CertPartial c = sums[r].ToPartial(m[r], count[r]);
-      c.merges = rescales[r];
-      c.vmax = vmax[r];
-      const int v = vloc[r];
-      c.eta_max = sm.qbad[v] ? INFINITY
-                             : meter::IntDigitEta(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v]);
-      if (sm.qbad[v]) c.bad = true;
-      a.cert[row * a.cert_row_stride + head] = meter::FinalizeCert(c, 1);
-    }
+    const int v = vloc[r];
+    rows.ctx[r] = ctx[r];
+    rows.bad[r] = sm.qbad[v] != 0;
+    eta[r] = METER && !rows.bad[r] ? meter::IntDigitEta(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v]) : INFINITY;
   }
+  acc.Finish(P, rows, v0, warp, lane, eta);
 }
 
 }  // namespace

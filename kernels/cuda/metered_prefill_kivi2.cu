@@ -102,25 +102,6 @@ __device__ __forceinline__ float ExactRowNorm(const float* x) {
   return norm * kInfl;
 }
 
-// The fp32 logit q·k/√d of an exact key row and, with the meter, its η (the decode kernel's
-// PipeExactRows::KeyLogit arithmetic).
-template <bool METER>
-__device__ __forceinline__ float ExactLogit(const float* q, const float* k, float inv_sqrt_d, float* eta) {
-  float dot = 0.0f, ad = 0.0f;
-#pragma unroll 1
-  for (int c = 0; c < kD; c += 4) {
-    const float4 xv = __ldg(reinterpret_cast<const float4*>(k + c));
-    const float4 qv = __ldg(reinterpret_cast<const float4*>(q + c));
-    dot = fmaf(qv.w, xv.w, fmaf(qv.z, xv.z, fmaf(qv.y, xv.y, fmaf(qv.x, xv.x, dot))));
-    if constexpr (METER) {
-      ad = fmaf(fabsf(qv.w), fabsf(xv.w),
-                fmaf(fabsf(qv.z), fabsf(xv.z), fmaf(fabsf(qv.y), fabsf(xv.y), fmaf(fabsf(qv.x), fabsf(xv.x), ad))));
-    }
-  }
-  if constexpr (METER) *eta = meter::EtaFactor(kD) * ad * inv_sqrt_d;
-  return dot * inv_sqrt_d;
-}
-
 template <bool METER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const Params P) {
   extern __shared__ __align__(16) uint8_t dsm[];
@@ -139,12 +120,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
   rows.Load(P, v0, warp, gid, tig, inv_sqrt_d, &sm.qdig[warp][0][0][0]);
   sm.zmax[tid] = 0.0f;  // kThreads == kD: thread c owns channel c's maxima
   sm.smax[tid] = 0.0f;
-  const int64_t last_vec = min(v0 + kVecs, nvec) - 1;
-  const int64_t cta_end = a.start_pos + last_vec / G + 1;
-  int64_t warp_end = max(rows.ctx[0], rows.ctx[1]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
-  const int num_tiles = static_cast<int>((cta_end + kTile - 1) / kTile);
+  const prefill::CtaSpan span(P, v0, rows.ctx);
+  const int64_t cta_end = span.end, warp_end = span.warp_end;
+  const int num_tiles = span.num_tiles;
   // Blocks of a tile: 32 / block_size (1 from block_size 32 on); tile block of tile token t.
   const int tile_blocks = bs >= kTile ? 1 : kTile >> bshift;
   auto tile_block = [&](int64_t base, int t) {
@@ -173,9 +151,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
       }
       // Runs of 4 tokens (16 bytes) never cross a block (block_size ≥ 8).
       if (ld_p == 2 && (ld_t & 3) == 0) CpAsync16(&st.vzs[ld_t], P.kv.v_scales + vec * 2, ok);
-      if (METER && ld_p == 0 && (ld_t & 1) == 0) CpAsync16(st.kw[ld_t], P.kv.k_witness + vec * kBands, ok);
-      if (METER && ld_p == 1 && (ld_t & 3) == 0) CpAsync16(&st.vsum[ld_t], P.kv.v_summary + vec * 2, ok);
-      if (METER && ld_p == 1 && (ld_t & 7) == 0) CpAsync16(&st.ku[ld_t], P.kv.k_witness_unit + vec, ok);
+      if constexpr (METER) prefill::IssueWitnesses(st.kw, st.ku, st.vsum, P.kv, vec, ld_t, ld_p, ok);
       // Key group parameters: block b = tid / 32 of the tile, 16-byte chunk tid % 32; its slot.
       const int b = tid >> 5, chunk = tid & 31;
       if (b < tile_blocks) {
@@ -266,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
         const int head = static_cast<int>(kvh * G + gv % G);
         float eta = 0.0f;
         sm.xlg[v][t] =
-            ExactLogit<METER>(a.q + (gv / G) * a.q_stride + static_cast<int64_t>(head) * kD, xk, inv_sqrt_d, &eta);
+            cuda_kv::ExactKeyLogit<kD, METER, 1>(a.q + (gv / G) * a.q_stride + static_cast<int64_t>(head) * kD, xk, inv_sqrt_d, &eta);
         sm.xeta[v][t] = eta;
       }
       if (METER && tid < kTile) {

@@ -1,7 +1,8 @@
-// What the chunked-prefill kernels on 16-bit tensor-core logits share (metered_prefill_float.cu:
-// fp16, bf16, fp8-e4m3; metered_prefill_kivi2.cu): a thread's two query rows (gid and gid + 8 of
-// its warp's 16 vectors) — their query digits, band norms and context — and their running sums:
-// the online softmax, the certificate terms, p·v, and the final output and certificate.
+// What the chunked-prefill kernels share: a thread's two query rows (gid and gid + 8 of its warp's
+// 16 vectors) — for the 16-bit tensor-core logits (metered_prefill_float.cu: fp16, bf16, fp8-e4m3;
+// metered_prefill_kivi2.cu) their query digits, band norms and context — and, for every kernel
+// (int8-rtn's too), the CTA's token span, the witness loads and the rows' running sums: the online
+// softmax, the certificate terms, p·v, and the final output and certificate.
 //
 // Layouts (mma.m16n8k16, ops/mma_f16.cuh): the logits of a 32-token tile are lg[nt][e], n-tile
 // nt's C element e: row gid (e < 2) or gid + 8, token 8·nt + 2·tig + (e & 1) in natural order,
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/f16_digits.cuh"
 #include "kernels/cuda/metered_prefill_launch.h"
@@ -150,6 +152,42 @@ struct QueryRows {
   }
 };
 
+// The tokens a CTA reads: up to its last live row's context (end), in kTile-token tiles; a warp's
+// own limit (warp_end) lets it skip the compute of tiles past all of its rows. ctx: the thread's
+// two rows' contexts (QueryRows::ctx); every lane of the warp calls.
+struct CtaSpan {
+  int64_t end, warp_end;
+  int num_tiles;
+  __device__ __forceinline__ CtaSpan(const Params& P, int64_t v0, const int64_t (&ctx)[2]) {
+    const int64_t last_vec = min(v0 + kVecs, P.a.num_rows * P.group) - 1;
+    end = P.a.start_pos + last_vec / P.group + 1;
+    warp_end = max(ctx[0], ctx[1]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
+    num_tiles = static_cast<int>((end + kTile - 1) / kTile);
+  }
+};
+
+// The meter's witnesses of tile token ld_t (vector `vec`, `ok`: a token the CTA reads; cp.async
+// zero-fills otherwise), by loader part ld_p, each from the first token of its 16-byte run (runs
+// never cross a block: block_size ≥ 8): K band codes of 2 tokens (part 0), value summaries of 4 and
+// K band units of 8 (part 1).
+__device__ __forceinline__ void IssueWitnesses(uint8_t (*kw)[kBands], uint16_t* ku, uint32_t* vsum,
+                                               const PagedKvLayer& kv, int64_t vec, int ld_t, int ld_p, bool ok) {
+  if (ld_p == 0 && (ld_t & 1) == 0) cuda_copy::CpAsync16(kw[ld_t], kv.k_witness + vec * kBands, ok);
+  if (ld_p == 1 && (ld_t & 3) == 0) cuda_copy::CpAsync16(&vsum[ld_t], kv.v_summary + vec * 2, ok);
+  if (ld_p == 1 && (ld_t & 7) == 0) cuda_copy::CpAsync16(&ku[ld_t], kv.k_witness_unit + vec, ok);
+}
+
+// The bf16 K and V scales of tile token ld_t (scaled schemes), by loader parts 2 (K) and 3 (V), one
+// 16-byte chunk per 8 tokens (a group never crosses a block: block_size ≥ 8).
+__device__ __forceinline__ void IssueScales(uint16_t* ks, uint16_t* vs, const PagedKvLayer& kv, int64_t vec, int ld_t,
+                                            int ld_p, bool ok) {
+  if ((ld_t & 7) == 0 && ld_p >= 2) {
+    cuda_copy::CpAsync16(ld_p == 2 ? &ks[ld_t] : &vs[ld_t], (ld_p == 2 ? kv.k_scales : kv.v_scales) + vec, ok);
+  }
+}
+
 // What the certificate needs of one token (meter only): the key band bounds c_b·U (ε̂ = 0 where
 // all are 0), ρ and ν ≥ ‖ṽ‖ + ρ; and the V scale the weight is multiplied by before p·v (1 when
 // the values carry their own).
@@ -183,8 +221,10 @@ struct RowSums {
 
   // One tile: the online max per row (the quad shares it), a rescale on a new maximum; then each
   // token's weight, its certificate terms (terms(tok) → TokenTerms) and o += P·V over the V tile
-  // vt [channel][kVPitch].
-  template <class Terms>
+  // vt [channel][kVPitch]. C element (row, 2·tig + h) of n-tile nt is tile token 8·nt + 2·tig + h
+  // (natural order), or with INT8_COLUMNS 8·nt + tig + 4·h (the int8 kernel's key layout; its V
+  // tile is stored in the matching k order).
+  template <bool INT8_COLUMNS = false, class Terms>
   __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const float (&qbn)[2][kBands], float inv_sqrt_d,
                                           float infl, const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
     float scale_row[2];
@@ -223,7 +263,7 @@ struct RowSums {
       float pw[4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this n-tile
-        const TokenTerms tt = terms(nt * 8 + 2 * tig + h);
+        const TokenTerms tt = terms(INT8_COLUMNS ? nt * 8 + tig + 4 * h : nt * 8 + 2 * tig + h);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int e = 2 * r + h;

@@ -95,20 +95,7 @@ class PipeExactRows {
   // its η, EtaFactor(d)·Σ|q_c x_c|/√d (certificates.md §4).
   template <bool METER>
   __device__ __forceinline__ float KeyLogit(int stage, int jj, const float* qg, float inv_sqrt_d, float* eta) const {
-    const float* row = RowOf(stage, jj, 0);
-    float dot = 0.0f, ad = 0.0f;
-#pragma unroll 4
-    for (int c = 0; c < D; c += 4) {
-      const float4 xv = __ldg(reinterpret_cast<const float4*>(row + c));
-      const float4 qv = __ldg(reinterpret_cast<const float4*>(qg + c));
-      dot = fmaf(qv.w, xv.w, fmaf(qv.z, xv.z, fmaf(qv.y, xv.y, fmaf(qv.x, xv.x, dot))));
-      if constexpr (METER) {
-        ad = fmaf(fabsf(qv.w), fabsf(xv.w),
-                  fmaf(fabsf(qv.z), fabsf(xv.z), fmaf(fabsf(qv.y), fabsf(xv.y), fmaf(fabsf(qv.x), fabsf(xv.x), ad))));
-      }
-    }
-    if constexpr (METER) *eta = meter::EtaFactor(D) * ad * inv_sqrt_d;
-    return dot * inv_sqrt_d;
+    return ExactKeyLogit<D, METER>(qg, RowOf(stage, jj, 0), inv_sqrt_d, eta);
   }
   // kivi2's tensor-core value pass (metered_decode_pipelined.cuh, kTcV2), whose MMAs take the
   // exact rows with weight 0. Where V stage `stage` has an exact group (uniform across the CTA):

@@ -127,7 +127,7 @@ void RunCase(const PrefillCase& c) {
       DeviceBuffer<int32_t> dblk;
       dblk.Upload(std::vector<int32_t>(table.begin(), table.begin() + full));
       ASSERT_CUDA_OK(EncodeKeyGroupsCuda(L, pool.layer(0),
-                                         KeyGroupArgs{.k = dk.get(), .blocks = dblk.get(), .num_groups = full}, nullptr));
+                                         KeyGroupArgs{.k = dk.get(), .blocks = dblk.get(), .num_groups = full, .outliers = {}}, nullptr));
     }
     ASSERT_CUDART(cudaDeviceSynchronize());
   }
@@ -323,22 +323,36 @@ TEST(MeteredPrefillCuda, SmallMatchesCpu) {
   }
 }
 
+// A sweep point: the shape of the pool, the chunk and the inputs.
+struct Shape {
+  int32_t group, hkv, bs;
+  int64_t start, rows;
+  float kscale;
+  bool interleaved, meter = true, adversarial = false;
+};
+
+PrefillCase CaseOf(KvScheme scheme, const Shape& s, uint32_t seed) {
+  PrefillCase c;
+  c.scheme = scheme;
+  c.group = s.group;
+  c.hkv = s.hkv;
+  c.bs = s.bs;
+  c.start = s.start;
+  c.rows = s.rows;
+  c.key_scale = s.kscale;
+  c.interleaved = s.interleaved;
+  c.meter = s.meter;
+  c.adversarial = s.adversarial;
+  c.seed = seed;
+  return c;
+}
+
 TEST(MeteredPrefillCuda, Sweep) {
   WITCERT_SKIP_WITHOUT_GPU();
-  struct S { int32_t group, hkv, bs; int64_t start, rows; float kscale; bool inter; };
-  for (S s : {S{4, 2, 16, 1, 1, 1.0f, true}, S{4, 2, 32, 31, 33, 1.0f, false}, S{8, 1, 16, 300, 100, 1.0f, true},
-              S{2, 3, 8, 64, 64, 4.0f, true}, S{4, 2, 16, 2000, 130, 1.0f, true},
-              S{4, 8, 16, 500, 48, 8.0f, false}}) {
-    PrefillCase c;
-    c.group = s.group;
-    c.hkv = s.hkv;
-    c.bs = s.bs;
-    c.start = s.start;
-    c.rows = s.rows;
-    c.key_scale = s.kscale;
-    c.interleaved = s.inter;
-    c.seed = 11 + static_cast<uint32_t>(s.start);
-    RunCase(c);
+  for (Shape s : {Shape{4, 2, 16, 1, 1, 1.0f, true}, Shape{4, 2, 32, 31, 33, 1.0f, false},
+                  Shape{8, 1, 16, 300, 100, 1.0f, true}, Shape{2, 3, 8, 64, 64, 4.0f, true},
+                  Shape{4, 2, 16, 2000, 130, 1.0f, true}, Shape{4, 8, 16, 500, 48, 8.0f, false}}) {
+    RunCase(CaseOf(KvScheme::kInt8Rtn, s, 11 + static_cast<uint32_t>(s.start)));
   }
 }
 
@@ -383,24 +397,11 @@ TEST(MeteredPrefillCuda, FloatKeysSmallMatchesCpu) {
 // chunks, GQA 1/4/8, both RoPE pairings, meter on and off, and the adversarial inputs.
 TEST(MeteredPrefillCuda, FloatKeysMatchCpu) {
   WITCERT_SKIP_WITHOUT_GPU();
-  struct S { int32_t group, hkv, bs; int64_t start, rows; float kscale; bool inter, meter, adversarial; };
   for (KvScheme scheme : kFloatKeySchemes) {
-    for (S s : {S{4, 2, 16, 37, 17, 1.0f, true, true, false}, S{1, 2, 16, 5, 65, 1.0f, true, false, false},
-                S{8, 1, 32, 300, 100, 4.0f, false, true, false}, S{4, 2, 16, 1500, 70, 1.0f, true, true, false},
-                S{4, 2, 16, 200, 40, 6.0f, true, true, true}}) {
-      PrefillCase c;
-      c.scheme = scheme;
-      c.group = s.group;
-      c.hkv = s.hkv;
-      c.bs = s.bs;
-      c.start = s.start;
-      c.rows = s.rows;
-      c.key_scale = s.kscale;
-      c.interleaved = s.inter;
-      c.meter = s.meter;
-      c.adversarial = s.adversarial;
-      c.seed = 21 + static_cast<uint32_t>(s.start) + static_cast<uint32_t>(scheme);
-      RunCase(c);
+    for (Shape s : {Shape{4, 2, 16, 37, 17, 1.0f, true}, Shape{1, 2, 16, 5, 65, 1.0f, true, false},
+                    Shape{8, 1, 32, 300, 100, 4.0f, false}, Shape{4, 2, 16, 1500, 70, 1.0f, true},
+                    Shape{4, 2, 16, 200, 40, 6.0f, true, true, true}}) {
+      RunCase(CaseOf(scheme, s, 21 + static_cast<uint32_t>(s.start) + static_cast<uint32_t>(scheme)));
     }
   }
 }
