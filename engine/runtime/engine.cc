@@ -312,7 +312,7 @@ void Engine::Step() {
     }
     items.push_back(item);
   }
-  ForwardResult result;
+  ForwardResult& result = step_result_;  // kept across steps: its cell buffers are reused
   absl::Status status = backend_->Forward(items, &result);
   ++stat_steps_;
   if (!status.ok()) {

@@ -93,6 +93,9 @@ class Engine {
   std::vector<int32_t> BannedTokens(const Sequence& seq) const;
 
   std::unique_ptr<Backend> backend_;
+  // The last step's result, kept so that the next step reuses its buffers (a long prompt chunk's
+  // certificate cells are ~100 MB: engine/backend/cell_buffers.h). Only the engine loop touches it.
+  ForwardResult step_result_;
   const Tokenizer& tokenizer_;
   std::vector<int32_t> end_of_generation_ids_;  // every id Tokenizer::IsEndOfGeneration accepts
   std::unique_ptr<TokenByteTable> token_bytes_;  // every token's bytes, for the output constraints

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
+#include "engine/backend/cell_buffers.h"
 #include "engine/common/status.h"
 #include "engine/gate/metered_decode.h"
 #include "kernels/cpu/matmul.h"
@@ -196,7 +197,7 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
       EmbeddingLookup(w.token_embd, token, &x_[(first_row[b] + i) * hidden]);
     }
   }
-  result->cells.assign(batch.size(), {});
+  ResetCellBuffers(std::vector<int64_t>(batch.size(), 0), &result->cells);  // appended per layer below
   absl::flat_hash_set<SeqId> seqs;
   for (const ForwardItem& item : batch) seqs.insert(item.seq);
   const bool distinct_seqs = seqs.size() == batch.size();

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/backend/cell_buffers.h"
 #include "engine/common/status.h"
 #include "kernels/cuda/metered_decode_cuda.h"
 #include "kernels/cuda/metered_prefill_cuda.h"
@@ -657,15 +658,18 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
 void CudaBackend::BuildCells(absl::Span<const ForwardItem> batch, const std::vector<int64_t>& first_row,
                              int64_t s, const RepairStep& rstep, bool repair_step, ForwardResult* result) {
   const int32_t layers = config_.num_layers, hq = config_.num_heads;
-  result->cells.assign(batch.size(), {});
+  std::vector<int64_t> counts(batch.size(), 0);  // items reading stored KV with a policy: every cell
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const ForwardItem& item = batch[b];
+    if (item.policy != nullptr && item.start_pos != 0) counts[b] = layers * static_cast<int64_t>(item.tokens.size()) * hq;
+  }
+  ResetCellBuffers(counts, &result->cells);
   const bool tier_b_scheme = SchemeInfo(layout_.scheme).tier_b;
   for (size_t b = 0; b < batch.size(); ++b) {
     const ForwardItem& item = batch[b];
-    if (item.policy == nullptr || item.start_pos == 0) continue;
+    if (counts[b] == 0 || !MeterOn(item)) continue;
     const int64_t len = static_cast<int64_t>(item.tokens.size());
     std::vector<CellRecord>& out = result->cells[b];
-    out.resize(static_cast<size_t>(layers * len * hq));
-    if (!MeterOn(item)) continue;
     const GatePolicy& p = *item.policy;
     // Parallel over (layer, row) ranges: each writes its own cells.
     cell_pool_->ParallelFor(layers * len, 256, [&](int64_t begin, int64_t end) {
