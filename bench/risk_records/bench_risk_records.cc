@@ -24,6 +24,10 @@
 
 namespace {
 
+double Median(std::vector<double> ms) {
+  return ms[ms.size() / 2];
+}
+
 // One chunk's cells filled as a backend fills them.
 void FillChunkCells(std::vector<witcert::CellRecord>& cells, int rows, int heads, int step) {
   for (size_t i = 0; i < cells.size(); ++i) {
@@ -59,10 +63,8 @@ void TimeChunkCells(int layers, int heads, int rows, int steps, bool reuse) {
     size_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     total_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
   }
-  std::sort(size_ms.begin(), size_ms.end());
-  std::sort(total_ms.begin(), total_ms.end());
   std::printf("| %s | %d | %.1f | %.1f | %.1f |\n", reuse ? "ResetCellBuffers (kept)" : "fresh vector", rows,
-              n * sizeof(CellRecord) / 1048576.0, size_ms[size_ms.size() / 2], total_ms[total_ms.size() / 2]);
+              n * sizeof(CellRecord) / 1048576.0, Median(size_ms), Median(total_ms));
 }
 
 }  // namespace
@@ -120,10 +122,9 @@ int main(int argc, char** argv) {
     }
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(ms.begin(), ms.end());
   std::printf("%d layers x %d heads, %d requests, %.0f%% uncertified: %.3f ms per step (median of %d); "
               "uncertified heads per request %zu\n",
-              layers, heads, requests, 100 * uncertified, ms[ms.size() / 2], steps,
+              layers, heads, requests, 100 * uncertified, Median(ms), steps,
               risk[0].Summary().uncertified_heads.size());
   return 0;
 }

@@ -51,6 +51,14 @@ struct ForwardItem {
   const SampleRequest* sample = nullptr;  // non-null (and compute_logits): sample on the device
 };
 
+// Whether an item's rows are metered (a gate policy that is not off), and repaired.
+inline bool MeterOn(const ForwardItem& item) {
+  return item.policy != nullptr && item.policy->mode != GateMode::kOff;
+}
+inline bool RepairOn(const ForwardItem& item) {
+  return item.policy != nullptr && item.policy->mode == GateMode::kRepair;
+}
+
 struct ForwardResult {
   // [items with compute_logits, vocab], in batch order; empty when every such item was
   // sampled on the device.

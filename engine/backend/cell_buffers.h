@@ -2,9 +2,8 @@
 //
 // Why: a metered prompt chunk returns a cell per (row, layer, head): 2M CellRecords (112 MiB) for
 // a 2048-row chunk of an 8B model. A fresh vector that size is a fresh mapping that each step
-// page-faults in again: 45–47 ms of host time per chunk on the dev host, against a few ms to
-// re-zero a buffer kept from the step before (bench/RESULTS.md, "Host cost of a metered prompt
-// chunk's certificate cells"). The engine keeps its ForwardResult across steps; a backend sizes
+// page-faults in again. On the dev host, sizing it took 57–60 ms per chunk, against 5–6 ms to
+// re-zero a buffer kept from the step before (bench_risk_records alloc, bench/RESULTS.md). The engine keeps its ForwardResult across steps; a backend sizes
 // the cells through ResetCellBuffers, which hands the largest kept buffer to the largest need.
 #pragma once
 

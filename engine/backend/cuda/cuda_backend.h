@@ -330,6 +330,9 @@ class CudaBackend : public Backend {
   ExactTable exact_;
   // Allocates the slot table, all −1 (first user).
   absl::Status EnsureExactTable();
+  // exact_.kv reallocated to `floats` floats, the old first `keep` floats copied to `offset` of the
+  // new array (after a stream sync: queued kernels may read the old one).
+  absl::Status ReallocExactRows(size_t floats, size_t keep, size_t offset);
 
   // ---- staged blocks (null unless the scheme groups keys) ----
   struct StagedState {

@@ -106,14 +106,7 @@ absl::Status CudaBackend::EnsureRepairState() {
   // up behind them.
   const int64_t staged_slots = staged_ != nullptr ? staged_->blocks->slots_end() : 0;
   const int64_t unit = exact_.shape.unit_floats();
-  DeviceArray<float> kv;
-  RETURN_IF_ERROR(kv.Grow(std::max<int64_t>(slots + staged_slots, 1) * unit));
-  WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
-  if (staged_slots > 0) {
-    WITCERT_CUDA_OK(cudaMemcpy(kv.get() + slots * unit, exact_.kv.get(), staged_slots * unit * sizeof(float),
-                               cudaMemcpyDeviceToDevice));
-  }
-  exact_.kv = std::move(kv);
+  RETURN_IF_ERROR(ReallocExactRows(std::max<int64_t>(slots + staged_slots, 1) * unit, staged_slots * unit, slots * unit));
   if (staged_ != nullptr) staged_->blocks->Rebase(static_cast<int32_t>(slots), &staged_->pending);
   WITCERT_CUDA_OK(cudaStreamCreateWithFlags(&r->copy_stream, cudaStreamNonBlocking));
   r->kv_ready.resize(config_.num_layers);

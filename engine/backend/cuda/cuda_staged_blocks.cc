@@ -44,6 +44,17 @@ absl::Status CudaBackend::EnsureExactTable() {
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::ReallocExactRows(size_t floats, size_t keep, size_t offset) {
+  DeviceArray<float> kv;
+  RETURN_IF_ERROR(kv.Grow(floats));
+  WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));  // queued kernels may still read the old rows
+  if (keep > 0) {
+    WITCERT_CUDA_OK(cudaMemcpy(kv.get() + offset, exact_.kv.get(), keep * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  exact_.kv = std::move(kv);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CudaBackend::StagedStep> CudaBackend::PackStagedStep(const StagedBlocks::StepEncodes& e,
                                                                    int32_t* host, const int32_t* dev, int64_t n,
                                                                    int64_t s, bool graph_step) const {
@@ -73,14 +84,7 @@ absl::Status CudaBackend::PrepareStagedDevice() {
   // At least one stage, so the table's pointer is never null.
   const int64_t needed = std::max(st.blocks->slots_end(), st.blocks->slot_base() + stage_slots) * unit;
   if (static_cast<size_t>(needed) > exact_.kv.size()) {  // grow ×2, keeping every slot's rows
-    DeviceArray<float> grown;
-    RETURN_IF_ERROR(grown.Grow(std::max<size_t>(needed, 2 * exact_.kv.size())));
-    WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
-    if (exact_.kv.size() > 0) {
-      WITCERT_CUDA_OK(cudaMemcpy(grown.get(), exact_.kv.get(), exact_.kv.size() * sizeof(float),
-                                 cudaMemcpyDeviceToDevice));
-    }
-    exact_.kv = std::move(grown);
+    RETURN_IF_ERROR(ReallocExactRows(std::max<size_t>(needed, 2 * exact_.kv.size()), exact_.kv.size(), 0));
   }
   if (st.pending.empty()) return absl::OkStatus();
   const std::vector<TableUpdate> updates = LastUpdatePerEntry(&st.pending);
