@@ -38,6 +38,7 @@
 #include "kernels/cuda/metered_prefill_rows.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/meter/dither_hash.h"
 #include "kernels/meter/int_digit_dot.h"
 #include "kernels/meter/partial_sum.h"
 
@@ -77,6 +78,7 @@ struct Smem {
   double q1[kVecs];
   float qscale[kVecs];
   int32_t qexp[kVecs], qbad[kVecs];
+  uint64_t thash[kTile];  // int8-dither: the tile's token hashes (DitherTokenHashAt)
 };
 
 // k position of tile token T in the transposed V tile (see the file comment).
@@ -84,7 +86,7 @@ __device__ __forceinline__ int KPos(int t) {
   return 16 * (t >> 4) + 8 * ((t >> 3) & 1) + 2 * (t & 3) + ((t >> 2) & 1);
 }
 
-template <bool METER>
+template <bool METER, bool DITHER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Params P) {
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem& sm = *reinterpret_cast<Smem*>(dsm);
@@ -153,6 +155,37 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
       qa[j][s][3] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0 + 4]);
     }
   }
+  // int8-dither: S_j = Σ_c d_{j,c} of the thread's rows (byte sums of the fragments, then over the
+  // quad's four lanes: its channels), the head hash, the rows' logit scales and Tier B coefficients.
+  int32_t dsum[4][2] = {};
+  uint64_t h1 = 0;
+  float lscale[2] = {qscale[0], qscale[1]}, tierb[2] = {0.0f, 0.0f};
+  if constexpr (DITHER) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int s4 = 0; s4 < 4; ++s4) {
+        dsum[j][0] = __dp4a(static_cast<int>(qa[j][s4][0]), 0x01010101, dsum[j][0]);
+        dsum[j][0] = __dp4a(static_cast<int>(qa[j][s4][2]), 0x01010101, dsum[j][0]);
+        dsum[j][1] = __dp4a(static_cast<int>(qa[j][s4][1]), 0x01010101, dsum[j][1]);
+        dsum[j][1] = __dp4a(static_cast<int>(qa[j][s4][3]), 0x01010101, dsum[j][1]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        dsum[j][r] += __shfl_xor_sync(0xffffffffu, dsum[j][r], 1);
+        dsum[j][r] += __shfl_xor_sync(0xffffffffu, dsum[j][r], 2);
+      }
+    }
+    h1 = meter::DitherHeadHash(a.dither_seed, static_cast<uint32_t>(a.layer), static_cast<uint32_t>(kvh));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      lscale[r] = meter::DitherQueryScale(qscale[r]);
+      if constexpr (METER) {
+        tierb[r] = ctx[r] > 0 ? cuda_kv::TierBCoefficientFromNorms<kD>(qbn[r], kBands, sm.q1[vloc[r]], ctx[r], a.delta_loc)
+                              : 0.0f;
+      }
+    }
+  }
   const prefill::CtaSpan span(P, v0, ctx);
   const int64_t cta_end = span.end, warp_end = span.warp_end;
   const int num_tiles = span.num_tiles;
@@ -194,6 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     issue(k + kRing - 1);
     const Stage& st = sm.ring[k % kRing];
     const int64_t base = static_cast<int64_t>(k) * kTile;
+    if (DITHER && tid < kTile) sm.thash[tid] = meter::DitherTokenHashAt(h1, static_cast<uint64_t>(base + tid));
     // (a) V tile → fp16, transposed and k-permuted.
     {
       const int t = tid & 31, cb = tid >> 5;  // token, 32-channel block
@@ -230,11 +264,30 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         MmaS8(acc[j], qa[j][2], c1.x, c1.y);
         MmaS8(acc[j], qa[j][3], c1.z, c1.w);
       }
+      if constexpr (DITHER) {
+        // The B token's dither bytes for the lane's channels [32·tig, 32·tig + 32) (groups 8·tig + i),
+        // top bits flipped: e = b − 128 as int8, in the code words' order; then F_j = 512·Dm_j −
+        // 2·De_j − S_j (int_digit_dot.h), combined below as the codes' D_j would be.
+        const uint64_t th = sm.thash[brow];
+        uint32_t ew[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ew[i] = meter::DitherWord(th, static_cast<uint32_t>(8 * tig + i)) ^ 0x80808080u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          int32_t de[4] = {0, 0, 0, 0};
+          MmaS8(de, qa[j][0], ew[0], ew[1]);
+          MmaS8(de, qa[j][1], ew[2], ew[3]);
+          MmaS8(de, qa[j][2], ew[4], ew[5]);
+          MmaS8(de, qa[j][3], ew[6], ew[7]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][e] = meter::DitherDigitTerm(acc[j][e], de[e], dsum[j][e >> 1]);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, tok = nt * 8 + tig + 4 * (e & 1);
         const float t = meter::CombineDigitDots(acc[0][e], acc[1][e], acc[2][e], acc[3][e]);
-        const float l = (t * Bf16Bits(st.ks[tok])) * qscale[r];
+        const float l = (t * Bf16Bits(st.ks[tok])) * lscale[r];
         lg[nt][e] = base + tok < ctx[r] ? l : -INFINITY;
       }
     }
@@ -247,7 +300,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
       }
     }
     // (c)–(e): online softmax, certificate terms, o += P·V (the int8 key columns: tokens 8·nt + tig + 4·h).
-    acc.template AddTile<true>(lg, qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+    // int8-dither: Tier B, ε̂ = min(ε, u_t) with u_t = C·s_t (the CPU's MeteredSplit, the decode kernels').
+    acc.template AddTile<true, DITHER>(lg, qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       if constexpr (METER) {
@@ -255,6 +309,11 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
+      }
+      if constexpr (DITHER) {
+        const float ks = Bf16Bits(st.ks[tok]) * (1.0f + 4.0f * meter::kUnitRoundoff);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) tt.eps_cap[r] = tierb[r] > 0.0f ? tierb[r] * ks : INFINITY;
       }
       tt.sv = Bf16Bits(st.vs[tok]);
       return tt;
@@ -275,7 +334,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     const int v = vloc[r];
     rows.ctx[r] = ctx[r];
     rows.bad[r] = sm.qbad[v] != 0;
-    eta[r] = METER && !rows.bad[r] ? meter::IntDigitEta(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v]) : INFINITY;
+    eta[r] = !METER || rows.bad[r] ? INFINITY
+             : DITHER              ? meter::IntDigitEtaDither(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v])
+                                   : meter::IntDigitEta(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v]);
   }
   acc.Finish(P, rows, v0, warp, lane, eta);
 }
@@ -284,7 +345,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 
 CudaStatus prefill::LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = sizeof(Smem);
-  auto kernel = p.a.meter ? MeteredPrefillInt8Kernel<true> : MeteredPrefillInt8Kernel<false>;
+  const bool dither = p.layout.scheme == KvScheme::kInt8Dither;
+  auto kernel = p.a.meter ? (dither ? MeteredPrefillInt8Kernel<true, true> : MeteredPrefillInt8Kernel<true, false>)
+                          : (dither ? MeteredPrefillInt8Kernel<false, true> : MeteredPrefillInt8Kernel<false, false>);
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   kernel<<<grid, kThreads, smem, stream>>>(p);

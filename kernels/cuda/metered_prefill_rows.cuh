@@ -194,6 +194,7 @@ __device__ __forceinline__ void IssueScales(uint16_t* ks, uint16_t* vs, const Pa
 struct TokenTerms {
   float w8[kBands];
   float rho, nu, sv;
+  float eps_cap[2];  // EPS_CAP only: ε̂ ≤ this per row (int8-dither's Tier B u_t)
 };
 
 // The thread's two rows' running state: output accumulators o [channel tile][C element] (rows
@@ -223,8 +224,8 @@ struct RowSums {
   // token's weight, its certificate terms (terms(tok) → TokenTerms) and o += P·V over the V tile
   // vt [channel][kVPitch]. C element (row, 2·tig + h) of n-tile nt is tile token 8·nt + 2·tig + h
   // (natural order), or with INT8_COLUMNS 8·nt + tig + 4·h (the int8 kernel's key layout; its V
-  // tile is stored in the matching k order).
-  template <bool INT8_COLUMNS = false, class Terms>
+  // tile is stored in the matching k order). EPS_CAP: ε̂ = min(Tier A's, TokenTerms::eps_cap[r]).
+  template <bool INT8_COLUMNS = false, bool EPS_CAP = false, class Terms>
   __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const float (&qbn)[2][kBands], float inv_sqrt_d,
                                           float infl, const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
     float scale_row[2];
@@ -272,7 +273,8 @@ struct RowSums {
           if (l > -INFINITY) {
             w = expf(l - m[r]);
             if constexpr (METER) {
-              const float eps = meter::TierAEpsilon(qbn[r], tt.w8, kBands, inv_sqrt_d, infl);
+              float eps = meter::TierAEpsilon(qbn[r], tt.w8, kBands, inv_sqrt_d, infl);
+              if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
               sums[r].Add(l, w, m[r], eps, tt.rho);
               vmax[r] = meter::MaxAcc(vmax[r], tt.nu);
             } else {
