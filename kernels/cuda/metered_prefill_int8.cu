@@ -34,6 +34,7 @@
 #include <cmath>
 
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
+#include "kernels/cuda/metered_prefill_int_digits.cuh"
 #include "kernels/cuda/metered_prefill_launch.h"
 #include "kernels/cuda/metered_prefill_rows.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
@@ -74,10 +75,7 @@ struct Stage {
 struct Smem {
   Stage ring[kRing];
   __half vt[kD][kVPitch];   // V codes of the current tile as fp16, [channel, kpos(token)]
-  int8_t qdig[4][kVecs][kD];  // query digits [digit, vector, channel] (prologue only)
-  double q1[kVecs];
-  float qscale[kVecs];
-  int32_t qexp[kVecs], qbad[kVecs];
+  prefill::IntDigitQuerySmem q;
   uint64_t thash[kTile];  // int8-dither: the tile's token hashes (DitherTokenHashAt)
 };
 
@@ -94,54 +92,17 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int kvh = blockIdx.y, G = P.group;
+  const int kvh = blockIdx.y;
   const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
-  const int64_t n = a.num_rows, nvec = n * G;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
   // ---- prologue: digits of the warp's 16 vectors; per-thread rows gid and gid + 8
-  for (int i = 0; i < 16; ++i) {
-    const int v = warp * 16 + i;
-    const int64_t gv = v0 + v;
-    const bool live = gv < nvec;
-    const int64_t row = live ? gv / G : 0;
-    const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
-    const cuda_kv::QueryDigitScalars r = cuda_kv::SplitQueryDigits(
-        a.q + row * a.q_stride + static_cast<int64_t>(head) * kD, live, lane, inv_sqrt_d,
-        &sm.qdig[0][v][0], kVecs * kD);
-    if (lane == 0) {
-      sm.q1[v] = r.q1;
-      sm.qexp[v] = r.exp;
-      sm.qbad[v] = r.bad;
-      sm.qscale[v] = r.qscale;
-    }
-  }
-  __syncwarp();
-  int64_t ctx[2];           // tokens the row's vector sees (0: not a vector of the chunk)
-  float qbn[2][kBands];     // ‖q_b‖ (meter)
-  float qscale[2];
-  int vloc[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    vloc[r] = warp * 16 + gid + 8 * r;
-    const int64_t gv = v0 + vloc[r];
-    ctx[r] = gv < nvec ? a.start_pos + gv / G + 1 : 0;
-    qscale[r] = sm.qscale[vloc[r]];
-    if constexpr (METER) {
-      if (gv < nvec) {
-        const int head = static_cast<int>(kvh * G + gv % G);
-        const float* qg = a.q + (gv / G) * a.q_stride + static_cast<int64_t>(head) * kD;
-#pragma unroll
-        for (int b = 0; b < kBands; ++b) {
-          double unused = 0.0;
-          qbn[r][b] = cuda_kv::QueryBandNorm<kD>(qg, b, kBands, L.interleaved, &unused);
-        }
-      } else {
-#pragma unroll
-        for (int b = 0; b < kBands; ++b) qbn[r][b] = 0.0f;
-      }
-    }
-  }
+  prefill::IntDigitRows<METER> rows_q;
+  rows_q.Load(P, sm.q, v0, warp, lane, inv_sqrt_d);
+  const int64_t(&ctx)[2] = rows_q.ctx;
+  const float(&qbn)[2][kBands] = rows_q.qbn;
+  const float(&qscale)[2] = rows_q.qscale;
+  const int(&vloc)[2] = rows_q.vloc;
   // A fragments: digit j, k-step s (channels tig·32 + 8s + [0, 8), as in the decode kernel).
   uint32_t qa[4][4][4];
 #pragma unroll
@@ -149,10 +110,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int c0 = tig * 32 + s * 8;
-      qa[j][s][0] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[0]][c0]);
-      qa[j][s][1] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0]);
-      qa[j][s][2] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[0]][c0 + 4]);
-      qa[j][s][3] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0 + 4]);
+      qa[j][s][0] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[0]][c0]);
+      qa[j][s][1] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[1]][c0]);
+      qa[j][s][2] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[0]][c0 + 4]);
+      qa[j][s][3] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[1]][c0 + 4]);
     }
   }
   // int8-dither: S_j = Σ_c d_{j,c} of the thread's rows (byte sums of the fragments, then over the
@@ -181,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     for (int r = 0; r < 2; ++r) {
       lscale[r] = meter::DitherQueryScale(qscale[r]);
       if constexpr (METER) {
-        tierb[r] = ctx[r] > 0 ? cuda_kv::TierBCoefficientFromNorms<kD>(qbn[r], kBands, sm.q1[vloc[r]], ctx[r], a.delta_loc)
+        tierb[r] = ctx[r] > 0 ? cuda_kv::TierBCoefficientFromNorms<kD>(qbn[r], kBands, sm.q.q1[vloc[r]], ctx[r], a.delta_loc)
                               : 0.0f;
       }
     }
@@ -333,10 +294,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   for (int r = 0; r < 2; ++r) {
     const int v = vloc[r];
     rows.ctx[r] = ctx[r];
-    rows.bad[r] = sm.qbad[v] != 0;
+    rows.bad[r] = sm.q.qbad[v] != 0;
     eta[r] = !METER || rows.bad[r] ? INFINITY
-             : DITHER              ? meter::IntDigitEtaDither(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v])
-                                   : meter::IntDigitEta(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v]);
+             : DITHER              ? meter::IntDigitEtaDither(sm.q.q1[v], sm.q.qexp[v], kD, smaxk, sm.q.qscale[v])
+                                   : meter::IntDigitEta(sm.q.q1[v], sm.q.qexp[v], kD, smaxk, sm.q.qscale[v]);
   }
   acc.Finish(P, rows, v0, warp, lane, eta);
 }

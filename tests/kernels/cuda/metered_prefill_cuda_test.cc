@@ -378,6 +378,16 @@ TEST(MeteredPrefillCuda, Int8DitherMatchesCpu) {
   }
 }
 
+// int4-rtn: per-group exact digit dots and the group scales (IntDigitEtaInt4).
+TEST(MeteredPrefillCuda, Int4MatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (Shape s : {Shape{4, 2, 16, 45, 22, 1.0f, true}, Shape{4, 2, 16, 45, 22, 1.0f, true, false},
+                  Shape{1, 2, 16, 5, 65, 1.0f, true}, Shape{8, 1, 32, 300, 100, 4.0f, false},
+                  Shape{4, 2, 16, 1500, 70, 1.0f, true}, Shape{4, 2, 16, 200, 40, 6.0f, true, true, true}}) {
+    RunCase(CaseOf(KvScheme::kInt4Rtn, s, 41 + static_cast<uint32_t>(s.start)));
+  }
+}
+
 // Outlier channels, huge value rows, aligned keys, logits in the hundreds: the bound stays sound.
 TEST(MeteredPrefillCuda, AdversarialSoundness) {
   WITCERT_SKIP_WITHOUT_GPU();
@@ -437,11 +447,11 @@ TEST(MeteredPrefillCuda, RejectsOtherShapes) {
   L.scheme = KvScheme::kInt8Rtn;
   EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8));
   EXPECT_FALSE(MeteredPrefillCudaSupports(L, 7));  // Hq not a multiple of Hkv
-  for (KvScheme other : {KvScheme::kInt4Rtn, KvScheme::kFp32}) {
+  for (KvScheme other : {KvScheme::kFp32}) {
     L.scheme = other;
     EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(other).name;
   }
-  for (KvScheme taken : {KvScheme::kInt8Dither, KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw,
+  for (KvScheme taken : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn, KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw,
                          KvScheme::kFp8Scaled, KvScheme::kKivi2}) {
     L.scheme = taken;
     EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(taken).name;
