@@ -33,7 +33,6 @@ using cuda_copy::CpAsync16;
 using cuda_copy::CpAsyncCommit;
 using cuda_copy::CpAsyncWait;
 using cuda_kv::Bf16Bits;
-using cuda_kv::DecodeBandCodes8;
 using cuda_kv::MmaS8;
 using prefill::kBands;
 using prefill::kD;
@@ -134,7 +133,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Pa
   prefill::RowSums<METER> acc;
   acc.Init();
   float smaxk = 0.0f;  // η's group-scale max over the CTA's tokens
-  const float infl = meter::EpsInflation(kD, kBands);
+  prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
+  if constexpr (METER) eps_digits.From(rows_q.qbn, inv_sqrt_d);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -213,13 +213,13 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Pa
       }
     }
     // (d)–(f): online softmax, certificate terms, o += P·V.
-    acc.AddTile(lg, rows_q.qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+    acc.AddTile(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       tt.sv = 1.0f;
       if constexpr (METER) {
-        const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
-        DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
+        tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+        tt.kunit = Bf16Bits(st.ku[tok]);
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
       }

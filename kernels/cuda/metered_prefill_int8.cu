@@ -50,7 +50,6 @@ using cuda_kv::Bf16Bits;
 using cuda_kv::CpAsync16;
 using cuda_kv::CpAsyncCommit;
 using cuda_kv::CpAsyncWait;
-using cuda_kv::DecodeBandCodes8;
 using cuda_kv::MmaS8;
 using cuda_kv::MmaSwizzle;
 
@@ -180,7 +179,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   prefill::RowSums<METER> acc;
   acc.Init();
   float smaxk = 0.0f;  // η's key-scale max
-  const float infl = meter::EpsInflation(kD, kBands);
+  prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
+  if constexpr (METER) eps_digits.From(qbn, inv_sqrt_d);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -262,12 +262,12 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     }
     // (c)–(e): online softmax, certificate terms, o += P·V (the int8 key columns: tokens 8·nt + tig + 4·h).
     // int8-dither: Tier B, ε̂ = min(ε, u_t) with u_t = C·s_t (the CPU's MeteredSplit, the decode kernels').
-    acc.template AddTile<true, DITHER>(lg, qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+    acc.template AddTile<true, DITHER>(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       if constexpr (METER) {
-        const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
-        DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
+        tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+        tt.kunit = Bf16Bits(st.ku[tok]);
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
       }

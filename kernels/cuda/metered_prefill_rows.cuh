@@ -22,6 +22,7 @@
 #include "kernels/cuda/metered_prefill_launch.h"
 #include "kernels/cuda/mma_head_sums.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
+#include "kernels/cuda/tier_a_digits.cuh"
 #include "kernels/meter/cert_math.h"
 
 namespace witcert::prefill {
@@ -192,9 +193,34 @@ __device__ __forceinline__ void IssueScales(uint16_t* ks, uint16_t* vs, const Pa
 // all are 0), ρ and ν ≥ ‖ṽ‖ + ρ; and the V scale the weight is multiplied by before p·v (1 when
 // the values carry their own).
 struct TokenTerms {
-  float w8[kBands];
+  uint2 kc;          // the key band codes c_b (band b at byte b % 4 of word b / 4); 0: ε̂ = 0
+  float kunit;       // and their unit U
   float rho, nu, sv;
   float eps_cap[2];  // EPS_CAP only: ε̂ ≤ this per row (int8-dither's Tier B u_t)
+  // Tier A reads nothing: an exact row (ε̂ = 0).
+  __device__ __forceinline__ void SetExactKey() {
+    kc = make_uint2(0u, 0u);
+    kunit = 0.0f;
+  }
+};
+
+// Tier A's band factors f_b = ‖q_b‖/√d·EpsInflation of the thread's two rows as 16-bit digits
+// rounded up, with their scales (tier_a_digits.cuh): ε̂ of a token is then TierAEpsilonOfDigits
+// against its 8-bit band codes, four dp2a and three roundings up, the decode kernels' arithmetic,
+// where the fp32 form took the codes' decode and eight fmas per row.
+struct RowEpsDigits {
+  uint32_t q[2][4];
+  float scale[2];
+  __device__ __forceinline__ void From(const float (&qbn)[2][kBands], float inv_sqrt_d) {
+    const float infl = meter::EpsInflation(kD, kBands);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float f[kBands];
+#pragma unroll
+      for (int b = 0; b < kBands; ++b) f[b] = (qbn[r][b] * inv_sqrt_d) * infl;
+      cuda_kv::BandFactorDigits8(f, q[r], &scale[r]);
+    }
+  }
 };
 
 // The thread's two rows' running state: output accumulators o [channel tile][C element] (rows
@@ -226,8 +252,8 @@ struct RowSums {
   // (natural order), or with INT8_COLUMNS 8·nt + tig + 4·h (the int8 kernel's key layout; its V
   // tile is stored in the matching k order). EPS_CAP: ε̂ = min(Tier A's, TokenTerms::eps_cap[r]).
   template <bool INT8_COLUMNS = false, bool EPS_CAP = false, class Terms>
-  __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const float (&qbn)[2][kBands], float inv_sqrt_d,
-                                          float infl, const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
+  __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const RowEpsDigits& eps_digits,
+                                          const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
     float scale_row[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -273,7 +299,7 @@ struct RowSums {
           if (l > -INFINITY) {
             w = expf(l - m[r]);
             if constexpr (METER) {
-              float eps = meter::TierAEpsilon(qbn[r], tt.w8, kBands, inv_sqrt_d, infl);
+              float eps = cuda_kv::TierAEpsilonOfDigits(eps_digits.q[r], tt.kc, tt.kunit, eps_digits.scale[r]);
               if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
               sums[r].Add(l, w, m[r], eps, tt.rho);
               vmax[r] = meter::MaxAcc(vmax[r], tt.nu);
