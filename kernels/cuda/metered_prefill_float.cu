@@ -112,11 +112,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   constexpr bool kChain = METER;  // η from the T̂ chain
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem<F, METER>& sm = *reinterpret_cast<Smem<F, METER>*>(dsm);
-  const MeteredPrefillCudaArgs& a = P.a;
-  const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int kvh = blockIdx.y;
   const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
@@ -129,19 +126,13 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
 
   // ---- the tile loader: thread (token tid / 4, part tid % 4)
   const int ld_t = tid >> 2, ld_p = tid & 3;
-  const int32_t hkv = L.num_kv_heads, bmask = L.block_size - 1;
   constexpr int kCB = kD * F::kCodeBytes;  // code bytes per vector
   constexpr int kPartChunks = F::kChunks / 4;
   auto issue = [&](int k) {
     if (k < num_tiles) {
       Stage<F>& st = sm.ring[k % kRing];
-      const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
-      const bool ok = pos < cta_end;
-      int64_t vec = 0;
-      if (ok) {
-        const int32_t blk = a.block_table[pos >> P.bs_shift];
-        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << P.bs_shift) + (pos & bmask);
-      }
+      int64_t vec;
+      const bool ok = prefill::TileTokenVector(P, k, ld_t, cta_end, &vec);
 #pragma unroll
       for (int c = kPartChunks * ld_p; c < kPartChunks * (ld_p + 1); ++c) {
         const int kpos = F::kFp8 ? c : c ^ (ld_t & 7);
@@ -302,11 +293,7 @@ template <class F>
 CudaStatus Launch(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = p.a.meter ? sizeof(Smem<F, true>) : sizeof(Smem<F, false>);
   auto kernel = p.a.meter ? MeteredPrefillFloatKernel<F, true> : MeteredPrefillFloatKernel<F, false>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 
 }  // namespace

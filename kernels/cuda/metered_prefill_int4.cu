@@ -73,11 +73,8 @@ template <bool METER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Params P) {
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem& sm = *reinterpret_cast<Smem*>(dsm);
-  const MeteredPrefillCudaArgs& a = P.a;
-  const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int kvh = blockIdx.y;
   const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
@@ -105,17 +102,11 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Pa
 
   // ---- the tile loader: thread (token tid / 4, part tid % 4): K and V chunk `part`
   const int ld_t = tid >> 2, ld_p = tid & 3;
-  const int32_t hkv = L.num_kv_heads, bmask = L.block_size - 1;
   auto issue = [&](int k) {
     if (k < num_tiles) {
       Stage& st = sm.ring[k % kRing];
-      const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
-      const bool ok = pos < cta_end;
-      int64_t vec = 0;
-      if (ok) {
-        const int32_t blk = a.block_table[pos >> P.bs_shift];
-        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << P.bs_shift) + (pos & bmask);
-      }
+      int64_t vec;
+      const bool ok = prefill::TileTokenVector(P, k, ld_t, cta_end, &vec);
       CpAsync16(&st.kc[ld_t][ld_p * 16], P.kv.k_codes + vec * kCodeBytes + ld_p * 16, ok);
       CpAsync16(&st.vc[ld_t][ld_p * 16], P.kv.v_codes + vec * kCodeBytes + ld_p * 16, ok);
       // Group scales: 8 bytes a vector, one 16-byte chunk per 2 tokens (never across a block).
@@ -231,20 +222,14 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Pa
   // ---- η per row (the largest group scale any lane of the warp saw), the output, the certificate
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) smaxk = meter::MaxAcc(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, o));
-  struct {
-    int64_t ctx[2];
-    bool bad[2];
-  } rows;
   float eta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int v = vloc[r];
-    rows.ctx[r] = ctx[r];
-    rows.bad[r] = sm.q.qbad[v] != 0;
-    eta[r] = !METER || rows.bad[r] ? INFINITY
+    eta[r] = !METER || rows_q.bad[r] ? INFINITY
                                    : meter::IntDigitEtaInt4(sm.q.q1[v], sm.q.qexp[v], kD, smaxk, sm.q.qscale[v]);
   }
-  acc.Finish(P, rows, v0, warp, lane, eta);
+  acc.Finish(P, rows_q, v0, warp, lane, eta);
 }
 
 }  // namespace
@@ -252,11 +237,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Pa
 CudaStatus prefill::LaunchInt4(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = sizeof(Smem);
   auto kernel = p.a.meter ? MeteredPrefillInt4Kernel<true> : MeteredPrefillInt4Kernel<false>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 
 }  // namespace witcert

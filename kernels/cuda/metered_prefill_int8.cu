@@ -88,7 +88,6 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem& sm = *reinterpret_cast<Smem*>(dsm);
   const MeteredPrefillCudaArgs& a = P.a;
-  const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
   const int kvh = blockIdx.y;
@@ -152,17 +151,11 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 
   // ---- the tile loader: thread (token tid / 4, part tid % 4)
   const int ld_t = tid >> 2, ld_p = tid & 3;
-  const int32_t hkv = L.num_kv_heads, bmask = L.block_size - 1;
   auto issue = [&](int k) {
     if (k < num_tiles) {
       Stage& st = sm.ring[k % kRing];
-      const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
-      const bool ok = pos < cta_end;
-      int64_t vec = 0;
-      if (ok) {
-        const int32_t blk = a.block_table[pos >> P.bs_shift];
-        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << P.bs_shift) + (pos & bmask);
-      }
+      int64_t vec;
+      const bool ok = prefill::TileTokenVector(P, k, ld_t, cta_end, &vec);
 #pragma unroll
       for (int c = 2 * ld_p; c < 2 * ld_p + 2; ++c) {
         CpAsync16(&st.kc[ld_t][(c ^ MmaSwizzle(ld_t)) << 4], P.kv.k_codes + vec * kD + c * 16, ok);
@@ -285,21 +278,15 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   // ---- η per row (IntDigitEta with the largest key scale the quad saw), the output, the certificate
   smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 1));
   smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 2));
-  struct {
-    int64_t ctx[2];
-    bool bad[2];
-  } rows;
   float eta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int v = vloc[r];
-    rows.ctx[r] = ctx[r];
-    rows.bad[r] = sm.q.qbad[v] != 0;
-    eta[r] = !METER || rows.bad[r] ? INFINITY
+    eta[r] = !METER || rows_q.bad[r] ? INFINITY
              : DITHER              ? meter::IntDigitEtaDither(sm.q.q1[v], sm.q.qexp[v], kD, smaxk, sm.q.qscale[v])
                                    : meter::IntDigitEta(sm.q.q1[v], sm.q.qexp[v], kD, smaxk, sm.q.qscale[v]);
   }
-  acc.Finish(P, rows, v0, warp, lane, eta);
+  acc.Finish(P, rows_q, v0, warp, lane, eta);
 }
 
 }  // namespace
@@ -309,11 +296,7 @@ CudaStatus prefill::LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream) 
   const bool dither = p.layout.scheme == KvScheme::kInt8Dither;
   auto kernel = p.a.meter ? (dither ? MeteredPrefillInt8Kernel<true, true> : MeteredPrefillInt8Kernel<true, false>)
                           : (dither ? MeteredPrefillInt8Kernel<false, true> : MeteredPrefillInt8Kernel<false, false>);
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 
 }  // namespace witcert

@@ -28,6 +28,7 @@ struct IntDigitRows {
   float qbn[2][kBands];  // ‖q_b‖ (meter)
   float qscale[2];
   int vloc[2];
+  bool bad[2];  // a query the digits cannot take (non-finite, or its exponent out of range)
 
   // Every thread of the CTA calls; the digits are ready for the warp that wrote them after the
   // __syncwarp inside (each warp reads only its own vectors' digits).
@@ -59,6 +60,7 @@ struct IntDigitRows {
       const int64_t gv = v0 + vloc[r];
       ctx[r] = gv < nvec ? a.start_pos + gv / G + 1 : 0;
       qscale[r] = sq.qscale[vloc[r]];
+      bad[r] = sq.qbad[vloc[r]] != 0;
       if constexpr (METER) {
         if (gv < nvec) {
           const int head = static_cast<int>(kvh * G + gv % G);

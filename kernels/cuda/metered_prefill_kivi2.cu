@@ -135,13 +135,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
     if (k < num_tiles) {
       Stage& st = sm.ring[k % kRing];
       const int64_t base = static_cast<int64_t>(k) * kTile;
-      const int64_t pos = base + ld_t;
-      const bool ok = pos < cta_end;
-      int64_t vec = 0;
-      if (ok) {
-        const int32_t blk = a.block_table[pos >> bshift];
-        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << bshift) + (pos & bmask);
-      }
+      int64_t vec;
+      const bool ok = prefill::TileTokenVector(P, k, ld_t, cta_end, &vec);
       const int c = ld_p & 1;
       if (ld_p < 2) {
         CpAsync16(&st.kc[ld_t][c * 16], P.kv.k_codes + vec * kCodeBytes + c * 16, ok);
@@ -368,11 +363,7 @@ CudaStatus prefill::LaunchKivi2(const Params& p, dim3 grid, cudaStream_t stream)
   static_assert(kThreads == kD, "one thread per channel for the η maxima");
   const size_t smem = sizeof(Smem);
   auto kernel = p.a.meter ? MeteredPrefillKivi2Kernel<true> : MeteredPrefillKivi2Kernel<false>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 
 }  // namespace witcert

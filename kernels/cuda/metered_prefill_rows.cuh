@@ -169,6 +169,27 @@ struct CtaSpan {
   }
 };
 
+// Tile k's token ld_t (the loaders' thread (token, part) split): whether the CTA reads it, and then
+// its vector index in the pool (0 otherwise, a safe address for cp.async's zero fill).
+__device__ __forceinline__ bool TileTokenVector(const Params& P, int k, int ld_t, int64_t cta_end, int64_t* vec) {
+  const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
+  *vec = 0;
+  if (pos >= cta_end) return false;
+  const int32_t blk = P.a.block_table[pos >> P.bs_shift];
+  *vec = ((static_cast<int64_t>(blk) * P.layout.num_kv_heads + blockIdx.y) << P.bs_shift) +
+         (pos & (P.layout.block_size - 1));
+  return true;
+}
+
+// Launches a prefill kernel with `smem` bytes of dynamic shared memory (the kernels' Smem).
+template <class Kernel>
+CudaStatus LaunchWithSmem(Kernel kernel, size_t smem, dim3 grid, cudaStream_t stream, const Params& p) {
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
 // The meter's witnesses of tile token ld_t (vector `vec`, `ok`: a token the CTA reads; cp.async
 // zero-fills otherwise), by loader part ld_p, each from the first token of its 16-byte run (runs
 // never cross a block: block_size ≥ 8): K band codes of 2 tokens (part 0), value summaries of 4 and
