@@ -8,7 +8,8 @@
 // nt's C element e: row gid (e < 2) or gid + 8, token 8·nt + 2·tig + (e & 1) in natural order,
 // so two n-tiles' C fragments are one PV A fragment, and the V tile is [channel, token] fp16.
 // The rescale argument (one rounded exponential per rescale = one merge of cert_math.h's
-// SumInflation) is metered_prefill_int8.cu's.
+// SumInflation) is metered_prefill_int8.cu's; it covers the common tokens' power sums, rescaled by
+// the same factor, as it covers b.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -250,6 +251,10 @@ template <bool METER>
 struct RowSums {
   float o[16][4];
   cuda_kv::MmaHeadSums sums[2];
+  // The common tokens' A−1 terms (meter::WeightedTokenIsCommonAtGap: a finite logit, ε̂ ≤ ½, a
+  // direct weight) as power sums (meter::EpsPowerSums), added branch-free and folded into b at the
+  // end (FoldPowerSums), as the tensor-core decode kernel does; the other tokens take Add.
+  meter::EpsPowerSums ps[2];
   int32_t count[2];  // tokens summed per row (a non-finite logit's row is bad anyway)
   float m[2];
   float vmax[2];
@@ -290,6 +295,10 @@ struct RowSums {
           sums[r].z *= f;
           sums[r].b = RescaleSum(sums[r].b, f);
           sums[r].c = RescaleSum(sums[r].c, f);
+          // The power sums are finite (common tokens only): one product each, like b's.
+          ps[r].s1 *= f;
+          ps[r].s2 *= f;
+          ps[r].s3 *= f;
           scale_row[r] = f;
           ++rescales[r];
         }
@@ -322,7 +331,11 @@ struct RowSums {
             if constexpr (METER) {
               float eps = cuda_kv::TierAEpsilonOfDigits(eps_digits.q[r], tt.kc, tt.kunit, eps_digits.scale[r]);
               if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
-              sums[r].Add(l, w, m[r], eps, tt.rho);
+              if (meter::WeightedTokenIsCommonAtGap(l, l - m[r], eps)) {
+                sums[r].AddCommonPowers(true, w, eps, tt.rho, &ps[r]);
+              } else {
+                sums[r].Add(l, w, m[r], eps, tt.rho);
+              }
               vmax[r] = meter::MaxAcc(vmax[r], tt.nu);
             } else {
               sums[r].z += w;
@@ -358,6 +371,7 @@ struct RowSums {
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      if constexpr (METER) sums[r].FoldPowerSums(ps[r]);  // before the quad's sums meet
       sums[r].template AddShfl<METER>(1);
       sums[r].template AddShfl<METER>(2);
       count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
