@@ -364,6 +364,19 @@ TEST(MeteredPrefillCuda, Sweep) {
   }
 }
 
+// int8-dither (Tier B at δ_loc 0.01) and int4-rtn, one small chunk each, meter on and off (also
+// the sanitizer case).
+TEST(MeteredPrefillCuda, IntDigitSchemesSmallMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (KvScheme scheme : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn}) {
+    for (bool meter : {true, false}) {
+      PrefillCase c = CaseOf(scheme, Shape{4, 2, 16, 45, 22, 1.0f, true, meter}, 7 + static_cast<uint32_t>(scheme));
+      c.delta = scheme == KvScheme::kInt8Dither ? 0.01 : 0.0;
+      RunCase(c);
+    }
+  }
+}
+
 // int8-dither: the codes' and the dither bytes' digit dots (IntDigitEtaDither), Tier A alone and
 // with Tier B at two δ_loc, adversarial rows too.
 TEST(MeteredPrefillCuda, Int8DitherMatchesCpu) {
