@@ -29,10 +29,6 @@ struct Params {
   int32_t bs_shift;  // log2(block_size)
 };
 
-// x·f for a running certificate sum; an infinite sum (a vacuous term, ε̂ > kEpsCap) stays
-// infinite even when f underflows to 0, where inf·0 would turn the bound into NaN.
-__device__ __forceinline__ float RescaleSum(float x, float f) { return x == INFINITY ? x : x * f; }
-
 CudaStatus LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream);
 CudaStatus LaunchFloat(const Params& p, dim3 grid, cudaStream_t stream);
 CudaStatus LaunchKivi2(const Params& p, dim3 grid, cudaStream_t stream);

@@ -30,6 +30,10 @@ namespace witcert::prefill {
 
 constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
 
+// x·f for a running certificate sum; an infinite sum (a vacuous term, ε̂ > kEpsCap) stays
+// infinite even when f underflows to 0, where inf·0 would turn the bound into NaN.
+__device__ __forceinline__ float RescaleSum(float x, float f) { return x == INFINITY ? x : x * f; }
+
 // A 16-bit value (fp16 / bf16 bits in the low half) as fp32, exact.
 template <bool BF16>
 __device__ __forceinline__ float HalfBitsToFloat(uint32_t h) {
