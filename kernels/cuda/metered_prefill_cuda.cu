@@ -8,11 +8,13 @@
 namespace witcert {
 namespace {
 
-// Schemes with a chunked-prefill kernel: int8-rtn's integer digits, the keys that are one exact
+// Schemes with a chunked-prefill kernel: int8's and int4's integer digits, the keys that are one exact
 // 16-bit float per channel (times a per-token scale for fp8-e4m3), and kivi2's bit planes.
 bool SchemeHasPrefillKernel(KvScheme s) {
   switch (s) {
     case KvScheme::kInt8Rtn:
+    case KvScheme::kInt8Dither:
+    case KvScheme::kInt4Rtn:
     case KvScheme::kFp16:
     case KvScheme::kBf16:
     case KvScheme::kFp8Raw:
@@ -36,7 +38,7 @@ bool MeteredPrefillCudaSupports(const PagedKvLayout& L, int32_t num_q_heads) {
 CudaStatus MeteredPrefillCuda(const PagedKvLayout& layout, const PagedKvLayer& kv,
                               const MeteredPrefillCudaArgs& args, cudaStream_t stream) {
   if (!MeteredPrefillCudaSupports(layout, args.num_q_heads)) {
-    return CudaStatus::Error("MeteredPrefillCuda: takes int8-rtn, fp16, bf16, fp8-e4m3 (raw or scaled) or kivi2 "
+    return CudaStatus::Error("MeteredPrefillCuda: takes int8-rtn, int8-dither, int4-rtn, fp16, bf16, fp8-e4m3 (raw or scaled) or kivi2 "
                              "without outlier channels, head_dim 128, 8 witness bands, a power-of-two "
                              "block_size >= 8 and Hq a multiple of Hkv");
   }
@@ -78,8 +80,10 @@ CudaStatus MeteredPrefillCuda(const PagedKvLayout& layout, const PagedKvLayer& k
   }
   const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(layout.num_kv_heads));
   switch (layout.scheme) {
-    case KvScheme::kInt8Rtn: return prefill::LaunchInt8(p, grid, stream);
+    case KvScheme::kInt8Rtn:
+    case KvScheme::kInt8Dither: return prefill::LaunchInt8(p, grid, stream);
     case KvScheme::kKivi2: return prefill::LaunchKivi2(p, grid, stream);
+    case KvScheme::kInt4Rtn: return prefill::LaunchInt4(p, grid, stream);
     default: return prefill::LaunchFloat(p, grid, stream);
   }
 }

@@ -10,13 +10,15 @@
 // CTA holds 64 query vectors (rows × the query heads of one KV head) and reads each KV tile
 // once for all of them, on tensor cores.
 //
-// Supported (MeteredPrefillCudaSupports): int8-rtn, fp16, bf16, fp8-e4m3 (raw or scaled) and kivi2
-// K and V without outlier channels, head_dim 128, 8 witness bands, block_size ≥ 8 (a power of
-// two), any Hq/Hkv. Other schemes (int8-dither, int4-rtn) keep the per-row decode path.
+// Supported (MeteredPrefillCudaSupports): every scheme but fp32 — int8-rtn, int8-dither, int4-rtn,
+// fp16, bf16, fp8-e4m3 (raw or scaled) and kivi2 — K and V without outlier channels, head_dim 128,
+// 8 witness bands, block_size ≥ 8 (a power of two), any Hq/Hkv.
 //
 // Arithmetic, int8-rtn (kernels/cuda/metered_prefill_int8.cu has the derivation): q·k by exact
 // int8 tensor-core MMAs on the four base-128 digits of the query (kernels/meter/int_digit_dot.h,
-// same logits and η bound as the tensor-core decode kernel). 16-bit float keys
+// same logits and η bound as the tensor-core decode kernel; int8-dither adds the dither bytes'
+// dots and Tier B as that kernel does; int4-rtn, metered_prefill_int4.cu, one 32-channel group per
+// k-step and the group scales after, IntDigitEtaInt4). 16-bit float keys
 // (metered_prefill_float.cu): the query as two digits of the key's format against the exact keys
 // on fp16 / bf16 MMAs, η by the decode kernel's tensor-core model (tc_logit_eta.cuh). Both: online
 // softmax over 32-token tiles, each rescale of the running sums counted as one merge of
@@ -56,7 +58,11 @@ struct MeteredPrefillCudaArgs {
   // in exact_kv; listed blocks are read exact (ε̂ = ρ = 0, ‖ṽ‖ of the exact row).
   const int32_t* exact_slot = nullptr;  // [num_blocks, num_layers, Hkv] slot or −1, device
   const float* exact_kv = nullptr;      // [slots, 2 (K, V), block_size, d] fp32, device
-  int32_t layer = 0, num_layers = 0;    // this layer, and the table's
+  int32_t layer = 0, num_layers = 0;    // this layer (also int8-dither's hash), and the table's
+  // int8-dither: the store's dither seed (the write path's) and the cell's Tier B failure
+  // probability δ_loc (0: Tier A only, as MeteredDecodeCudaArgs::delta_loc).
+  uint64_t dither_seed = 0;
+  double delta_loc = 0.0;
 };
 
 // True when the kernel takes this pool and head count.

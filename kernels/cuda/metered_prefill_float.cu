@@ -53,7 +53,6 @@ using cuda_kv::Bf16Bits;
 using cuda_copy::CpAsync16;
 using cuda_copy::CpAsyncCommit;
 using cuda_copy::CpAsyncWait;
-using cuda_kv::DecodeBandCodes8;
 using prefill::HalfBitsToFloat;
 using prefill::kBands;
 using prefill::kD;
@@ -113,11 +112,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   constexpr bool kChain = METER;  // η from the T̂ chain
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem<F, METER>& sm = *reinterpret_cast<Smem<F, METER>*>(dsm);
-  const MeteredPrefillCudaArgs& a = P.a;
-  const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int kvh = blockIdx.y;
   const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
@@ -130,19 +126,13 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
 
   // ---- the tile loader: thread (token tid / 4, part tid % 4)
   const int ld_t = tid >> 2, ld_p = tid & 3;
-  const int32_t hkv = L.num_kv_heads, bmask = L.block_size - 1;
   constexpr int kCB = kD * F::kCodeBytes;  // code bytes per vector
   constexpr int kPartChunks = F::kChunks / 4;
   auto issue = [&](int k) {
     if (k < num_tiles) {
       Stage<F>& st = sm.ring[k % kRing];
-      const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
-      const bool ok = pos < cta_end;
-      int64_t vec = 0;
-      if (ok) {
-        const int32_t blk = a.block_table[pos >> P.bs_shift];
-        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << P.bs_shift) + (pos & bmask);
-      }
+      int64_t vec;
+      const bool ok = prefill::TileTokenVector(P, k, ld_t, cta_end, &vec);
 #pragma unroll
       for (int c = kPartChunks * ld_p; c < kPartChunks * (ld_p + 1); ++c) {
         const int kpos = F::kFp8 ? c : c ^ (ld_t & 7);
@@ -160,7 +150,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   prefill::RowSums<METER> acc;
   acc.Init();
   float that[2] = {0.0f, 0.0f}, smaxk = 0.0f;  // max T̂_t (·s_t) per row; scaled fp8: max K scale
-  const float infl = meter::EpsInflation(kD, kBands);
+  prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
+  if constexpr (METER) eps_digits.From(rows.qbn, inv_sqrt_d);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -267,12 +258,12 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
       }
     }
     // (c)–(e): online softmax, certificate terms, o += P·V.
-    acc.AddTile(lg, rows.qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+    acc.AddTile(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       if constexpr (METER) {
-        const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
-        DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
+        tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+        tt.kunit = Bf16Bits(st.ku[tok]);
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
       }
@@ -302,11 +293,7 @@ template <class F>
 CudaStatus Launch(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = p.a.meter ? sizeof(Smem<F, true>) : sizeof(Smem<F, false>);
   auto kernel = p.a.meter ? MeteredPrefillFloatKernel<F, true> : MeteredPrefillFloatKernel<F, false>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 
 }  // namespace

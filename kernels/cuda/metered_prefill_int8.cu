@@ -34,10 +34,12 @@
 #include <cmath>
 
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
+#include "kernels/cuda/metered_prefill_int_digits.cuh"
 #include "kernels/cuda/metered_prefill_launch.h"
 #include "kernels/cuda/metered_prefill_rows.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/pipe_stage.cuh"
+#include "kernels/meter/dither_hash.h"
 #include "kernels/meter/int_digit_dot.h"
 #include "kernels/meter/partial_sum.h"
 
@@ -48,7 +50,6 @@ using cuda_kv::Bf16Bits;
 using cuda_kv::CpAsync16;
 using cuda_kv::CpAsyncCommit;
 using cuda_kv::CpAsyncWait;
-using cuda_kv::DecodeBandCodes8;
 using cuda_kv::MmaS8;
 using cuda_kv::MmaSwizzle;
 
@@ -73,10 +74,8 @@ struct Stage {
 struct Smem {
   Stage ring[kRing];
   __half vt[kD][kVPitch];   // V codes of the current tile as fp16, [channel, kpos(token)]
-  int8_t qdig[4][kVecs][kD];  // query digits [digit, vector, channel] (prologue only)
-  double q1[kVecs];
-  float qscale[kVecs];
-  int32_t qexp[kVecs], qbad[kVecs];
+  prefill::IntDigitQuerySmem q;
+  uint64_t thash[kTile];  // int8-dither: the tile's token hashes (DitherTokenHashAt)
 };
 
 // k position of tile token T in the transposed V tile (see the file comment).
@@ -84,62 +83,24 @@ __device__ __forceinline__ int KPos(int t) {
   return 16 * (t >> 4) + 8 * ((t >> 3) & 1) + 2 * (t & 3) + ((t >> 2) & 1);
 }
 
-template <bool METER>
+template <bool METER, bool DITHER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Params P) {
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem& sm = *reinterpret_cast<Smem*>(dsm);
   const MeteredPrefillCudaArgs& a = P.a;
-  const PagedKvLayout& L = P.layout;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int kvh = blockIdx.y, G = P.group;
+  const int kvh = blockIdx.y;
   const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVecs;  // first vector of the CTA
-  const int64_t n = a.num_rows, nvec = n * G;
   const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(kD));
 
   // ---- prologue: digits of the warp's 16 vectors; per-thread rows gid and gid + 8
-  for (int i = 0; i < 16; ++i) {
-    const int v = warp * 16 + i;
-    const int64_t gv = v0 + v;
-    const bool live = gv < nvec;
-    const int64_t row = live ? gv / G : 0;
-    const int head = static_cast<int>(kvh * G + (live ? gv % G : 0));
-    const cuda_kv::QueryDigitScalars r = cuda_kv::SplitQueryDigits(
-        a.q + row * a.q_stride + static_cast<int64_t>(head) * kD, live, lane, inv_sqrt_d,
-        &sm.qdig[0][v][0], kVecs * kD);
-    if (lane == 0) {
-      sm.q1[v] = r.q1;
-      sm.qexp[v] = r.exp;
-      sm.qbad[v] = r.bad;
-      sm.qscale[v] = r.qscale;
-    }
-  }
-  __syncwarp();
-  int64_t ctx[2];           // tokens the row's vector sees (0: not a vector of the chunk)
-  float qbn[2][kBands];     // ‖q_b‖ (meter)
-  float qscale[2];
-  int vloc[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    vloc[r] = warp * 16 + gid + 8 * r;
-    const int64_t gv = v0 + vloc[r];
-    ctx[r] = gv < nvec ? a.start_pos + gv / G + 1 : 0;
-    qscale[r] = sm.qscale[vloc[r]];
-    if constexpr (METER) {
-      if (gv < nvec) {
-        const int head = static_cast<int>(kvh * G + gv % G);
-        const float* qg = a.q + (gv / G) * a.q_stride + static_cast<int64_t>(head) * kD;
-#pragma unroll
-        for (int b = 0; b < kBands; ++b) {
-          double unused = 0.0;
-          qbn[r][b] = cuda_kv::QueryBandNorm<kD>(qg, b, kBands, L.interleaved, &unused);
-        }
-      } else {
-#pragma unroll
-        for (int b = 0; b < kBands; ++b) qbn[r][b] = 0.0f;
-      }
-    }
-  }
+  prefill::IntDigitRows<METER> rows_q;
+  rows_q.Load(P, sm.q, v0, warp, lane, inv_sqrt_d);
+  const int64_t(&ctx)[2] = rows_q.ctx;
+  const float(&qbn)[2][kBands] = rows_q.qbn;
+  const float(&qscale)[2] = rows_q.qscale;
+  const int(&vloc)[2] = rows_q.vloc;
   // A fragments: digit j, k-step s (channels tig·32 + 8s + [0, 8), as in the decode kernel).
   uint32_t qa[4][4][4];
 #pragma unroll
@@ -147,10 +108,41 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int c0 = tig * 32 + s * 8;
-      qa[j][s][0] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[0]][c0]);
-      qa[j][s][1] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0]);
-      qa[j][s][2] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[0]][c0 + 4]);
-      qa[j][s][3] = *reinterpret_cast<const uint32_t*>(&sm.qdig[j][vloc[1]][c0 + 4]);
+      qa[j][s][0] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[0]][c0]);
+      qa[j][s][1] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[1]][c0]);
+      qa[j][s][2] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[0]][c0 + 4]);
+      qa[j][s][3] = *reinterpret_cast<const uint32_t*>(&sm.q.qdig[j][vloc[1]][c0 + 4]);
+    }
+  }
+  // int8-dither: S_j = Σ_c d_{j,c} of the thread's rows (byte sums of the fragments, then over the
+  // quad's four lanes: its channels), the head hash, the rows' logit scales and Tier B coefficients.
+  int32_t dsum[4][2] = {};
+  uint64_t h1 = 0;
+  float lscale[2] = {qscale[0], qscale[1]}, tierb[2] = {0.0f, 0.0f};
+  if constexpr (DITHER) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int s4 = 0; s4 < 4; ++s4) {
+        dsum[j][0] = __dp4a(static_cast<int>(qa[j][s4][0]), 0x01010101, dsum[j][0]);
+        dsum[j][0] = __dp4a(static_cast<int>(qa[j][s4][2]), 0x01010101, dsum[j][0]);
+        dsum[j][1] = __dp4a(static_cast<int>(qa[j][s4][1]), 0x01010101, dsum[j][1]);
+        dsum[j][1] = __dp4a(static_cast<int>(qa[j][s4][3]), 0x01010101, dsum[j][1]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        dsum[j][r] += __shfl_xor_sync(0xffffffffu, dsum[j][r], 1);
+        dsum[j][r] += __shfl_xor_sync(0xffffffffu, dsum[j][r], 2);
+      }
+    }
+    h1 = meter::DitherHeadHash(a.dither_seed, static_cast<uint32_t>(a.layer), static_cast<uint32_t>(kvh));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      lscale[r] = meter::DitherQueryScale(qscale[r]);
+      if constexpr (METER) {
+        tierb[r] = ctx[r] > 0 ? cuda_kv::TierBCoefficientFromNorms<kD>(qbn[r], kBands, sm.q.q1[vloc[r]], ctx[r], a.delta_loc)
+                              : 0.0f;
+      }
     }
   }
   const prefill::CtaSpan span(P, v0, ctx);
@@ -159,17 +151,11 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 
   // ---- the tile loader: thread (token tid / 4, part tid % 4)
   const int ld_t = tid >> 2, ld_p = tid & 3;
-  const int32_t hkv = L.num_kv_heads, bmask = L.block_size - 1;
   auto issue = [&](int k) {
     if (k < num_tiles) {
       Stage& st = sm.ring[k % kRing];
-      const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
-      const bool ok = pos < cta_end;
-      int64_t vec = 0;
-      if (ok) {
-        const int32_t blk = a.block_table[pos >> P.bs_shift];
-        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << P.bs_shift) + (pos & bmask);
-      }
+      int64_t vec;
+      const bool ok = prefill::TileTokenVector(P, k, ld_t, cta_end, &vec);
 #pragma unroll
       for (int c = 2 * ld_p; c < 2 * ld_p + 2; ++c) {
         CpAsync16(&st.kc[ld_t][(c ^ MmaSwizzle(ld_t)) << 4], P.kv.k_codes + vec * kD + c * 16, ok);
@@ -186,7 +172,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   prefill::RowSums<METER> acc;
   acc.Init();
   float smaxk = 0.0f;  // η's key-scale max
-  const float infl = meter::EpsInflation(kD, kBands);
+  prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
+  if constexpr (METER) eps_digits.From(qbn, inv_sqrt_d);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -194,6 +181,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     issue(k + kRing - 1);
     const Stage& st = sm.ring[k % kRing];
     const int64_t base = static_cast<int64_t>(k) * kTile;
+    if (DITHER && tid < kTile) sm.thash[tid] = meter::DitherTokenHashAt(h1, static_cast<uint64_t>(base + tid));
     // (a) V tile → fp16, transposed and k-permuted.
     {
       const int t = tid & 31, cb = tid >> 5;  // token, 32-channel block
@@ -230,11 +218,30 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         MmaS8(acc[j], qa[j][2], c1.x, c1.y);
         MmaS8(acc[j], qa[j][3], c1.z, c1.w);
       }
+      if constexpr (DITHER) {
+        // The B token's dither bytes for the lane's channels [32·tig, 32·tig + 32) (groups 8·tig + i),
+        // top bits flipped: e = b − 128 as int8, in the code words' order; then F_j = 512·Dm_j −
+        // 2·De_j − S_j (int_digit_dot.h), combined below as the codes' D_j would be.
+        const uint64_t th = sm.thash[brow];
+        uint32_t ew[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ew[i] = meter::DitherWord(th, static_cast<uint32_t>(8 * tig + i)) ^ 0x80808080u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          int32_t de[4] = {0, 0, 0, 0};
+          MmaS8(de, qa[j][0], ew[0], ew[1]);
+          MmaS8(de, qa[j][1], ew[2], ew[3]);
+          MmaS8(de, qa[j][2], ew[4], ew[5]);
+          MmaS8(de, qa[j][3], ew[6], ew[7]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][e] = meter::DitherDigitTerm(acc[j][e], de[e], dsum[j][e >> 1]);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, tok = nt * 8 + tig + 4 * (e & 1);
         const float t = meter::CombineDigitDots(acc[0][e], acc[1][e], acc[2][e], acc[3][e]);
-        const float l = (t * Bf16Bits(st.ks[tok])) * qscale[r];
+        const float l = (t * Bf16Bits(st.ks[tok])) * lscale[r];
         lg[nt][e] = base + tok < ctx[r] ? l : -INFINITY;
       }
     }
@@ -247,14 +254,20 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
       }
     }
     // (c)–(e): online softmax, certificate terms, o += P·V (the int8 key columns: tokens 8·nt + tig + 4·h).
-    acc.template AddTile<true>(lg, qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+    // int8-dither: Tier B, ε̂ = min(ε, u_t) with u_t = C·s_t (the CPU's MeteredSplit, the decode kernels').
+    acc.template AddTile<true, DITHER>(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       if constexpr (METER) {
-        const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
-        DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
+        tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+        tt.kunit = Bf16Bits(st.ku[tok]);
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
+      }
+      if constexpr (DITHER) {
+        const float ks = Bf16Bits(st.ks[tok]) * (1.0f + 4.0f * meter::kUnitRoundoff);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) tt.eps_cap[r] = tierb[r] > 0.0f ? tierb[r] * ks : INFINITY;
       }
       tt.sv = Bf16Bits(st.vs[tok]);
       return tt;
@@ -265,31 +278,25 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   // ---- η per row (IntDigitEta with the largest key scale the quad saw), the output, the certificate
   smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 1));
   smaxk = fmaxf(smaxk, __shfl_xor_sync(0xffffffffu, smaxk, 2));
-  struct {
-    int64_t ctx[2];
-    bool bad[2];
-  } rows;
   float eta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int v = vloc[r];
-    rows.ctx[r] = ctx[r];
-    rows.bad[r] = sm.qbad[v] != 0;
-    eta[r] = METER && !rows.bad[r] ? meter::IntDigitEta(sm.q1[v], sm.qexp[v], kD, smaxk, sm.qscale[v]) : INFINITY;
+    eta[r] = !METER || rows_q.bad[r] ? INFINITY
+             : DITHER              ? meter::IntDigitEtaDither(sm.q.q1[v], sm.q.qexp[v], kD, smaxk, sm.q.qscale[v])
+                                   : meter::IntDigitEta(sm.q.q1[v], sm.q.qexp[v], kD, smaxk, sm.q.qscale[v]);
   }
-  acc.Finish(P, rows, v0, warp, lane, eta);
+  acc.Finish(P, rows_q, v0, warp, lane, eta);
 }
 
 }  // namespace
 
 CudaStatus prefill::LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = sizeof(Smem);
-  auto kernel = p.a.meter ? MeteredPrefillInt8Kernel<true> : MeteredPrefillInt8Kernel<false>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  const bool dither = p.layout.scheme == KvScheme::kInt8Dither;
+  auto kernel = p.a.meter ? (dither ? MeteredPrefillInt8Kernel<true, true> : MeteredPrefillInt8Kernel<true, false>)
+                          : (dither ? MeteredPrefillInt8Kernel<false, true> : MeteredPrefillInt8Kernel<false, false>);
+  return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 
 }  // namespace witcert

@@ -42,7 +42,6 @@ using cuda_copy::CpAsync16;
 using cuda_copy::CpAsyncCommit;
 using cuda_copy::CpAsyncWait;
 using cuda_kv::Bf16Bits;
-using cuda_kv::DecodeBandCodes8;
 using cuda_kv::F16HighHalf;
 using cuda_kv::F16LowHalf;
 using prefill::kBands;
@@ -80,28 +79,6 @@ struct Smem {
   uint4 qdig[prefill::kWarps][1][8][32];  // meter: the query's lo digit (QueryRows with SMEM_DIGITS)
 };
 
-// ≥ ‖x‖ of a [kD] fp32 row in global memory, by one thread: the wide-range form of
-// cuda_kv::WideRangeRowNorm (squares of x / max|x|, so they neither overflow nor underflow).
-__device__ __forceinline__ float ExactRowNorm(const float* x) {
-  float amax = 0.0f;
-  for (int c = 0; c < kD; c += 4) {
-    const float4 v = __ldg(reinterpret_cast<const float4*>(x + c));
-    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-  }
-  const float inv = (amax > 0.0f && amax <= 3.0e38f) ? 1.0f / amax : 0.0f;
-  float ss = 0.0f;
-  for (int c = 0; c < kD; c += 4) {
-    const float4 v = __ldg(reinterpret_cast<const float4*>(x + c));
-    ss = fmaf(v.x * inv, v.x * inv, ss);
-    ss = fmaf(v.y * inv, v.y * inv, ss);
-    ss = fmaf(v.z * inv, v.z * inv, ss);
-    ss = fmaf(v.w * inv, v.w * inv, ss);
-  }
-  const float norm = inv == 0.0f ? amax : amax * sqrtf(ss);  // 0, inf or NaN: amax
-  constexpr float kInfl = (1.0f + 2.0f * (kD + 6) * meter::kUnitRoundoff) * (1.0f + 4.0f * meter::kUnitRoundoff);
-  return norm * kInfl;
-}
-
 template <bool METER>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const Params P) {
   extern __shared__ __align__(16) uint8_t dsm[];
@@ -136,13 +113,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
     if (k < num_tiles) {
       Stage& st = sm.ring[k % kRing];
       const int64_t base = static_cast<int64_t>(k) * kTile;
-      const int64_t pos = base + ld_t;
-      const bool ok = pos < cta_end;
-      int64_t vec = 0;
-      if (ok) {
-        const int32_t blk = a.block_table[pos >> bshift];
-        vec = ((static_cast<int64_t>(blk) * hkv + kvh) << bshift) + (pos & bmask);
-      }
+      int64_t vec;
+      const bool ok = prefill::TileTokenVector(P, k, ld_t, cta_end, &vec);
       const int c = ld_p & 1;
       if (ld_p < 2) {
         CpAsync16(&st.kc[ld_t][c * 16], P.kv.k_codes + vec * kCodeBytes + c * 16, ok);
@@ -173,7 +145,8 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
   prefill::RowSums<METER> acc;
   acc.Init();
   float eta_exact[2] = {0.0f, 0.0f};
-  const float infl = meter::EpsInflation(kD, kBands);
+  prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
+  if constexpr (METER) eps_digits.From(rows.qbn, inv_sqrt_d);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -245,9 +218,21 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
             cuda_kv::ExactKeyLogit<kD, METER, 1>(a.q + (gv / G) * a.q_stride + static_cast<int64_t>(head) * kD, xk, inv_sqrt_d, &eta);
         sm.xeta[v][t] = eta;
       }
-      if (METER && tid < kTile) {
-        const float* xv = exact_row(tid, 1);
-        sm.xnu[tid] = xv != nullptr && base + tid < cta_end ? ExactRowNorm(xv) : 0.0f;
+      if constexpr (METER) {  // ν = ‖v‖ of each exact token (the wide-range norm): 16 lanes a token
+#pragma unroll 1
+        for (int t0 = 2 * warp; t0 < kTile; t0 += 2 * prefill::kWarps) {
+          const int t = t0 + (lane >> 4), ch0 = (lane & 15) * 8;
+          const float* xv = base + t < cta_end ? exact_row(t, 1) : nullptr;
+          float x[8] = {};
+          if (xv != nullptr) {
+            const float4 lo = __ldg(reinterpret_cast<const float4*>(xv + ch0));
+            const float4 hi = __ldg(reinterpret_cast<const float4*>(xv + ch0 + 4));
+            x[0] = lo.x; x[1] = lo.y; x[2] = lo.z; x[3] = lo.w;
+            x[4] = hi.x; x[5] = hi.y; x[6] = hi.z; x[7] = hi.w;
+          }
+          const float norm = cuda_kv::WideRangeRowNorm<kD, kD / 8>(x, 1.0f);  // every lane calls
+          if ((lane & 15) == 0) sm.xnu[t] = xv != nullptr ? norm : 0.0f;
+        }
       }
     }
     // (c) η's per-channel maxima over the tile's coded blocks with a token the CTA reads.
@@ -309,18 +294,17 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillKivi2Kernel(const P
       }
     }
     // (e)–(g): online softmax, certificate terms, o += P·V.
-    acc.AddTile(lg, rows.qbn, inv_sqrt_d, infl, sm.vt, gid, tig, [&](int tok) {
+    acc.AddTile(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       tt.sv = 1.0f;
       if constexpr (METER) {
         if (st.eslot[tile_block(base, tok)] >= 0) {
-#pragma unroll
-          for (int b = 0; b < kBands; ++b) tt.w8[b] = 0.0f;
+          tt.SetExactKey();
           tt.nu = sm.xnu[tok];
         } else {
-          const uint2 kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
-          DecodeBandCodes8(kc.x, kc.y, Bf16Bits(st.ku[tok]), tt.w8);
+          tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
+          tt.kunit = Bf16Bits(st.ku[tok]);
           tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
           tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
         }
@@ -369,11 +353,7 @@ CudaStatus prefill::LaunchKivi2(const Params& p, dim3 grid, cudaStream_t stream)
   static_assert(kThreads == kD, "one thread per channel for the η maxima");
   const size_t smem = sizeof(Smem);
   auto kernel = p.a.meter ? MeteredPrefillKivi2Kernel<true> : MeteredPrefillKivi2Kernel<false>;
-  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  WITCERT_CUDA_CALL(cudaGetLastError());
-  return CudaStatus::Ok();
+  return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 
 }  // namespace witcert

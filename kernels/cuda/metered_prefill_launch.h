@@ -1,5 +1,6 @@
 // The chunked-prefill kernels behind MeteredPrefillCuda (metered_prefill_cuda.h), one per key
-// arithmetic, each in its own file: int8-rtn's exact integer digits (metered_prefill_int8.cu)
+// arithmetic, each in its own file: int8-rtn's and int8-dither's exact integer digits
+// (metered_prefill_int8.cu), int4-rtn's per group (metered_prefill_int4.cu)
 // the 16-bit-float keys' two-digit tensor-core dots (metered_prefill_float.cu: fp16, bf16,
 // fp8-e4m3 raw and scaled) and kivi2's bit planes (metered_prefill_kivi2.cu). MeteredPrefillCuda (metered_prefill_cuda.cu) checks the arguments
 // once and picks the launcher by scheme; a launcher assumes they were checked.
@@ -28,12 +29,9 @@ struct Params {
   int32_t bs_shift;  // log2(block_size)
 };
 
-// x·f for a running certificate sum; an infinite sum (a vacuous term, ε̂ > kEpsCap) stays
-// infinite even when f underflows to 0, where inf·0 would turn the bound into NaN.
-__device__ __forceinline__ float RescaleSum(float x, float f) { return x == INFINITY ? x : x * f; }
-
 CudaStatus LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream);
 CudaStatus LaunchFloat(const Params& p, dim3 grid, cudaStream_t stream);
 CudaStatus LaunchKivi2(const Params& p, dim3 grid, cudaStream_t stream);
+CudaStatus LaunchInt4(const Params& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace witcert::prefill

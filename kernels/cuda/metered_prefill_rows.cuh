@@ -8,7 +8,8 @@
 // nt's C element e: row gid (e < 2) or gid + 8, token 8·nt + 2·tig + (e & 1) in natural order,
 // so two n-tiles' C fragments are one PV A fragment, and the V tile is [channel, token] fp16.
 // The rescale argument (one rounded exponential per rescale = one merge of cert_math.h's
-// SumInflation) is metered_prefill_int8.cu's.
+// SumInflation) is metered_prefill_int8.cu's; it covers the common tokens' power sums, rescaled by
+// the same factor, as it covers b.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -22,11 +23,16 @@
 #include "kernels/cuda/metered_prefill_launch.h"
 #include "kernels/cuda/mma_head_sums.cuh"
 #include "kernels/cuda/ops/mma_f16.cuh"
+#include "kernels/cuda/tier_a_digits.cuh"
 #include "kernels/meter/cert_math.h"
 
 namespace witcert::prefill {
 
 constexpr int kVPitch = kTile + 8;  // halves per channel row of the transposed V tile
+
+// x·f for a running certificate sum; an infinite sum (a vacuous term, ε̂ > kEpsCap) stays
+// infinite even when f underflows to 0, where inf·0 would turn the bound into NaN.
+__device__ __forceinline__ float RescaleSum(float x, float f) { return x == INFINITY ? x : x * f; }
 
 // A 16-bit value (fp16 / bf16 bits in the low half) as fp32, exact.
 template <bool BF16>
@@ -168,6 +174,27 @@ struct CtaSpan {
   }
 };
 
+// Tile k's token ld_t (the loaders' thread (token, part) split): whether the CTA reads it, and then
+// its vector index in the pool (0 otherwise, a safe address for cp.async's zero fill).
+__device__ __forceinline__ bool TileTokenVector(const Params& P, int k, int ld_t, int64_t cta_end, int64_t* vec) {
+  const int64_t pos = static_cast<int64_t>(k) * kTile + ld_t;
+  *vec = 0;
+  if (pos >= cta_end) return false;
+  const int32_t blk = P.a.block_table[pos >> P.bs_shift];
+  *vec = ((static_cast<int64_t>(blk) * P.layout.num_kv_heads + blockIdx.y) << P.bs_shift) +
+         (pos & (P.layout.block_size - 1));
+  return true;
+}
+
+// Launches a prefill kernel with `smem` bytes of dynamic shared memory (the kernels' Smem).
+template <class Kernel>
+CudaStatus LaunchWithSmem(Kernel kernel, size_t smem, dim3 grid, cudaStream_t stream, const Params& p) {
+  WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
 // The meter's witnesses of tile token ld_t (vector `vec`, `ok`: a token the CTA reads; cp.async
 // zero-fills otherwise), by loader part ld_p, each from the first token of its 16-byte run (runs
 // never cross a block: block_size ≥ 8): K band codes of 2 tokens (part 0), value summaries of 4 and
@@ -192,8 +219,34 @@ __device__ __forceinline__ void IssueScales(uint16_t* ks, uint16_t* vs, const Pa
 // all are 0), ρ and ν ≥ ‖ṽ‖ + ρ; and the V scale the weight is multiplied by before p·v (1 when
 // the values carry their own).
 struct TokenTerms {
-  float w8[kBands];
+  uint2 kc;          // the key band codes c_b (band b at byte b % 4 of word b / 4); 0: ε̂ = 0
+  float kunit;       // and their unit U
   float rho, nu, sv;
+  float eps_cap[2];  // EPS_CAP only: ε̂ ≤ this per row (int8-dither's Tier B u_t)
+  // Tier A reads nothing: an exact row (ε̂ = 0).
+  __device__ __forceinline__ void SetExactKey() {
+    kc = make_uint2(0u, 0u);
+    kunit = 0.0f;
+  }
+};
+
+// Tier A's band factors f_b = ‖q_b‖/√d·EpsInflation of the thread's two rows as 16-bit digits
+// rounded up, with their scales (tier_a_digits.cuh): ε̂ of a token is then TierAEpsilonOfDigits
+// against its 8-bit band codes, four dp2a and three roundings up, the decode kernels' arithmetic,
+// where the fp32 form took the codes' decode and eight fmas per row.
+struct RowEpsDigits {
+  uint32_t q[2][4];
+  float scale[2];
+  __device__ __forceinline__ void From(const float (&qbn)[2][kBands], float inv_sqrt_d) {
+    const float infl = meter::EpsInflation(kD, kBands);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float f[kBands];
+#pragma unroll
+      for (int b = 0; b < kBands; ++b) f[b] = (qbn[r][b] * inv_sqrt_d) * infl;
+      cuda_kv::BandFactorDigits8(f, q[r], &scale[r]);
+    }
+  }
 };
 
 // The thread's two rows' running state: output accumulators o [channel tile][C element] (rows
@@ -202,6 +255,10 @@ template <bool METER>
 struct RowSums {
   float o[16][4];
   cuda_kv::MmaHeadSums sums[2];
+  // The common tokens' A−1 terms (meter::WeightedTokenIsCommonAtGap: a finite logit, ε̂ ≤ ½, a
+  // direct weight) as power sums (meter::EpsPowerSums), added branch-free and folded into b at the
+  // end (FoldPowerSums), as the tensor-core decode kernel does; the other tokens take Add.
+  meter::EpsPowerSums ps[2];
   int32_t count[2];  // tokens summed per row (a non-finite logit's row is bad anyway)
   float m[2];
   float vmax[2];
@@ -223,10 +280,10 @@ struct RowSums {
   // token's weight, its certificate terms (terms(tok) → TokenTerms) and o += P·V over the V tile
   // vt [channel][kVPitch]. C element (row, 2·tig + h) of n-tile nt is tile token 8·nt + 2·tig + h
   // (natural order), or with INT8_COLUMNS 8·nt + tig + 4·h (the int8 kernel's key layout; its V
-  // tile is stored in the matching k order).
-  template <bool INT8_COLUMNS = false, class Terms>
-  __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const float (&qbn)[2][kBands], float inv_sqrt_d,
-                                          float infl, const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
+  // tile is stored in the matching k order). EPS_CAP: ε̂ = min(Tier A's, TokenTerms::eps_cap[r]).
+  template <bool INT8_COLUMNS = false, bool EPS_CAP = false, class Terms>
+  __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const RowEpsDigits& eps_digits,
+                                          const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
     float scale_row[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -242,6 +299,10 @@ struct RowSums {
           sums[r].z *= f;
           sums[r].b = RescaleSum(sums[r].b, f);
           sums[r].c = RescaleSum(sums[r].c, f);
+          // The power sums are finite (common tokens only): one product each, like b's.
+          ps[r].s1 *= f;
+          ps[r].s2 *= f;
+          ps[r].s3 *= f;
           scale_row[r] = f;
           ++rescales[r];
         }
@@ -272,8 +333,13 @@ struct RowSums {
           if (l > -INFINITY) {
             w = expf(l - m[r]);
             if constexpr (METER) {
-              const float eps = meter::TierAEpsilon(qbn[r], tt.w8, kBands, inv_sqrt_d, infl);
-              sums[r].Add(l, w, m[r], eps, tt.rho);
+              float eps = cuda_kv::TierAEpsilonOfDigits(eps_digits.q[r], tt.kc, tt.kunit, eps_digits.scale[r]);
+              if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
+              if (meter::WeightedTokenIsCommonAtGap(l, l - m[r], eps)) {
+                sums[r].AddCommonPowers(true, w, eps, tt.rho, &ps[r]);
+              } else {
+                sums[r].Add(l, w, m[r], eps, tt.rho);
+              }
               vmax[r] = meter::MaxAcc(vmax[r], tt.nu);
             } else {
               sums[r].z += w;
@@ -309,6 +375,7 @@ struct RowSums {
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      if constexpr (METER) sums[r].FoldPowerSums(ps[r]);  // before the quad's sums meet
       sums[r].template AddShfl<METER>(1);
       sums[r].template AddShfl<METER>(2);
       count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);

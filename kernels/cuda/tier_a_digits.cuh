@@ -24,18 +24,42 @@ struct BandFactorDigits {
   uint32_t digit;
   float scale;
 };
+// Factor f's digit given its head's largest factor fmax and whether any of them is NaN: the part
+// BandFactorDigitsOf and BandFactorDigits8 share.
+__device__ __forceinline__ BandFactorDigits BandFactorDigitAtMax(float f, float fmax, bool nan) {
+  if (nan) return {1u, __int_as_float(0x7fc00000)};  // NaN, as NaN·c_b gave it
+  if (!(fmax <= 3.4028234663852886e38f)) return {1u, fmax};  // ∞
+  if (!(fmax > 0.0f)) return {0u, 1.0f};
+  int e = max(ilogbf(fmax) - 15, -149);  // fmax / 2^e ∈ [2^15, 2^16), or < 2^15
+  if (ceilf(scalbnf(fmax, -e)) > 65535.0f) ++e;
+  return {static_cast<uint32_t>(ceilf(scalbnf(f, -e))), scalbnf(1.0f, e)};  // scalbnf: exact here
+}
 __device__ __forceinline__ BandFactorDigits BandFactorDigitsOf(float f, int nb) {
   float fmax = f, nan = f == f ? 0.0f : 1.0f;  // fmaxf drops a NaN: flag it apart
   for (int o = 1; o < nb; o <<= 1) {
     fmax = fmaxf(fmax, __shfl_xor_sync(0xffffffffu, fmax, o));
     nan = fmaxf(nan, __shfl_xor_sync(0xffffffffu, nan, o));
   }
-  if (nan > 0.0f) return {1u, __int_as_float(0x7fc00000)};  // NaN, as NaN·c_b gave it
-  if (!(fmax <= 3.4028234663852886e38f)) return {1u, fmax};  // ∞
-  if (!(fmax > 0.0f)) return {0u, 1.0f};
-  int e = max(ilogbf(fmax) - 15, -149);  // fmax / 2^e ∈ [2^15, 2^16), or < 2^15
-  if (ceilf(scalbnf(fmax, -e)) > 65535.0f) ++e;
-  return {static_cast<uint32_t>(ceilf(scalbnf(f, -e))), scalbnf(1.0f, e)};  // scalbnf: exact here
+  return BandFactorDigitAtMax(f, fmax, nan > 0.0f);
+}
+
+// The same digits of one head from the 8 factors one thread holds (no shuffles), packed as
+// TierAEpsilonOfDigits takes them (bands 2j, 2j+1 in the low, high half of q[j]).
+__device__ __forceinline__ void BandFactorDigits8(const float (&f)[8], uint32_t (&q)[4], float* scale) {
+  float fmax = 0.0f;
+  bool nan = false;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    fmax = fmaxf(fmax, f[b]);
+    nan = nan || !(f[b] == f[b]);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const BandFactorDigits lo = BandFactorDigitAtMax(f[2 * j], fmax, nan);
+    const BandFactorDigits hi = BandFactorDigitAtMax(f[2 * j + 1], fmax, nan);
+    q[j] = lo.digit | (hi.digit << 16);
+    if (j == 0) *scale = lo.scale;
+  }
 }
 
 // Head g's digits as TierAEpsilonOfDigits takes them (bands 2j, 2j+1 in the low, high half of

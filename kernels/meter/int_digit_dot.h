@@ -87,17 +87,21 @@ WITCERT_HD inline float DigitQueryScale(int32_t k, float inv_sqrt_d) {
 // (IntDigitEtaAt): η = RoundUp((s·a + b)·(1 + 10^-6)). The 10^-6 covers the few double roundings
 // of either grouping (each ≤ 2^-53 relative).
 constexpr double kIntDigitHornerC4 = 7.1, kIntDigitHornerC3 = 6.1, kIntDigitHornerCDither = 8.2;
+// Keys of at most kIntDigitKeyMaxInt8 in magnitude (int8 codes; the bound's "128"), or
+// kIntDigitKeyMaxInt4 (int4-rtn's n − 8 ∈ [−8, 7], IntDigitEtaInt4 below).
+constexpr double kIntDigitKeyMaxInt8 = 128.0, kIntDigitKeyMaxInt4 = 8.0;
 struct IntDigitEtaCoef {
   double a = 0.0;  // per unit of key scale
   double b = 0.0;  // the subnormal slack; 0 only for a zero query (η = 0)
 };
 WITCERT_HD inline IntDigitEtaCoef IntDigitEtaCoefficients(double horner_c, int32_t digits, double q_norm1,
-                                                          int32_t k, int32_t head_dim, float qscale) {
+                                                          int32_t k, int32_t head_dim, float qscale,
+                                                          double key_max = kIntDigitKeyMaxInt8) {
   IntDigitEtaCoef r;
   if (qscale == 0.0f) return r;  // a zero query: every logit is exactly 0
   const double u = kUnitRoundoff;
   const double p = ldexp(1.0, k - 6);
-  r.a = 128.0 / sqrt(static_cast<double>(head_dim)) *
+  r.a = key_max / sqrt(static_cast<double>(head_dim)) *
         (horner_c * u * (q_norm1 + 1.004 * head_dim * p) + ldexp(1.0, k - 7 * digits) * head_dim);
   r.b = 2.0 * 1.401298464324817e-45 * (1.0 + static_cast<double>(qscale));
   return r;
@@ -132,6 +136,30 @@ WITCERT_HD inline float DitherQueryScale(float qscale) { return qscale * 0.00195
 WITCERT_HD inline float IntDigitEtaDither(double q_norm1, int32_t k, int32_t head_dim, float smax,
                                           float qscale) {
   return IntDigitEtaWith(kIntDigitHornerCDither, 4, q_norm1, k, head_dim, smax, qscale);
+}
+
+// int4-rtn keys (group scales, 32 channels a group): x_c = s_g·n_c with n_c ∈ [−8, 7] and a bf16
+// s_g per (token, group g). A kernel forms, per group, the exact digit dots D_{g,j} = Σ_{c∈g}
+// d_{j,c}·n_c (int8 MMAs, |D| ≤ 32·64·8) and T̂_g = CombineDigitDots(D_g), then
+//   L̂ = fma(s_3, T̂_3, fma(s_2, T̂_2, fma(s_1, T̂_1, fl(s_0·T̂_0)))),   ℓ̂ = fl(L̂·qscale)
+// (Int4GroupLogitSum). Against ℓ̃ = 2^{k−6}/√d·Σ_g s_g Σ_{c∈g} q̄_c n_c, with s = max_g s_g:
+//  * digit truncation: Σ_g s_g Σ_{c∈g} |r_c|·|n_c| ≤ s·8·d·2^-22;
+//  * each group's Horner: γ_3·Σ_j |D_{g,j}|·128^{-j} ≤ γ_3·Σ_{c∈g} |n_c|(|q̄_c| + 1.004), times s_g;
+//  * the group chain: ≤ γ_4·Σ_g s_g·|T̂_g| ≤ γ_4(1 + γ_3)·s·8·Σ_c (|q̄_c| + 2^-22);
+//  * the product with qscale and fl(1/√d): ≤ 3u(1 + γ_4)(1 + γ_3) of the same;
+// so IntDigitEta's form with |x| ≤ 8 and c·u ≥ γ_3 + γ_4(1 + γ_3) + 3u(1 + γ_4)(1 + γ_3):
+// c = 10.1 (taken as 10.2). η grows with s, so the largest group scale a kernel read gives one η.
+constexpr double kIntDigitHornerCInt4 = 10.2;
+WITCERT_HD inline float Int4GroupLogitSum(const float (&t_hat)[4], const float (&s)[4]) {
+  float l = s[0] * t_hat[0];
+  l = fmaf(s[1], t_hat[1], l);
+  l = fmaf(s[2], t_hat[2], l);
+  return fmaf(s[3], t_hat[3], l);
+}
+WITCERT_HD inline float IntDigitEtaInt4(double q_norm1, int32_t k, int32_t head_dim, float smax, float qscale) {
+  return IntDigitEtaAt(IntDigitEtaCoefficients(kIntDigitHornerCInt4, 4, q_norm1, k, head_dim, qscale,
+                                               kIntDigitKeyMaxInt4),
+                       smax);
 }
 
 // The four-digit η of the tensor-core kernels.

@@ -464,10 +464,12 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.out_stride = q_dim;
         a.cert = meter ? cert_.get() + cell0 : nullptr;
         a.cert_row_stride = hq;
+        a.layer = layer;
+        a.dither_seed = dither_seed_;  // int8-dither: the write path's hash, and Tier B's δ_loc
+        a.delta_loc = meter ? batch[b].delta_loc : 0.0;
         if (staged_ != nullptr) {  // kivi2: the chunk's unfilled blocks are read exact
           a.exact_slot = exact_.slot.get();
           a.exact_kv = exact_.kv.get();
-          a.layer = layer;
           a.num_layers = layers;
         }
         WITCERT_KERNEL_OK(MeteredPrefillCuda(layout_, pool_.layer(layer), a, stream_));

@@ -10,7 +10,7 @@
 // tensor cores, no cells, like the CPU backend). Every other row reads the quantized pool and,
 // when the item's gate policy is not off, returns a per-(row, head) certificate that becomes
 // its CellRecord: a later prompt chunk through the chunked-prefill kernel
-// (kernels/cuda/metered_prefill_cuda.h: int8-rtn, fp16, bf16, fp8-e4m3 and kivi2 at d = 128,
+// (kernels/cuda/metered_prefill_cuda.h: every scheme but fp32 at d = 128,
 // unless the item repairs: only the decode kernel reads promoted blocks), every other such row as one query
 // of the fused metered decode kernel (kernels/cuda/metered_decode_cuda.h). Rows of all
 // sequences run as one batch; rows reading stored KV go first (decode rows, then later

@@ -43,11 +43,13 @@ struct PrefillCase {
   float key_scale = 1.0f;
   bool adversarial = false;
   bool interleaved = true;
+  double delta = 0.0;  // int8-dither: Tier B's δ_loc (0: Tier A only)
   uint32_t seed = 1;
   std::string Name() const {
     return std::string(SchemeInfo(scheme).name) + " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) + " bs=" + std::to_string(bs) +
            " start=" + std::to_string(start) + " rows=" + std::to_string(rows) + (meter ? " meter" : " nometer") +
-           " kscale=" + std::to_string(key_scale) + (adversarial ? " adversarial" : "");
+           " kscale=" + std::to_string(key_scale) + (adversarial ? " adversarial" : "") +
+           (delta > 0 ? " delta=" + std::to_string(delta) : "");
   }
 };
 
@@ -177,6 +179,9 @@ void RunCase(const PrefillCase& c) {
   a.out_stride = out_stride;
   a.cert = dc.get();
   a.cert_row_stride = cert_stride;
+  a.layer = kLayer;  // int8-dither's hash (and kivi2's exact table, below)
+  a.dither_seed = kSeed;
+  a.delta_loc = c.delta;
   if (L.group_keys()) {
     a.exact_slot = dslot.get();
     a.exact_kv = dexact.get();
@@ -196,7 +201,7 @@ void RunCase(const PrefillCase& c) {
   int failures = 0;
   double worst_out = 0.0, worst_ratio_lo = 1e9, worst_ratio_hi = 0.0;
   for (int32_t h = 0; h < c.hkv; ++h) {
-    std::vector<float> ks(S * kD), vs(S * kD), kw(S * kBands), vrho(S), vbound(S), kx(S * kD), vx(S * kD);
+    std::vector<float> ks(S * kD), vs(S * kD), kw(S * kBands), vrho(S), vbound(S), kx(S * kD), vx(S * kD), kds(S);
     for (int64_t t = 0; t < S; ++t) {
       const int64_t vec = (static_cast<int64_t>(table[t / c.bs]) * c.hkv + h) * c.bs + t % c.bs;
       auto ksl = hp.CpuSlot(vec, false), vsl = hp.CpuSlot(vec, true);
@@ -221,6 +226,7 @@ void RunCase(const PrefillCase& c) {
       codec.ForValues()->Decode(vsl.data(), kD, CodecContext{kSeed, kLayer, h, t, true}, &vs[t * kD]);
       hp.KeyBounds(vec, &kw[t * kBands]);
       hp.ValueSummary(vec, &vrho[t], &vbound[t]);
+      kds[t] = codec.DitherScale(ksl.data(), kD);
     }
     for (int64_t i = 0; i < c.rows; ++i) {
       const int64_t ctx = c.start + i + 1;
@@ -234,6 +240,7 @@ void RunCase(const PrefillCase& c) {
       in.k_witness = kw.data();
       in.v_rho = vrho.data();
       in.v_bound = vbound.data();
+      in.k_dither_scale = SchemeInfo(c.scheme).tier_b ? kds.data() : nullptr;
       float vmax_abs = 0.0f, kmax = 0.0f;
       for (int64_t t = 0; t < ctx * kD; ++t) vmax_abs = std::max(vmax_abs, std::fabs(vs[t]));
       for (int64_t t = 0; t < ctx; ++t) {
@@ -250,6 +257,7 @@ void RunCase(const PrefillCase& c) {
         MeteredAttentionOptions opt;
         opt.num_splits = 1;
         opt.meter = c.meter;
+        opt.delta_loc = c.delta;
         std::vector<float> out(kD);
         MeteredAttentionResult res;
         MeteredAttention(in, qr, opt, out.data(), &res);
@@ -356,6 +364,43 @@ TEST(MeteredPrefillCuda, Sweep) {
   }
 }
 
+// int8-dither (Tier B at δ_loc 0.01) and int4-rtn, one small chunk each, meter on and off (also
+// the sanitizer case).
+TEST(MeteredPrefillCuda, IntDigitSchemesSmallMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (KvScheme scheme : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn}) {
+    for (bool meter : {true, false}) {
+      PrefillCase c = CaseOf(scheme, Shape{4, 2, 16, 45, 22, 1.0f, true, meter}, 7 + static_cast<uint32_t>(scheme));
+      c.delta = scheme == KvScheme::kInt8Dither ? 0.01 : 0.0;
+      RunCase(c);
+    }
+  }
+}
+
+// int8-dither: the codes' and the dither bytes' digit dots (IntDigitEtaDither), Tier A alone and
+// with Tier B at two δ_loc, adversarial rows too.
+TEST(MeteredPrefillCuda, Int8DitherMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  struct D { Shape shape; double delta; };
+  for (D d : {D{Shape{4, 2, 16, 45, 22, 1.0f, true}, 0.0}, D{Shape{4, 2, 16, 45, 22, 1.0f, true, false}, 0.01},
+              D{Shape{1, 2, 16, 5, 65, 1.0f, true}, 0.01}, D{Shape{8, 1, 32, 300, 100, 4.0f, false}, 2e-5},
+              D{Shape{4, 2, 16, 1500, 70, 1.0f, true}, 0.01}, D{Shape{4, 2, 16, 200, 40, 6.0f, true, true, true}, 0.01}}) {
+    PrefillCase c = CaseOf(KvScheme::kInt8Dither, d.shape, 31 + static_cast<uint32_t>(d.shape.start));
+    c.delta = d.delta;
+    RunCase(c);
+  }
+}
+
+// int4-rtn: per-group exact digit dots and the group scales (IntDigitEtaInt4).
+TEST(MeteredPrefillCuda, Int4MatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (Shape s : {Shape{4, 2, 16, 45, 22, 1.0f, true}, Shape{4, 2, 16, 45, 22, 1.0f, true, false},
+                  Shape{1, 2, 16, 5, 65, 1.0f, true}, Shape{8, 1, 32, 300, 100, 4.0f, false},
+                  Shape{4, 2, 16, 1500, 70, 1.0f, true}, Shape{4, 2, 16, 200, 40, 6.0f, true, true, true}}) {
+    RunCase(CaseOf(KvScheme::kInt4Rtn, s, 41 + static_cast<uint32_t>(s.start)));
+  }
+}
+
 // Outlier channels, huge value rows, aligned keys, logits in the hundreds: the bound stays sound.
 TEST(MeteredPrefillCuda, AdversarialSoundness) {
   WITCERT_SKIP_WITHOUT_GPU();
@@ -415,11 +460,12 @@ TEST(MeteredPrefillCuda, RejectsOtherShapes) {
   L.scheme = KvScheme::kInt8Rtn;
   EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8));
   EXPECT_FALSE(MeteredPrefillCudaSupports(L, 7));  // Hq not a multiple of Hkv
-  for (KvScheme other : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn, KvScheme::kFp32}) {
+  for (KvScheme other : {KvScheme::kFp32}) {
     L.scheme = other;
     EXPECT_FALSE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(other).name;
   }
-  for (KvScheme taken : {KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw, KvScheme::kFp8Scaled, KvScheme::kKivi2}) {
+  for (KvScheme taken : {KvScheme::kInt8Dither, KvScheme::kInt4Rtn, KvScheme::kFp16, KvScheme::kBf16, KvScheme::kFp8Raw,
+                         KvScheme::kFp8Scaled, KvScheme::kKivi2}) {
     L.scheme = taken;
     EXPECT_TRUE(MeteredPrefillCudaSupports(L, 8)) << SchemeInfo(taken).name;
   }

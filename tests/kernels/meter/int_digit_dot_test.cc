@@ -221,6 +221,65 @@ TEST(IntDigitDot, DitherTermsStayWithinTheirEta) {
   std::printf("dither: worst error / η %.3g\n", worst);
 }
 
+// int4-rtn keys with group scales: the replay runs a kernel's grouped arithmetic (exact digit dots
+// per 32-channel group, CombineDigitDots per group, Int4GroupLogitSum over the bf16 group scales,
+// one product with qscale) and checks it against IntDigitEtaInt4 with the largest group scale, on
+// saturated and aligned codes, group scales spread 2^±20 apart, and outlier query channels. A
+// scale applied to the wrong group or a dropped group misses the truth by far more than η.
+TEST(IntDigitDot, Int4GroupTermsStayWithinTheirEta) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> code(-8, 7);
+  double worst = 0.0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int d = 128;
+    std::vector<float> q(d);
+    std::vector<int> n(d);
+    const float qmag = std::exp2(static_cast<float>(static_cast<int>(rng() % 60) - 30));
+    for (int c = 0; c < d; ++c) {
+      q[c] = g(rng) * qmag;
+      n[c] = code(rng);
+    }
+    float sg[4];
+    for (int grp = 0; grp < 4; ++grp) {
+      const int spread = trial % 3 == 0 ? static_cast<int>(rng() % 40) - 20 : 0;
+      sg[grp] = Bf16Round(std::exp2(static_cast<float>(static_cast<int>(rng() % 40) - 20 + spread)) *
+                          (1.0f + (rng() % 128) / 128.0f));
+    }
+    switch (trial % 5) {
+      case 0: q[rng() % d] *= 1000.0f; break;
+      case 1: for (int c = 0; c < d; ++c) n[c] = q[c] > 0 ? 7 : -8; break;  // aligned: |q·x| = Σ 8|q|
+      case 2: for (int c = 0; c < d; ++c) n[c] = c % 2 ? 7 : -8; break;      // cancellation
+      default: break;
+    }
+    const QueryScalars qs = ScalarsOf(q);
+    int64_t dg_dot[4][4] = {};
+    long double dot = 0.0L;
+    float smax = 0.0f;
+    for (int c = 0; c < d; ++c) {
+      int8_t dg[4];
+      SplitIntoDigits(q[c] * qs.sc, dg);
+      for (int j = 0; j < 4; ++j) dg_dot[c / 32][j] += int64_t{dg[j]} * n[c];
+      dot += static_cast<long double>(q[c]) * sg[c / 32] * n[c];
+    }
+    float t_hat[4];
+    for (int grp = 0; grp < 4; ++grp) {
+      t_hat[grp] = CombineDigitDots(static_cast<int32_t>(dg_dot[grp][0]), static_cast<int32_t>(dg_dot[grp][1]),
+                                    static_cast<int32_t>(dg_dot[grp][2]), static_cast<int32_t>(dg_dot[grp][3]));
+      smax = std::max(smax, sg[grp]);
+    }
+    const float qscale = DigitQueryScale(qs.k, qs.inv_sqrt_d);
+    const float logit = Int4GroupLogitSum(t_hat, sg) * qscale;
+    const long double truth = dot / std::sqrt(static_cast<long double>(d));
+    const long double err = std::fabs(static_cast<long double>(logit) - truth);
+    const float eta = IntDigitEtaInt4(qs.n1, qs.k, d, smax, qscale);
+    ASSERT_LE(err, static_cast<long double>(eta)) << "trial " << trial;
+    worst = std::max(worst, static_cast<double>(err / eta));
+  }
+  EXPECT_GT(worst, 0.0);
+  std::printf("int4 groups: worst error / η %.3g\n", worst);
+}
+
 TEST(IntDigitDot, ZeroQueryGivesZeroLogit) {
   std::vector<float> q(128, 0.0f);
   std::vector<int8_t> x(128, 100);
