@@ -106,9 +106,11 @@ int CopyBandwidth(double* tbps) {
   return 0;
 }
 
-// A row set's name: the scheme, and "/pipelined" or "/first" where that kernel was forced.
-std::string RunLabel(KvScheme scheme, int kernel) {
-  return std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : kernel == 1 ? "/first" : "");
+// A row set's name: the scheme, "/pipelined" or "/first" where that kernel was forced, and
+// "/split-max" for Tier B's split-max form (MeteredDecodeCudaArgs::tier_b_split_max).
+std::string RunLabel(KvScheme scheme, int kernel, bool split_max) {
+  return std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : kernel == 1 ? "/first" : "") +
+         (split_max ? "/split-max" : "");
 }
 
 // kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 1: the first kernel, 2: pipelined).
@@ -116,9 +118,11 @@ std::string RunLabel(KvScheme scheme, int kernel) {
 // exact_tail (--exact-tail, kivi2): each sequence's last block read from the exact cache, as a
 // sequence whose last block is unfilled needs it (its keys have no groups yet): exact_slot set, so
 // the kernel looks its groups up, and that block's rows come from exact_kv.
-int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, const std::vector<int64_t>& ctxs,
-              const std::vector<int>& splits_list, int iters, bool exact_tail, std::vector<Row>* rows) {
-  const std::string label = RunLabel(scheme, kernel) + (exact_tail && SchemeInfo(scheme).group_keys ? "+tail" : "");
+int RunScheme(KvScheme scheme, int kernel, bool split_max, const std::vector<int>& batches,
+              const std::vector<int64_t>& ctxs, const std::vector<int>& splits_list, int iters, bool exact_tail,
+              std::vector<Row>* rows) {
+  const std::string label =
+      RunLabel(scheme, kernel, split_max) + (exact_tail && SchemeInfo(scheme).group_keys ? "+tail" : "");
   const int32_t hq = 32, hkv = 8, d = 128, bs = 16;
   for (int batch : batches) {
     for (int64_t ctx : ctxs) {
@@ -216,6 +220,7 @@ int RunScheme(KvScheme scheme, int kernel, const std::vector<int>& batches, cons
         a.max_context = ctx;
         a.dither_seed = 42;
         a.delta_loc = 1e-9;
+        a.tier_b_split_max = split_max;
         a.meter = meter;
         a.kernel = kernel;
         a.num_splits = forced;
@@ -327,17 +332,22 @@ int Main(int argc, char** argv) {
   if (!ctxs_flag.empty()) ctxs = ctxs_flag;
   std::vector<Row> rows;
   // int8-rtn and int8-dither twice: their default (tensor-core) kernel and the pipelined one,
-  // side by side; kivi2 too: its default (the pipelined kernel) and the first one. bf16, outside
-  // issue 5's table, runs only when named (--only bf16).
-  const std::pair<KvScheme, int> runs[] = {{KvScheme::kFp16, 0},       {KvScheme::kInt8Rtn, 0},
-                                           {KvScheme::kInt8Rtn, 2},    {KvScheme::kInt8Dither, 0},
-                                           {KvScheme::kInt8Dither, 2}, {KvScheme::kFp8Scaled, 0},
-                                           {KvScheme::kKivi2, 0},      {KvScheme::kKivi2, 1},
-                                           {KvScheme::kBf16, 0}};
-  for (const auto& [s, kern] : runs) {
-    if (only == nullptr ? s == KvScheme::kBf16 : RunLabel(s, kern) != only) continue;
-    if (RunScheme(s, kern, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30), exact_tail,
-                  &rows)) {
+  // side by side; int8-dither also in Tier B's split-max form; kivi2 its default (the pipelined
+  // kernel) and the first one. bf16, outside issue 5's table, runs only when named (--only bf16).
+  struct Run {
+    KvScheme scheme;
+    int kernel;
+    bool split_max;
+  };
+  const Run runs[] = {{KvScheme::kFp16, 0, false},       {KvScheme::kInt8Rtn, 0, false},
+                      {KvScheme::kInt8Rtn, 2, false},    {KvScheme::kInt8Dither, 0, false},
+                      {KvScheme::kInt8Dither, 0, true},  {KvScheme::kInt8Dither, 2, false},
+                      {KvScheme::kFp8Scaled, 0, false},  {KvScheme::kKivi2, 0, false},
+                      {KvScheme::kKivi2, 1, false},      {KvScheme::kBf16, 0, false}};
+  for (const auto& [s, kern, split_max] : runs) {
+    if (only == nullptr ? s == KvScheme::kBf16 : RunLabel(s, kern, split_max) != only) continue;
+    if (RunScheme(s, kern, split_max, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30),
+                  exact_tail, &rows)) {
       return 1;
     }
   }

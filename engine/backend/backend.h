@@ -58,6 +58,10 @@ inline bool MeterOn(const ForwardItem& item) {
 inline bool RepairOn(const ForwardItem& item) {
   return item.policy != nullptr && item.policy->mode == GateMode::kRepair;
 }
+// Whether the item's Tier B cells take the split-max form (GatePolicy::tier_b_split_max).
+inline bool SplitMaxOn(const ForwardItem& item) {
+  return item.policy != nullptr && item.policy->tier_b_split_max;
+}
 
 struct ForwardResult {
   // [items with compute_logits, vocab], in batch order; empty when every such item was

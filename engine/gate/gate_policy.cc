@@ -19,6 +19,7 @@ GatePolicy Tighten(const GatePolicy& base, const GatePolicy& req) {
   r.pagein_budget_per_step = std::max(base.pagein_budget_per_step, req.pagein_budget_per_step);
   r.exact_cache_blocks = std::max(base.exact_cache_blocks, req.exact_cache_blocks);
   r.audit_rate = std::max(base.audit_rate, req.audit_rate);
+  r.tier_b_split_max = base.tier_b_split_max && req.tier_b_split_max;
   return r;
 }
 
@@ -31,6 +32,7 @@ GatePolicy LoosestGatePolicy() {
   p.pagein_budget_per_step = 0;
   p.exact_cache_blocks = 0;
   p.audit_rate = 0.0;
+  p.tier_b_split_max = true;  // "no preference": Tighten keeps the base's
   return p;
 }
 

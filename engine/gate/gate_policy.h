@@ -22,6 +22,12 @@ struct GatePolicy {
   int32_t pagein_budget_per_step = 4;  // exact blocks per MeteredDecodeAttention call
   int64_t exact_cache_blocks = 16384;
   double audit_rate = 0.0;         // fraction of cells audited
+  // Tier B cells (int8-dither, δ > 0) in the split-max form (MeteredAttentionOptions::
+  // tier_b_split_max: ε̂ from a split's largest key scale, no key witness read), which the CUDA
+  // tensor-core kernel computes at almost no cost a token; false: the per-token min(ε, u_t),
+  // never looser. An operator setting: a request's Tighten keeps the per-token form if either
+  // side asks for it.
+  bool tier_b_split_max = false;
 };
 
 // The stricter of each field: mode max, thresholds min (0 = unset for v_threshold), δ min

@@ -2,6 +2,7 @@
 #include "kernels/cpu/metered_attention.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #ifdef __AVX2__
@@ -287,6 +288,7 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
   const int32_t d = in.head_dim;
   const int32_t nb = in.num_bands;
   const bool meter = options.meter;
+  const bool split_max = meter && options.tier_b_split_max && mq.tier_b_coef > 0.0f;
   const int64_t n = end - begin;
   std::memset(acc, 0, sizeof(float) * d);
   *partial = meter::CertPartial();
@@ -344,7 +346,7 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
         ep[t] = 0.0f;
       } else if (mq.tier_b_coef > 0.0f) {
         float u = mq.tier_b_coef * in.k_dither_scale[begin + t] * (1.0f + 4 * meter::kUnitRoundoff);
-        ep[t] = kw != nullptr ? std::fmin(ep[t], u) : u;
+        ep[t] = kw != nullptr && !split_max ? std::fmin(ep[t], u) : u;  // split-max: u_t alone
       }
     }
   }
@@ -356,11 +358,12 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
   // z is one sum of the weights whatever the meter does below (it replaces the z of the scalar
   // PartialAddTokenWeighted loop), so metering never changes the served output.
   const float z = SumWeights(wt.data(), n);
+  thread_local std::vector<float> rho, vb;  // [n] each (meter)
+  const std::vector<float>& rho_of_split = rho;
   if (!meter) {
     partial->count += n;
     partial->chain += n;
   } else {
-    thread_local std::vector<float> rho, vb;  // [n] each
     rho.resize(n);
     vb.resize(n);
     RowValueBounds(in, begin, n, rho.data(), vb.data());
@@ -374,6 +377,11 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
     }
   }
   partial->z = z;
+  if (split_max && !partial->bad) {
+    float rho_max = 0.0f;
+    for (int64_t t = 0; t < n; ++t) rho_max = meter::MaxAcc(rho_max, rho_of_split[t]);
+    meter::SetSplitMaxSums(partial, partial->eps_max, rho_max);
+  }
   if (logit != nullptr) std::memcpy(logit, lg.data(), sizeof(float) * n);
   if (eps != nullptr && meter) std::memcpy(eps, ep.data(), sizeof(float) * n);
 }
@@ -388,6 +396,8 @@ void MeteredAttention(const MeteredHeadInputs& in, const float* q,
   if (s <= 0) return;
   int64_t splits = options.num_splits < 1 ? 1 : options.num_splits;
   if (splits > s) splits = s;
+  const int64_t len = options.split_tokens;
+  if (len > 0) splits = (s + len - 1) / len;
   MeteredQuery mq = PrepareMeteredQuery(in, q, options);
   result->tier_b = mq.tier_b_coef > 0.0f;
   thread_local std::vector<meter::CertPartial> parts;
@@ -401,7 +411,8 @@ void MeteredAttention(const MeteredHeadInputs& in, const float* q,
   std::vector<float>& lg = token_logit;
   std::vector<float>& ep = token_eps;
   for (int64_t i = 0; i < splits; ++i) {
-    int64_t b = s * i / splits, e = s * (i + 1) / splits;
+    int64_t b = len > 0 ? len * i : s * i / splits;
+    int64_t e = len > 0 ? std::min(b + len, s) : s * (i + 1) / splits;
     MeteredSplit(in, mq, options, b, e, &parts[i], &acc[i * d],
                  want_tokens ? &lg[b] : nullptr, want_tokens ? &ep[b] : nullptr);
   }

@@ -44,6 +44,13 @@ struct MeteredAttentionOptions {
   int32_t num_splits = 1;  // ≥ 1; clipped to S
   bool meter = true;       // false: plain attention, no certificate
   double delta_loc = 0.0;  // Tier B failure probability per cell; 0 disables Tier B
+  // Tier B's split-max form (meter::SetSplitMaxSums): where Tier B applies, every token's ε̂ is
+  // u_t alone (no Tier A witness) and a split's A − 1 and value sums come from its largest u_t
+  // and ρ_t, the form the tensor-core int8-dither kernel computes at almost no cost a token.
+  bool tier_b_split_max = false;
+  // > 0: splits of this many tokens from the start (the last one shorter), as the CUDA kernels
+  // cut them (SplitTokens), instead of num_splits even cuts. Split-max bounds depend on the cut.
+  int64_t split_tokens = 0;
   // false: the certificate sums token by token (the scalar path, which the eight-lane one
   // must agree with; tests compare them). The output is the same either way.
   bool vector_sums = true;

@@ -39,10 +39,11 @@ WITCERT_PIPE_EXTERN(DevInt8Dither)
 WITCERT_PIPE_EXTERN(DevInt4Rtn)
 WITCERT_PIPE_EXTERN(DevKivi2)
 #undef WITCERT_PIPE_EXTERN
-extern template CudaStatus LaunchInt8Mma<true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 
 namespace {
 
@@ -429,10 +430,13 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
     const bool dither = layout.scheme == KvScheme::kInt8Dither;
-    WITCERT_CUDA_RETURN_IF_ERROR(dither ? (args.meter ? LaunchInt8Mma<true, true>(p, mplan, grid, stream)
-                                                      : LaunchInt8Mma<false, true>(p, mplan, grid, stream))
-                                        : (args.meter ? LaunchInt8Mma<true, false>(p, mplan, grid, stream)
-                                                      : LaunchInt8Mma<false, false>(p, mplan, grid, stream)));
+    const bool split_max = dither && args.meter && args.tier_b_split_max && args.delta_loc > 0.0;
+    WITCERT_CUDA_RETURN_IF_ERROR(
+        (split_max ? LaunchInt8Mma<true, true, true>(p, mplan, grid, stream)
+         : dither  ? (args.meter ? LaunchInt8Mma<true, true, false>(p, mplan, grid, stream)
+                                 : LaunchInt8Mma<false, true, false>(p, mplan, grid, stream))
+                   : (args.meter ? LaunchInt8Mma<true, false, false>(p, mplan, grid, stream)
+                                 : LaunchInt8Mma<false, false, false>(p, mplan, grid, stream))));
   } else if (!outliers && layout.block_size >= 8 && plan.bytes <= 200 * 1024 &&
              (args.kernel == 0 || args.kernel == 2) && (group_keys || !exact)) {
     // kivi2 reads its exact blocks in the pipelined kernel too (PipeExactRows); other schemes'

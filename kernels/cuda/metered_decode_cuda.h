@@ -48,6 +48,12 @@ struct MeteredDecodeCudaArgs {
   int32_t layer = 0;                    // dither hash input
   uint64_t dither_seed = 0;
   double delta_loc = 0.0;               // Tier B per-cell δ; 0 disables Tier B
+  // int8-dither with Tier B on (delta_loc > 0): the tensor-core kernel certifies in Tier B's
+  // split-max form (meter::SetSplitMaxSums: ε̂ from the split's largest K scale, no key witness
+  // read; the CPU reference's MeteredAttentionOptions::tier_b_split_max with the kernel's
+  // SplitTokens cuts). The other kernels (promoted blocks, other shapes) keep the per-token
+  // bound, which is never looser.
+  bool tier_b_split_max = false;
   bool meter = true;
   int32_t num_splits = 0;               // 0: ChooseNumSplits; else forced (clipped per sequence)
   int32_t kernel = 0;                   // 0: the fastest that applies (3, else 2, else 1);

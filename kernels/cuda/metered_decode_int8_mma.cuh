@@ -20,6 +20,11 @@
 //    and against the dither bytes (4 more MMAs per tile), and combines F_j = 512·Dm_j − 2·De_j − S_j
 //    (kernels/meter/int_digit_dot.h, IntDigitEtaDither) where it combined D_j. Values are
 //    not dithered, so the V pass is int8-rtn's. The meter adds Tier B, ε̂ = min(ε, u_t).
+//  * int8-dither, Tier B's split-max form (SPLIT_MAX; MeteredDecodeCudaArgs::tier_b_split_max):
+//    ε̂_t = u_t alone, and the split's A − 1 and value sums from its largest u_t and ρ_t
+//    (meter::SetSplitMaxSums). The largest u_t is C·(the split's largest K scale), which pass 1
+//    takes anyway for η, so a V stage reads no key witness and no K scales, and a token's
+//    meter work is two maxima and a finiteness test.
 // Everything else — the two-pass split (logits in shared memory, exact split max before any
 // sum), the certificate terms per (head, token), the partial layout — is the pipelined
 // kernel's, so the merge kernel and FinalizeCert are shared unchanged.
@@ -84,10 +89,13 @@ __host__ __device__ inline MmaStageLayout MakeMmaStageLayout(int32_t nb) {
 
 // int8-dither's shared state, in the dynamic region (so the int8-rtn kernel's static block and
 // its speed stay as they were): the K pass's token hashes, double-buffered as in the pipelined
-// kernel, and the Tier B coefficient per head.
+// kernel, the Tier B coefficient per head, and for the split-max form each head's ε̂ maximum
+// and each warp's ρ maximum.
 struct MmaDitherSmem {
   uint64_t thash[2][kMmaStageTokens];
   float tierb[kMmaG];
+  float eps_split[kMmaG];
+  float rmax[kMmaWarps];
 };
 
 struct MmaSmemPlan {
@@ -139,9 +147,10 @@ __device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane,
   }
 }
 
-template <bool METER, bool DITHER>
+template <bool METER, bool DITHER, bool SPLIT_MAX>
 __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const DecodeParams p, const MmaSmemPlan plan) {
   constexpr int D = kMmaD, G4 = kMmaG, ST = kMmaStageTokens;
+  static_assert(!SPLIT_MAX || (METER && DITHER), "the split-max form is int8-dither's, meter on");
   // The ring starts on a 128-byte boundary whatever sizeof(MmaSmem) is: with 16-byte alignment
   // the kernel's speed moved with the static block's size (bench/RESULTS.md, 2026-12-03).
   extern __shared__ __align__(128) uint8_t dsm[];
@@ -217,10 +226,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   const int32_t code_src = ld_tb * D + ld_r * 16;
   // Scales: K stage: q 0 copies K scales to sc0, q 1 V scales to sc1; V stage: q 0 V scales to
   // sc0 and, for int8-dither's Tier B, q 1 K scales to sc1.
-  constexpr bool kVStageKScales = METER && DITHER;
+  constexpr bool kVStageKScales = METER && DITHER && !SPLIT_MAX;
   const uint32_t scale_dst = (ld_q == 0 ? sl.sc0 : sl.sc1) + ld_grp * 16;
-  // Witnesses (meter, V stage, q 8-14): band codes (r < 4), units (r 4) or summaries (r 5-6).
-  const bool wit_role = METER && ld_tb && ld_r < 7;
+  // Witnesses (meter, V stage, q 8-14): band codes (r < 4), units (r 4) or summaries (r 5-6);
+  // the split-max form reads the summaries only.
+  const bool wit_role = METER && ld_tb && ld_r < 7 && (!SPLIT_MAX || ld_r >= 5);
   const int32_t wit_stride = ld_r < 4 ? nb : (ld_r == 4 ? 2 : 4);
   const uint32_t wit_dst = ld_r < 4 ? sl.kwit + ld_grp * 8 * nb + ld_r * 16
                                     : (ld_r == 4 ? sl.kunit + ld_grp * 16 : sl.vsum + ld_grp * 32 + (ld_r - 5) * 16);
@@ -454,6 +464,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       ec.a = sm.eta_a[tid];
       ec.b = sm.eta_b[tid];
       sm.eta[tid] = sm.qbad[tid] ? INFINITY : meter::IntDigitEtaAt(ec, sk);
+      if constexpr (SPLIT_MAX) {
+        // max_t u_t: the per-token product C·(s_t·(1 + 4u)) is monotone in s_t, rounding included.
+        const float e = dsm_d.tierb[tid] * (sk * (1.0f + 4 * meter::kUnitRoundoff));
+        dsm_d.eps_split[tid] = e >= 0.0f ? e : INFINITY;  // NaN (a bad query): vacuous
+      }
     }
     if (tid == 0) {
       float sv = 0.0f;
@@ -481,6 +496,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   MmaHeadSums cpa, cpb;  // heads ha, hb
   meter::EpsPowerSums epa, epb;  // their common tokens' A−1 terms (partial_sum.h), folded into b after the split
   float vmax = 0.0f;     // max over the thread's tokens in the split of ν
+  float rmax = 0.0f;     // SPLIT_MAX: and of ρ
   uint32_t qd_a[nb / 2], qd_b[nb / 2];  // meter: Tier A's band factor digits of heads ha, hb
   float qs_a = 0.0f, qs_b = 0.0f;       // and their units
   if constexpr (METER) {
@@ -517,7 +533,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
       const float ga = la - ma, gb = lb - mb;
       const float wa = act_a ? expf(ga) : 0.0f;
       const float wb = act_b ? expf(gb) : 0.0f;
-      if constexpr (METER) {
+      if constexpr (SPLIT_MAX) {
+        // The value summary's maxima and the logits' finiteness; z as without the meter.
+        const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[tok];
+        cpa.bad = cpa.bad || (act_a && !(fabsf(la) <= 3.0e38f));
+        cpb.bad = cpb.bad || (act_b && !(fabsf(lb) <= 3.0e38f));
+        cpa.z += wa;
+        cpb.z += wb;
+        rmax = in ? meter::MaxAcc(rmax, SummaryRho(vsum)) : rmax;
+        vmax = in ? meter::MaxAcc(vmax, SummaryNu(vsum)) : vmax;
+      } else if constexpr (METER) {
         // The token's key band bounds c_b·U and value summary (ρ, ν); both lanes of the pair
         // read the same words (a broadcast). A masked token's bytes (zero-filled or stale) only
         // reach results that are selected away below.
@@ -597,14 +622,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   ReleaseSplitMerge();
 
   // ---- reductions: certificate partials (lanes of one parity share heads), vmax, outputs ----
-  if constexpr (METER) {
+  constexpr bool kTokenSums = METER && !SPLIT_MAX;  // b, c and the ε̂ max summed per token
+  if constexpr (kTokenSums) {
     cpa.FoldPowerSums(epa);
     cpb.FoldPowerSums(epb);
   }
 #pragma unroll
   for (int o = 16; o > 1; o >>= 1) {
-    cpa.AddShfl<METER>(o);
-    cpb.AddShfl<METER>(o);
+    cpa.AddShfl<kTokenSums>(o);
+    cpb.AddShfl<kTokenSums>(o);
   }
   if constexpr (METER) {
     const unsigned parity = (lane & 1) ? 0xaaaaaaaau : 0x55555555u;
@@ -612,6 +638,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     cpb.bad = MmaHeadSums::BadOf(cpb.bad, parity);
     // vmax ∈ [0, ∞] (MaxAcc from 0, NaN ignored): as unsigned bits it orders as a float.
     vmax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(vmax)));
+    if constexpr (SPLIT_MAX) rmax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(rmax)));
   }
   __syncthreads();  // every thread is done with the ring, logits and pdig
   static_assert(sizeof(MmaHeadSums) <= sizeof(sm.wsum_raw[0][0]), "wsum holds MmaHeadSums");
@@ -620,6 +647,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     *reinterpret_cast<MmaHeadSums*>(sm.wsum_raw[warp][hb]) = cpb;
   }
   if (lane == 0) sm.vmax[warp] = vmax;
+  if (SPLIT_MAX && lane == 0) dsm_d.rmax[warp] = rmax;
   // The output reduction in the ring (free now: every copy has landed and every thread is past
   // the last stage): red [warps, 32 lanes, kRedRow] int32, lane row = 8 tiles × {acc 0, 2, 1, 3}
   // + 4 words of padding. The int4 stores of 8 consecutive lanes then cover all 32 banks, and
@@ -645,10 +673,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     MmaHeadSums s = *reinterpret_cast<const MmaHeadSums*>(sm.wsum_raw[w][h]);
     float vm = 0.0f;
 #pragma unroll
-    for (int o = 1; o < kMmaWarps; o <<= 1) s.AddShfl<METER>(o);
+    for (int o = 1; o < kMmaWarps; o <<= 1) s.AddShfl<kTokenSums>(o);
+    float rm = 0.0f;
     if constexpr (METER) {
       s.bad = MmaHeadSums::BadOf(s.bad, 0xffu << (8 * h));
       vm = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(sm.vmax[w])));
+      if constexpr (SPLIT_MAX) rm = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(dsm_d.rmax[w])));
     }
     if (w == 0 && h < G) {
       meter::CertPartial c = s.ToPartial(sm.m[h], t_hi - t_lo);
@@ -658,6 +688,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         c.vmax = vm;
         c.eta_max = fmaxf(c.eta_max, sm.eta[h]);
       }
+      if (SPLIT_MAX && !c.bad) meter::SetSplitMaxSums(&c, dsm_d.eps_split[h], rm);
       p.parts[cell0 + static_cast<int64_t>(h) * p.num_splits] = c;
     }
   }
@@ -686,9 +717,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   }
 }
 
-template <bool METER, bool DITHER>
+template <bool METER, bool DITHER, bool SPLIT_MAX>
 CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, cudaStream_t stream) {
-  auto kernel = Int8MmaDecodeKernel<METER, DITHER>;
+  auto kernel = Int8MmaDecodeKernel<METER, DITHER, SPLIT_MAX>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.bytes)));
   return cuda_launch::Launch(kernel, grid, dim3(kMmaThreads), plan.bytes, stream, p.overlap_previous, p, plan);

@@ -113,6 +113,34 @@ WITCERT_HD inline float Expm1UpperTight(float eps) {
   return (eps * h) * kTightFinal;
 }
 
+// ≥ e^ε − 1 for every ε ≥ 0: Expm1UpperTight up to ½; above, expm1f (within 2 ulp, this
+// header's function model: ≤ 4u relative) times (1 + 8u), which also covers the product's own
+// rounding. ∞ past kEpsCap or for NaN (a vacuous A form, as PartialAddToken makes it).
+WITCERT_HD inline float Expm1Upper(float eps) {
+  if (!(eps <= kEpsCap)) return INFINITY;
+  if (eps <= 0.5f) return Expm1UpperTight(eps > 0.0f ? eps : 0.0f);
+  return expm1f(eps) * (1.0f + 8.0f * kUnitRoundoff);
+}
+
+// Tier B's split-max form. Where every token of a split has ε̂_t ≤ eps_max and ρ_t ≤ rho_max,
+// Σ_t w_t·(e^{ε̂_t} − 1) ≤ z·expm1(eps_max) and Σ_t w_t·ρ_t ≤ z·rho_max for the very weights
+// w_t that make z. So the split's b and c follow from its z and two maxima, with no per-token
+// A − 1 or value term. FinalizeCert divides by the same z, so A − 1 ≥ expm1(eps_max) there,
+// which is ≥ the per-token sum's A − 1 for any weights. With eps_max = C·max_t s_t (Tier B's
+// u_t from the split's largest key scale) the tensor-core int8-dither kernel gets the
+// certificate from the scale maximum it takes anyway for η. It is looser than the per-token
+// sum where the largest scales carry little attention weight.
+// Rounding: b and c are products of non-negative floats, each rounded to nearest (≤ u
+// relative while normal; z ≥ 1 for a split that ran), then ×(1 + 4u): ≥ the exact products.
+// `p` must hold the split's z and its eps_max (NaN: ∞, vacuous).
+WITCERT_HD inline void SetSplitMaxSums(CertPartial* p, float eps_max, float rho_max) {
+  if (!(eps_max == eps_max)) eps_max = INFINITY;
+  p->eps_max = eps_max;
+  const float x = Expm1Upper(eps_max);
+  p->b = x == INFINITY ? INFINITY : (p->z * x) * (1.0f + 4.0f * kUnitRoundoff);
+  p->c = rho_max > 0.0f ? (p->z * rho_max) * (1.0f + 4.0f * kUnitRoundoff) : 0.0f;
+}
+
 // PartialAddToken (cert_math.h) for a caller that already holds w = expf(logit − p->m), the
 // very value PartialAddToken would compute (the pipelined kernel computes it once for the
 // output weights and the certificate). max(‖ṽ‖+‖ρ‖) is left to the caller (p->vmax).

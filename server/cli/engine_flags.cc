@@ -33,6 +33,9 @@ void DeclareEngineFlags(Args& args) {
   args.Flag("v-threshold", "0", "relative value-error bound above which a cell is uncertified "
                                 "(0 = not checked)");
   args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates (0 = Tier A only)");
+  args.Flag("tier-b-form", "per-token",
+            "Tier B certificates: per-token (min of Tier A and B per token) | split-max (from each "
+            "KV split's largest key scale: no witness reads, looser)");
   args.Flag("pagein-budget", "4", "exact blocks paged in per cell per step (repair mode)");
   args.Flag("backing-store-mb", "1024", "exact KV copies kept in host memory for repair (MiB)");
   args.Flag("exact-cache-blocks", "16384",
@@ -104,6 +107,13 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
   if (given("v-threshold") && !(s = dbl_flag("v-threshold", &config->gate.v_threshold)).ok())
     return s;
   if (given("delta") && !(s = dbl_flag("delta", &config->gate.delta_req)).ok()) return s;
+  if (given("tier-b-form")) {
+    const std::string form = args.Get("tier-b-form");
+    if (form != "per-token" && form != "split-max") {
+      return absl::InvalidArgumentError("--tier-b-form must be per-token or split-max, got '" + form + "'");
+    }
+    config->gate.tier_b_split_max = form == "split-max";
+  }
   if (given("pagein-budget") &&
       !(s = int_flag("pagein-budget", &config->gate.pagein_budget_per_step)).ok())
     return s;

@@ -257,6 +257,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.Number("audit_rate", &c.engine.gate.audit_rate, 0.0, 1.0);
     r.Integer("exact_cache_blocks", &c.engine.gate.exact_cache_blocks, 0, int64_t{1} << 30);
     r.String("trace_path", &c.engine.trace_path);
+    std::string tier_b_form;
+    r.String("tier_b_form", &tier_b_form);
+    if (tier_b_form == "split-max") c.engine.gate.tier_b_split_max = true;
+    else if (tier_b_form == "per-token") c.engine.gate.tier_b_split_max = false;
+    else if (!tier_b_form.empty())
+      r.SetError(absl::StrCat(r.KeyPath("tier_b_form"), ": '", tier_b_form, "' is not one of per-token, split-max"));
   });
   top.Object("scheduler", [&](ObjectReader& r) {
     r.Integer("max_running", &c.engine.scheduler.max_running, 1, 1 << 20);

@@ -418,6 +418,39 @@ TEST_P(CudaBackendTest, MeterObserveRecordsCellsLikeCpu) {
   EXPECT_TRUE(rg.cells[0].empty());
 }
 
+// GatePolicy::tier_b_split_max through the backend's decode groups: two sequences with the same
+// prompt decode in one step, one per Tier B form, at head_dim 128 (the tensor-core kernel's).
+// Same logits; every split-max cell is Tier B and never below its per-token twin.
+TEST_P(CudaBackendTest, TierBSplitMaxDecodeGroup) {
+  SKIP_WITHOUT_GPU();
+  Pair p = MakePair(GetParam(), "int8-dither", 128);
+  const ModelConfig& c = p.model->config();
+  GatePolicy per_token, split_max;
+  per_token.mode = split_max.mode = GateMode::kObserve;
+  split_max.tier_b_split_max = true;
+  std::vector<TokenId> prompt = Prompt(300, 8, c.vocab_size);
+  ForwardResult r;
+  for (SeqId seq : {11, 12}) {
+    AddSeq(*p.gpu, seq, 310);
+    ForwardItem item{.seq = seq, .tokens = prompt, .start_pos = 0};
+    ASSERT_TRUE(p.gpu->Forward({item}, &r).ok());
+  }
+  const TokenId next[1] = {7};
+  ForwardItem a{.seq = 11, .tokens = next, .start_pos = 300, .delta_loc = 1e-6, .policy = &per_token};
+  ForwardItem b{.seq = 12, .tokens = next, .start_pos = 300, .delta_loc = 1e-6, .policy = &split_max};
+  ASSERT_TRUE(p.gpu->Forward({a, b}, &r).ok());
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  ASSERT_EQ(r.logits.size(), 2 * vocab);
+  EXPECT_TRUE(std::equal(r.logits.begin(), r.logits.begin() + vocab, r.logits.begin() + vocab));
+  ASSERT_EQ(r.cells.size(), 2u);
+  ASSERT_EQ(r.cells[0].size(), r.cells[1].size());
+  ASSERT_EQ(r.cells[0].size(), static_cast<size_t>(c.num_layers * c.num_heads));
+  for (size_t i = 0; i < r.cells[0].size(); ++i) {
+    EXPECT_EQ(r.cells[1][i].tier, 'B');
+    EXPECT_GE(r.cells[1][i].tv_before, r.cells[0][i].tv_before * (1.0f - 1e-5f)) << i;
+  }
+}
+
 // A later prompt chunk over an int8-rtn store at head_dim 128 runs through the chunked-prefill
 // kernel (kernels/cuda/metered_prefill_cuda.h); its logits and its cells (one per row, layer
 // and head) match the CPU backend's row-by-row metered attention.

@@ -38,6 +38,13 @@ TEST(GatePolicy, TightenTakesTheStricterField) {
   EXPECT_EQ(t.audit_rate, 0.5);
   req.mode = GateMode::kRepair;
   EXPECT_EQ(Tighten(base, req).mode, GateMode::kRepair);
+  // The split-max form only where the operator chose it and the request did not ask otherwise.
+  EXPECT_FALSE(Tighten(base, LoosestGatePolicy()).tier_b_split_max);
+  base.tier_b_split_max = true;
+  EXPECT_TRUE(Tighten(base, LoosestGatePolicy()).tier_b_split_max);
+  req.tier_b_split_max = false;
+  EXPECT_FALSE(Tighten(base, req).tier_b_split_max);
+  base.tier_b_split_max = false;
   EXPECT_DOUBLE_EQ(LocalDelta(0.3, 30, 9, 100), 0.3 / 27000);
   PolicyHolder holder(base);
   auto before = holder.Get();
@@ -53,8 +60,8 @@ struct Fixture {
   std::vector<float> q;             // [Hq, d]
 };
 
-// int8-rtn keys; block `hot` gets a ×100 outlier channel (large residual).
-Fixture Make(int hot, const std::string& scheme = "int8-rtn") {
+// int8-rtn keys; block `hot` gets a ×`hot_factor` outlier channel (large residual).
+Fixture Make(int hot, const std::string& scheme = "int8-rtn", float hot_factor = 300.0f) {
   Fixture f;
   KvCacheOptions o;
   o.num_layers = 2;
@@ -76,8 +83,8 @@ Fixture Make(int hot, const std::string& scheme = "int8-rtn") {
       v[j] = g(rng);
     }
     if (t / 16 == hot) {
-      k[7] *= 300.0f;  // absmax ×300 → every other channel's error ×300
-      k[f.d + 7] *= 300.0f;
+      k[7] *= hot_factor;  // absmax ×hot_factor → every other channel's error too
+      k[f.d + 7] *= hot_factor;
     }
     for (int l = 0; l < 2; ++l) EXPECT_TRUE(f.cache->Write(3, l, t, k.data(), v.data()).ok());
   }
@@ -182,6 +189,39 @@ TEST(Gate, RiskRankingPromotesTheBlockCarryingMostMass) {
     }
     EXPECT_LT(cells[0].tv_after, cells[0].tv_before);
   }
+}
+
+// GatePolicy::tier_b_split_max reaches the CPU path: int8-dither Tier B cells in the split-max
+// form are never below the per-token form's bound, serve the same output, and stay Tier B.
+TEST(Gate, TierBSplitMaxFormIsNeverTighter) {
+  Fixture f = Make(1, "int8-dither", 10.0f);  // one block's scales ~4x the others'
+  std::vector<float> out[2];
+  std::vector<CellRecord> cells[2];
+  for (int form = 0; form < 2; ++form) {
+    GatePolicy p;
+    p.tier_b_split_max = form == 1;
+    out[form].assign(f.hq * f.d, 0.0f);
+    cells[form].resize(f.hq);
+    DecodeAttentionRequest r;
+    r.seq = 3;
+    r.layer = 1;
+    r.context_len = f.s;
+    r.q = f.q.data();
+    r.out = out[form].data();
+    r.cells = cells[form].data();
+    r.policy = &p;
+    r.delta_loc = 1e-6;
+    r.num_splits = 2;
+    ASSERT_TRUE(MeteredDecodeAttention(*f.cache, r, f.hq).ok());
+  }
+  EXPECT_EQ(out[0], out[1]);
+  int looser = 0;
+  for (int h = 0; h < f.hq; ++h) {
+    EXPECT_EQ(cells[1][h].tier, 'B');
+    EXPECT_GE(cells[1][h].tv_before, cells[0][h].tv_before * (1.0f - 1e-5f)) << "head " << h;
+    looser += cells[1][h].tv_before > cells[0][h].tv_before * 1.001f;
+  }
+  EXPECT_GT(looser, 0) << "the block with the outlier should make the split-max form looser";
 }
 
 TEST(Gate, OffModeComputesAttentionWithoutCells) {

@@ -3,7 +3,9 @@
 // between exact and stored K/V never exceed the reported bounds (Tier A: zero violations).
 // Tier B (int8-dither): on non-adaptive random queries the violation rate stays ≤ δ.
 // WITCERT_LONG_TESTS=1 adds S = 131072 through the cache and 10^6 Tier B cells.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
@@ -186,6 +188,87 @@ TEST(Soundness, TierBViolationRateWithinDelta) {
   const double mean = delta * cells;
   EXPECT_LE(violations, mean + 5 * std::sqrt(mean));
   EXPECT_GT(tier_b_binding, cells / 2) << "Tier B should be the tighter bound for dither";
+}
+
+// Tier B's split-max form (MeteredAttentionOptions::tier_b_split_max): on the same kind of
+// cells, with stored values and their summaries, a longer context and 1-4 splits, the violation
+// rate stays within δ, and the bound is never below the per-token form's (its ε̂ = u_t ≥
+// min(ε_t, u_t) for every token, its A − 1 ≥ any weighted mean of expm1(ε̂_t), its value sum
+// ≥ Σ p̂_t ρ_t). Also reports how much looser it is, as a median ratio.
+TEST(Soundness, TierBSplitMaxViolationRateWithinDelta) {
+  const int64_t cells = LongTests() ? 200000 : 6000;
+  const double delta = 0.05;
+  const int d = 64, nb = 8, s = 96;
+  const KvCodec& codec = **FindKvCodec("int8-dither");
+  const int32_t bytes = codec.BytesPerVector(d);
+  std::mt19937 rng(78);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> k(s * d), ks(s * d), v(s * d), vs(s * d), q(d), out(d), scale(s), kw(s * nb);
+  std::vector<float> vrho(s), vbound(s);
+  std::vector<uint8_t> buf(bytes);
+  BandLayout layout{d, nb, RopePairing::kInterleaved};
+  int64_t violations = 0, below = 0, looser = 0;
+  std::vector<double> looseness;
+  for (int64_t cell = 0; cell < cells; ++cell) {
+    for (int t = 0; t < s; ++t) {
+      // Per-token magnitudes vary (so the split's largest scale is not every token's).
+      const float mag = 1.0f + 3.0f * std::fabs(g(rng));
+      for (int j = 0; j < d; ++j) {
+        k[t * d + j] = g(rng) * mag;
+        v[t * d + j] = g(rng);
+      }
+      CodecContext ctx{static_cast<uint64_t>(cell), 0, 0, t, false};
+      codec.Encode(&k[t * d], d, ctx, buf.data());
+      codec.Decode(buf.data(), d, ctx, &ks[t * d]);
+      scale[t] = codec.DitherScale(buf.data(), d);
+      uint8_t w[2 + nb];
+      ComputeKeyWitness(&k[t * d], &ks[t * d], layout, w);
+      DecodeKeyWitness(w, nb, &kw[t * nb]);
+      ctx.is_value = true;
+      codec.Encode(&v[t * d], d, ctx, buf.data());
+      codec.Decode(buf.data(), d, ctx, &vs[t * d]);
+      uint8_t sum[4];
+      ComputeValueSummary(&v[t * d], &vs[t * d], layout, sum);
+      DecodeValueSummary(sum, &vrho[t], &vbound[t]);
+    }
+    for (auto& x : q) x = g(rng) * 0.5f;
+    MeteredHeadInputs in;
+    in.head_dim = d;
+    in.num_bands = nb;
+    in.num_tokens = s;
+    in.k = ks.data();
+    in.v = vs.data();
+    in.k_witness = kw.data();
+    in.v_rho = vrho.data();
+    in.v_bound = vbound.data();
+    in.k_dither_scale = scale.data();
+    MeteredAttentionOptions opt;
+    opt.delta_loc = delta;
+    opt.split_tokens = cell % 4 == 0 ? 0 : 32 * (cell % 4);  // 1 split, or 32-, 64-, 96-token cuts
+    MeteredAttentionResult tokenwise, split_max;
+    MeteredAttention(in, q.data(), opt, out.data(), &tokenwise);
+    opt.tier_b_split_max = true;
+    MeteredAttention(in, q.data(), opt, out.data(), &split_max);
+    ASSERT_TRUE(split_max.tier_b);
+    if (split_max.bound.a_minus_1 < tokenwise.bound.a_minus_1 * (1.0f - 1e-5f) ||
+        split_max.bound.v_resid_sum < tokenwise.bound.v_resid_sum * (1.0f - 1e-5f)) {
+      ++below;
+    }
+    if (tokenwise.bound.tv > 0) looseness.push_back(split_max.bound.tv / tokenwise.bound.tv);
+    if (split_max.bound.tv > tokenwise.bound.tv * 1.01f) ++looser;
+    auto truth = testing::TrueAttentionError(q.data(), k.data(), v.data(), ks.data(), vs.data(), s, d);
+    if (truth.tv > split_max.bound.tv || truth.out_err > split_max.bound.v_bound) ++violations;
+  }
+  const double mean = delta * cells;
+  EXPECT_LE(violations, mean + 5 * std::sqrt(mean));
+  EXPECT_EQ(below, 0) << "the split-max form fell below the per-token form";
+  ASSERT_FALSE(looseness.empty());
+  std::nth_element(looseness.begin(), looseness.begin() + looseness.size() / 2, looseness.end());
+  const double median = looseness[looseness.size() / 2];
+  EXPECT_GE(median, 1.0);
+  std::printf("[ measured ] split-max / per-token TV bound: median %.3f, max %.3f, %lld of %zu cells > 1.01\n",
+              median, *std::max_element(looseness.begin(), looseness.end()), static_cast<long long>(looser),
+              looseness.size());
 }
 
 }  // namespace

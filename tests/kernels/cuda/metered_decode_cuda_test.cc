@@ -22,6 +22,7 @@
 //    gets the same rows as exact tokens (token_exact = 1); the same tolerances apply.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -89,6 +90,7 @@ struct DecodeCase {
   int32_t splits = 0;           // 0: heuristic
   bool meter = true;
   double delta = 0.0;           // Tier B δ_loc
+  bool split_max = false;       // MeteredDecodeCudaArgs::tier_b_split_max (CPU: the kernel's cuts)
   float key_scale = 1.0f;       // logit magnitude
   bool adversarial = false;     // outliers, huge rows, aligned keys
   bool interleaved = true;
@@ -105,7 +107,7 @@ struct DecodeCase {
                     " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) +
                     " bs=" + std::to_string(bs) + " B=" + std::to_string(bands) +
                     " splits=" + std::to_string(splits) +
-                    (meter ? " meter" : " nometer") +
+                    (meter ? " meter" : " nometer") + (split_max ? " split-max" : "") +
                     (exact_every > 0 ? " exact_every=" + std::to_string(exact_every) : "") +
                     (outliers > 0 ? " outliers=" + std::to_string(outliers) : "") + " ctx=";
     for (auto c : ctx) s += std::to_string(c) + ",";
@@ -216,6 +218,7 @@ class Problem {
     a.layer = kLayer;
     a.dither_seed = kSeed;
     a.delta_loc = c_.delta;
+    a.tier_b_split_max = c_.split_max;
     a.meter = c_.meter;
     a.num_splits = c_.splits;
     a.kernel = c_.kernel;
@@ -500,6 +503,10 @@ class Problem {
           opt.num_splits = g.splits;
           opt.meter = c_.meter;
           opt.delta_loc = c_.delta;
+          if (c_.split_max && mma) {
+            opt.tier_b_split_max = true;
+            opt.split_tokens = SplitTokens(S, g.splits);  // the bound depends on the cut
+          }
           std::vector<float> out(d);
           MeteredAttentionResult res;
           MeteredAttention(in, q, opt, out.data(), &res);
@@ -786,6 +793,44 @@ TEST(MeteredDecodeCuda, TensorCoreSmallMatchesCpu) {
         c.seed = 40 + group;
         RunCase(c);
       }
+    }
+  }
+}
+
+// Tier B's split-max form on the tensor-core kernel against the CPU reference with the same
+// cuts, and never below the per-token form the same kernel computes on the same inputs. Small
+// enough for the sanitizer filter.
+TEST(MeteredDecodeCuda, TensorCoreSplitMaxSmallMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  int seed = 60;
+  for (int32_t group : {1, 4}) {
+    for (bool adversarial : {false, true}) {
+      DecodeCase c;
+      c.scheme = KvScheme::kInt8Dither;
+      c.d = 128;
+      c.group = group;
+      c.ctx = {1, 37, 300, 1100};
+      c.splits = adversarial ? 3 : 0;
+      c.delta = 1e-6;
+      c.adversarial = adversarial;
+      c.key_scale = adversarial ? 40.0f : 4.0f;
+      c.kernel = 3;
+      c.seed = seed++;
+      DecodeOutcome tokenwise, split_max;
+      RunCase(c, &tokenwise);
+      c.split_max = true;
+      RunCase(c, &split_max);
+      ASSERT_EQ(tokenwise.cert.size(), split_max.cert.size());
+      int below = 0, looser = 0;
+      for (size_t i = 0; i < tokenwise.cert.size(); ++i) {
+        const meter::CertBound &t = tokenwise.cert[i], &m = split_max.cert[i];
+        if (m.tv < t.tv * (1.0f - 1e-5f) || m.v_resid_sum < t.v_resid_sum * (1.0f - 1e-5f)) ++below;
+        if (m.tv > t.tv * 1.01f) ++looser;
+        EXPECT_EQ(tokenwise.out[i * c.d], split_max.out[i * c.d]) << "the meter never reaches the output";
+      }
+      EXPECT_EQ(below, 0) << "split-max fell below the per-token form";
+      std::printf("[ measured ] split-max G=%d adversarial=%d: %d of %zu cells > 1.01x the per-token TV bound\n",
+                  group, adversarial ? 1 : 0, looser, tokenwise.cert.size());
     }
   }
 }

@@ -383,5 +383,40 @@ TEST(EtaLane, FactorsBoundTheLaneNormsAndTheLaneSum) {
   EXPECT_EQ(EtaLaneFactor(LaneSquares(zero)), 0x1p-63f);
 }
 
+// Expm1Upper ≥ expm1 (long double) over [0, kEpsCap], within 1e-5 relative; ∞ past the cap and
+// for NaN. SetSplitMaxSums' b and c are ≥ the exact products z·expm1(ε) and z·ρ.
+TEST(PartialSum, Expm1UpperAndSplitMaxSums) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  double worst = 0.0;
+  for (int i = 0; i < 200000; ++i) {
+    const float e = i < 1000 ? static_cast<float>(i) * 1e-3f
+                             : (i % 2 ? u01(rng) : std::ldexp(u01(rng), static_cast<int>(rng() % 12) - 5));
+    if (!(e <= meter::kEpsCap)) continue;
+    const long double truth = std::expm1(static_cast<long double>(e));
+    const float up = meter::Expm1Upper(e);
+    ASSERT_GE(static_cast<long double>(up), truth) << "eps " << e;
+    if (truth > 0) worst = std::max(worst, static_cast<double>((up - truth) / truth));
+    meter::CertPartial p;
+    p.z = 1.0f + 1000.0f * u01(rng);
+    const float rho = u01(rng) * 10.0f;
+    meter::SetSplitMaxSums(&p, e, rho);
+    ASSERT_GE(static_cast<long double>(p.b), static_cast<long double>(p.z) * truth);
+    ASSERT_GE(static_cast<long double>(p.c), static_cast<long double>(p.z) * rho);
+    ASSERT_EQ(p.eps_max, e);
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_EQ(meter::Expm1Upper(65.0f), INFINITY);
+  EXPECT_EQ(meter::Expm1Upper(NAN), INFINITY);
+  meter::CertPartial p;
+  p.m = 0.0f;
+  p.z = 3.0f;
+  p.count = p.chain = 1;
+  meter::SetSplitMaxSums(&p, NAN, 1.0f);
+  EXPECT_EQ(p.eps_max, INFINITY);
+  EXPECT_EQ(p.b, INFINITY);
+  EXPECT_EQ(meter::FinalizeCert(p, 1).tv, 1.0f);
+}
+
 }  // namespace
 }  // namespace witcert::meter

@@ -38,6 +38,15 @@ TEST(ServerConfig, EmbeddedDefaultParsesAndMatchesBuiltInDefaults) {
   EXPECT_EQ(c->engine.gate.mode, GateMode::kObserve);
 }
 
+TEST(ServerConfig, TierBForm) {
+  absl::StatusOr<ServerConfig> c = ParseServerConfig(R"({"gate": {"tier_b_form": "split-max"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->engine.gate.tier_b_split_max);
+  c = ParseServerConfig(R"({"gate": {"tier_b_form": "per-token"}})", *c);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->engine.gate.tier_b_split_max);
+}
+
 TEST(ServerConfig, EmptyObjectKeepsBase) {
   ServerConfig base;
   base.http.port = 1234;
@@ -77,6 +86,7 @@ TEST(ServerConfig, BadValuesNameTheirPath) {
   ExpectError(R"({"http": {"port": 70000}})", "http.port", "out of range");
   ExpectError(R"({"gate": {"tv_threshold": 1.5}})", "gate.tv_threshold", "out of range");
   ExpectError(R"({"gate": {"mode": "maybe"}})", "gate.mode", "maybe");
+  ExpectError(R"({"gate": {"tier_b_form": "max"}})", "gate.tier_b_form", "per-token, split-max");
   ExpectError(R"({"log": {"level": "loud"}})", "log.level", "loud");
   ExpectError(R"({"metrics": {"cert_labels": "per_cell"}})", "metrics.cert_labels", "per_cell");
   ExpectError(R"({"http": {"threads": 0}})", "http.threads", "out of range");
