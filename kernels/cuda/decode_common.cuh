@@ -31,6 +31,7 @@ struct DecodeParams {
   bool overlap_previous = false;  // MeteredDecodeCudaArgs::overlap_previous: the launch, and q after the wait
   uint64_t seed;
   double delta_loc;
+  float neg_log_delta = 0.0f;  // meter::TierBNegLogDelta(delta_loc), for TierBCoefficientF
   float* part_acc;             // [batch, Hq, P, D]
   meter::CertPartial* parts;   // [batch, Hq, P]
   // Promoted blocks (EXACT kernels only): slot of (physical block, layer, KV head) in the
@@ -201,17 +202,22 @@ __device__ __forceinline__ void FillGroupVectors(const DecodeParams& p, int seq,
 }
 
 // QueryBandNorm's arithmetic over n pairs, pair(i, &x0, &x1) giving pair i's two values: max|x|,
-// Σ|x| in double, and ‖x‖ scaled by the max so the squares cannot overflow (CPU: ScaledNorm).
-template <class Pair>
-__device__ __forceinline__ float BandNormOfPairs(int n, Pair pair, double* abs_sum, float* max_abs) {
+// Σ|x|, and ‖x‖ scaled by the max so the squares cannot overflow (CPU: ScaledNorm). Σ|x| in double
+// (Acc = double), or in fp32 rounded up (Acc = float: 2n non-negative terms in sequence are within
+// γ_2n ≤ 2.01·n·u of the real sum while n ≤ 2^20, and the final product rounds once more, so
+// ×(1 + (2n + 2)·2u) covers both; float's shorter dependency chain is what the tensor-core
+// kernel's serial prologue takes).
+template <class Acc, class Pair>
+__device__ __forceinline__ float BandNormOfPairs(int n, Pair pair, Acc* abs_sum, float* max_abs) {
   float amax = 0.0f;
-  double a1 = 0.0;
+  Acc a1 = 0;
   for (int pr = 0; pr < n; ++pr) {
     float x0, x1;
     pair(pr, &x0, &x1);
     amax = fmaxf(amax, fmaxf(fabsf(x0), fabsf(x1)));
-    a1 += fabs(static_cast<double>(x0)) + fabs(static_cast<double>(x1));
+    a1 += fabs(static_cast<Acc>(x0)) + fabs(static_cast<Acc>(x1));
   }
+  if constexpr (sizeof(Acc) == sizeof(float)) a1 *= 1.0f + static_cast<float>(4 * n + 4) * meter::kUnitRoundoff;
   *abs_sum = a1;
   if (max_abs != nullptr) *max_abs = amax;
   float norm = amax;
@@ -260,8 +266,8 @@ __device__ __forceinline__ void LoadBandPairs(const float* qg, int b, bool inter
 // ‖q_b‖ of band b of query `qg` [D] under the band map (CPU: QueryBandNorms), scaled so the
 // squares cannot overflow; *abs_sum = Σ|q_c| over the band in double (Tier B's ‖q‖₁) and, where
 // asked, *max_abs = max|q_c| over the band (NaN ignored).
-template <int D>
-__device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, bool interleaved, double* abs_sum,
+template <int D, class Acc>
+__device__ __forceinline__ float QueryBandNorm(const float* qg, int b, int nb, bool interleaved, Acc* abs_sum,
                                                float* max_abs = nullptr) {
   const int half = D / 2, ppb = half / nb;
   if constexpr (D % 64 == 0) {  // B = D/16 (8 at d = 128): 8 pairs a band, loaded at once
@@ -309,6 +315,18 @@ __device__ __forceinline__ float TierBCoefficientFromNorms(const float* qbn, int
   for (int b = 0; b < nb; ++b) s2 += qbn[b] * qbn[b];
   const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
   return meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, context, delta_loc);
+}
+
+// The same in fp32 (meter::TierBCoefficientF) from an upper bound n1 on ‖q‖₁ and −ln δ rounded up
+// (DecodeParams::neg_log_delta): the tensor-core kernel's prologue.
+template <int D>
+__device__ __forceinline__ float TierBCoefficientFromNormsF(const float* qbn, int nb, float n1, int64_t context,
+                                                            double delta_loc, float neg_log_delta) {
+  if (!(delta_loc > 0.0)) return 0.0f;
+  float s2 = 0.0f;
+  for (int b = 0; b < nb; ++b) s2 += qbn[b] * qbn[b];
+  const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
+  return meter::TierBCoefficientF(n2, n1, D, context, neg_log_delta);
 }
 
 // Head g's Tier B coefficient from the prologue's band sums, 0 when the codec is not Tier B.

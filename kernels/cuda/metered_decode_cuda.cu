@@ -383,6 +383,7 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
   p.seed = args.dither_seed;
   p.overlap_previous = args.overlap_previous;
   p.delta_loc = args.delta_loc;
+  p.neg_log_delta = meter::TierBNegLogDelta(args.delta_loc);
   const size_t cells = static_cast<size_t>(args.batch) * args.num_q_heads * splits;
   p.part_acc = static_cast<float*>(args.workspace);
   size_t acc_bytes = (cells * layout.head_dim * sizeof(float) + 255) / 256 * 256;

@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
     if (warp == G4) {  // lane = g·nb + b
       const int g = lane / nb, b = lane % nb;
       float norm = 0.0f, amax = 0.0f;
-      double a1 = 0.0;
+      float a1 = 0.0f;  // ≥ Σ|q_c| over the band (fp32 rounded up: the shorter chain)
       if (g < G) {
         const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
         norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1, &amax);
@@ -302,6 +302,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         a1 += __shfl_xor_sync(0xffffffffu, a1, o);
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
       }
+      a1 *= 1.0f + 8.0f * meter::kUnitRoundoff;  // the three sums above (non-negative) and this product
       if (b == 0) {
         meter::IntDigitEtaCoef ec;
         int32_t k = 0;
@@ -312,7 +313,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         sm.eta_a[g] = ec.a;
         sm.eta_b[g] = ec.b;
         if constexpr (DITHER) {
-          dsm_d.tierb[g] = g < G ? TierBCoefficientFromNorms<D>(raw, nb, a1, range.context, p.delta_loc) : 0.0f;
+          dsm_d.tierb[g] =
+              g < G ? TierBCoefficientFromNormsF<D>(raw, nb, a1, range.context, p.delta_loc, p.neg_log_delta) : 0.0f;
         }
       }
     }

@@ -132,6 +132,33 @@ WITCERT_HD inline float TierBCoefficient(float q_norm2, float q_norm1, int32_t h
   return RoundUpToFloat(c);
 }
 
+// −ln δ_loc rounded up to float: TierBCoefficientF's δ part, computed once per launch on the host.
+inline float TierBNegLogDelta(double delta_loc) {
+  return delta_loc > 0.0 ? RoundUpToFloat(-log(delta_loc) * (1.0 + 1e-15)) : 0.0f;
+}
+
+// TierBCoefficient in fp32, for the tensor-core decode kernel's prologue (its double log, sqrt
+// and divisions ran on one lane a head, on every CTA's serial path: bench/RESULTS.md thirtieth
+// session). Never below TierBCoefficient's real-number value (tested against it): `neg_log_delta`
+// ≥ −ln δ (TierBNegLogDelta), and no fast math in this build, so ÷ and sqrtf round correctly
+// (≤ u relative) and logf is within 2 ulp.
+//  * fl(S) ≥ S(1 − u), so logf(fl(S)) ≥ (ln S − 2u)(1 − 4u) for S ≥ 1 (ln S ≥ 0), and
+//    fmaf(·, 1 + 16u, 4u) ≥ ln S. ln 2 is rounded up (0.693147182f). The sum of the three
+//    non-negative terms rounds twice: ×(1 + 4u).
+//  * ÷(6d), sqrtf and two products: ≤ 4u below, inside the ×(1 + 64u) the double form carries
+//    plus 8u.
+//  * The bias term: ‖q‖₁ × (kDitherBias + 260u, rounded up: 0.0019838812f) × fl(1/fl(√d)) (≤ 2u
+//    below) and two products: ×(1 + 8u). The final sum: ×(1 + 4u).
+WITCERT_HD inline float TierBCoefficientF(float q_norm2, float q_norm1, int32_t head_dim, int64_t num_tokens,
+                                          float neg_log_delta) {
+  const float u = kUnitRoundoff;
+  const float ln_s = fmaf(logf(static_cast<float>(num_tokens)), 1.0f + 16.0f * u, 4.0f * u);
+  const float log_term = ((ln_s + 0.693147182f) + neg_log_delta) * (1.0f + 4.0f * u);
+  const float c1 = q_norm2 * sqrtf(log_term / (6.0f * static_cast<float>(head_dim))) * (1.0f + 72.0f * u);
+  const float c2 = q_norm1 * 0.0019838812f * (1.0f / sqrtf(static_cast<float>(head_dim))) * (1.0f + 8.0f * u);
+  return (c1 + c2) * (1.0f + 4.0f * u);
+}
+
 // log(expm1(ε)) for 0 < ε ≤ kEpsCap, accurate to a few ulp (errors budgeted in κ).
 WITCERT_HD inline float LogExpm1(float eps) {
   if (eps < 1e-3f) return logf(eps) + 0.5f * eps + eps * eps * (1.0f / 24.0f);

@@ -418,5 +418,28 @@ TEST(PartialSum, Expm1UpperAndSplitMaxSums) {
   EXPECT_EQ(meter::FinalizeCert(p, 1).tv, 1.0f);
 }
 
+// TierBCoefficientF (fp32, the tensor-core kernel's prologue) is never below TierBCoefficient
+// (double) and within 1e-5 of it, over query norms, head dims, contexts and δ's.
+TEST(TierB, Fp32CoefficientBoundsTheDoubleOne) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  double worst = 0.0;
+  for (int i = 0; i < 200000; ++i) {
+    const int32_t d = (i % 2) ? 128 : 64;
+    const float n2 = static_cast<float>(std::ldexp(1.0 + u01(rng), static_cast<int>(rng() % 40) - 20));
+    const float n1 = n2 * static_cast<float>(1.0 + u01(rng) * std::sqrt(static_cast<double>(d)));
+    const int64_t s = 1 + static_cast<int64_t>(std::ldexp(u01(rng), static_cast<int>(rng() % 28)));
+    const double delta = std::pow(10.0, -15.0 * u01(rng)) * 0.5;
+    const float ref = meter::TierBCoefficient(n2, n1, d, s, delta);
+    const float f32 = meter::TierBCoefficientF(n2, n1, d, s, meter::TierBNegLogDelta(delta));
+    ASSERT_GE(f32, ref) << "n2 " << n2 << " n1 " << n1 << " d " << d << " S " << s << " delta " << delta;
+    worst = std::max(worst, static_cast<double>(f32) / ref - 1.0);
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GE(static_cast<double>(0.693147182f), std::log(2.0));
+  EXPECT_GE(static_cast<double>(0.0019838812f), meter::kDitherBias + 260.0 * meter::kUnitRoundoff);
+  EXPECT_EQ(meter::TierBNegLogDelta(0.0), 0.0f);
+}
+
 }  // namespace
 }  // namespace witcert::meter
