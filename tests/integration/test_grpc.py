@@ -106,6 +106,7 @@ def test_generate_streams_tokens_and_certificate_cells(grpc_server, stubs):
     assert len(steps) == len(cert_events)
     risk = finish.risk
     assert risk.k_scheme == "int8-rtn" and risk.gate_mode == "observe"
+    assert risk.tier_b_form == "per-token"
     assert risk.cells == 30 * 9 * len(cert_events)
     assert 0.0 <= risk.coverage <= 1.0
     worst = max(c.tv_bound_before for e in cert_events for c in e.cells)

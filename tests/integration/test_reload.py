@@ -75,3 +75,17 @@ def test_invalid_config_at_startup(tmp_path):
                        capture_output=True, timeout=60)
     assert r.returncode != 0
     assert b"scheduler.max_runing" in r.stderr and b"unknown key" in r.stderr
+
+
+def test_reload_switches_the_tier_b_form(make_server):
+    s = make_server(config=config_with(0.05))
+    assert admin(s)["gate"]["tier_b_form"] == "per-token"
+    c = config_with(0.05)
+    c["gate"]["tier_b_form"] = "split-max"
+    s.write_config(c)
+    status, body = s.post("/admin/reload", {})
+    assert status == 200, body
+    assert admin(s)["gate"]["tier_b_form"] == "split-max"
+    status, body = s.post("/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert status == 200 and json.loads(body)["witcert"]["tier_b_form"] == "split-max"
