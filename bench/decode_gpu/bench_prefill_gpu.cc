@@ -1,10 +1,9 @@
 // Prefill tokens/s of the CUDA backend on a synthetic model: one prompt of P tokens run as
 // chunks of C tokens (the engine's chunked prefill). The first chunk attends causally to
 // itself (PrefillAttentionCuda, tensor cores); every later chunk's rows attend to the stored KV
-// — through the chunked-prefill kernel (MeteredPrefillCuda) for int8-rtn, fp16, bf16 and
-// fp8-e4m3, through the metered decode kernel row by row for other schemes (O(P²) KV bytes) —
-// and, with the meter on, each
-// later-chunk row is a certificate cell, exactly as in serving.
+// through the chunked-prefill kernel (MeteredPrefillCuda), and, with the meter on, each
+// later-chunk row is a certificate cell, exactly as in serving. The items carry no Tier B
+// budget (δ_loc = 0): int8-dither's cells are Tier A here.
 //
 // Usage: bench_prefill_gpu [preset=llama-3.1-8b] [prompts=8192,32768] [chunk=2048]
 //                          [schemes=int8-rtn,fp16]
