@@ -63,12 +63,13 @@ struct Scheme {
 int main(int argc, char** argv) {
   using namespace witcert;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL [DECODE_TOKENS] [TV_THRESHOLD]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL [DECODE_TOKENS] [TV_THRESHOLD | sweep [SCHEME]]\n", argv[0]);
     return 2;
   }
   const int decode = argc > 2 ? std::atoi(argv[2]) : 32;
   const bool sweep = argc > 3 && std::string(argv[3]) == "sweep";
   const float threshold = argc > 3 && !sweep ? std::strtof(argv[3], nullptr) : 0.05f;
+  const std::string only = sweep && argc > 4 ? argv[4] : "";  // sweep one scheme
   const std::vector<std::pair<std::string, std::string>> prompts = {
       {"natural", kNatural}, {"code", kCode}, {"needle", Needle()}};
   const Scheme schemes[] = {{"fp16", "fp16"},         {"fp8-e4m3", "fp8-e4m3"},
@@ -105,33 +106,38 @@ int main(int argc, char** argv) {
                 "0.05 | 0.1 | 0.2 | 0.5 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- "
                 "| --- |\n");
     for (const Scheme& scheme : schemes) {
+      if (!only.empty() && only != scheme.k) continue;
+      const bool tier_b = std::string(scheme.k) == "int8-dither";
       for (double delta : deltas) {
-        const bool tier_b = std::string(scheme.k) == "int8-dither";
-        if (!tier_b && delta != deltas[0]) continue;
-        EngineConfig config;
-        config.model_path = argv[1];
-        config.kv.k_scheme = scheme.k;
-        config.kv.v_scheme = scheme.v;
-        config.gate.mode = GateMode::kObserve;
-        config.gate.delta_req = delta;
-        config.scheduler.max_batched_tokens = 256;
-        auto loaded = LoadEngine(config);
-        if (!loaded.ok()) return 1;
-        for (const auto& [name, text] : prompts) {
-          tv_bounds.clear();
-          auto observed = run(**loaded, name, text);
-          if (!observed.ok() || tv_bounds.empty()) return 1;
-          std::vector<float> sorted = tv_bounds;
-          std::sort(sorted.begin(), sorted.end());
-          std::printf("| %s / %s | %s | %s | %zu | %.3g |", scheme.k, scheme.v,
-                      tier_b ? absl::StrFormat("%g", delta).c_str() : "–", name.c_str(),
-                      sorted.size(), sorted[sorted.size() / 2]);
-          for (float t : thresholds) {
-            const size_t n = std::upper_bound(sorted.begin(), sorted.end(), t) - sorted.begin();
-            std::printf(" %.1f%% |", 100.0 * n / sorted.size());
+        // Tier B schemes in both forms (GatePolicy::tier_b_split_max), side by side.
+        for (bool split_max : {false, true}) {
+          if (!tier_b && (delta != deltas[0] || split_max)) continue;
+          EngineConfig config;
+          config.model_path = argv[1];
+          config.kv.k_scheme = scheme.k;
+          config.kv.v_scheme = scheme.v;
+          config.gate.mode = GateMode::kObserve;
+          config.gate.delta_req = delta;
+          config.gate.tier_b_split_max = split_max;
+          config.scheduler.max_batched_tokens = 256;
+          auto loaded = LoadEngine(config);
+          if (!loaded.ok()) return 1;
+          for (const auto& [name, text] : prompts) {
+            tv_bounds.clear();
+            auto observed = run(**loaded, name, text);
+            if (!observed.ok() || tv_bounds.empty()) return 1;
+            std::vector<float> sorted = tv_bounds;
+            std::sort(sorted.begin(), sorted.end());
+            std::printf("| %s / %s%s | %s | %s | %zu | %.3g |", scheme.k, scheme.v, split_max ? " (split-max)" : "",
+                        tier_b ? absl::StrFormat("%g", delta).c_str() : "–", name.c_str(),
+                        sorted.size(), sorted[sorted.size() / 2]);
+            for (float t : thresholds) {
+              const size_t n = std::upper_bound(sorted.begin(), sorted.end(), t) - sorted.begin();
+              std::printf(" %.1f%% |", 100.0 * n / sorted.size());
+            }
+            std::printf("\n");
+            std::fflush(stdout);
           }
-          std::printf("\n");
-          std::fflush(stdout);
         }
       }
     }
