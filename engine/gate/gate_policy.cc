@@ -53,6 +53,13 @@ absl::StatusOr<GateMode> ParseGateMode(std::string_view name) {
       absl::StrCat("gate mode must be off, observe or repair, got '", std::string(name), "'"));
 }
 
+absl::StatusOr<bool> ParseTierBForm(std::string_view name) {
+  if (name == TierBFormName(false)) return false;
+  if (name == TierBFormName(true)) return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat("Tier B form must be per-token or split-max, got '", std::string(name), "'"));
+}
+
 absl::Status ValidateGatePolicy(const GatePolicy& p) {
   if (!(p.tv_threshold >= 0.0f && p.tv_threshold <= 1.0f))
     return absl::InvalidArgumentError("tv_threshold must be in [0, 1]");

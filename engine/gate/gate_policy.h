@@ -40,8 +40,10 @@ GatePolicy Tighten(const GatePolicy& base, const GatePolicy& request);
 GatePolicy LoosestGatePolicy();
 
 const char* GateModeName(GateMode mode);  // "off", "observe", "repair"
-// "split-max" or "per-token": the config's gate.tier_b_form for GatePolicy::tier_b_split_max.
+// "split-max" or "per-token": the config's gate.tier_b_form for GatePolicy::tier_b_split_max,
+// and back (the value of tier_b_split_max; an error names the accepted forms).
 inline const char* TierBFormName(bool split_max) { return split_max ? "split-max" : "per-token"; }
+absl::StatusOr<bool> ParseTierBForm(std::string_view name);
 absl::StatusOr<GateMode> ParseGateMode(std::string_view name);
 // Ranges: thresholds in [0, 1] (v_threshold ≥ 0), δ in [0, 1), budgets ≥ 0,
 // audit_rate in [0, 1]. The message names the offending field.

@@ -359,7 +359,6 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
   // PartialAddTokenWeighted loop), so metering never changes the served output.
   const float z = SumWeights(wt.data(), n);
   thread_local std::vector<float> rho, vb;  // [n] each (meter)
-  const std::vector<float>& rho_of_split = rho;
   if (!meter) {
     partial->count += n;
     partial->chain += n;
@@ -379,7 +378,7 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
   partial->z = z;
   if (split_max && !partial->bad) {
     float rho_max = 0.0f;
-    for (int64_t t = 0; t < n; ++t) rho_max = meter::MaxAcc(rho_max, rho_of_split[t]);
+    for (int64_t t = 0; t < n; ++t) rho_max = meter::MaxAcc(rho_max, rho[t]);
     meter::SetSplitMaxSums(partial, partial->eps_max, rho_max);
   }
   if (logit != nullptr) std::memcpy(logit, lg.data(), sizeof(float) * n);

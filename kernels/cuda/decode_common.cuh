@@ -304,17 +304,23 @@ __device__ __forceinline__ void QueryBandPrologue(const DecodeParams& p, int seq
   }
 }
 
+// ‖q‖₂ rounded up from a head's band norms `qbn` [nb] (each ≤ (d/B+5)u off, the combination
+// ≤ (B+3)u more), for the Tier B coefficient.
+template <int D>
+__device__ __forceinline__ float QueryNormFromBands(const float* qbn, int nb) {
+  float s2 = 0.0f;
+  for (int b = 0; b < nb; ++b) s2 += qbn[b] * qbn[b];
+  return sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
+}
+
 // A head's Tier B coefficient from its band norms `qbn` [nb] (after a barrier) and ‖q‖₁ (n1),
-// 0 when δ_loc ≤ 0: ‖q‖₂ from the band norms (each ≤ (d/B+5)u off, the combination ≤ (B+3)u
-// more) and ‖q‖₁ rounded up.
+// 0 when δ_loc ≤ 0: ‖q‖₂ by QueryNormFromBands and ‖q‖₁ rounded up.
 template <int D>
 __device__ __forceinline__ float TierBCoefficientFromNorms(const float* qbn, int nb, double n1, int64_t context,
                                                            double delta_loc) {
   if (!(delta_loc > 0.0)) return 0.0f;
-  float s2 = 0.0f;
-  for (int b = 0; b < nb; ++b) s2 += qbn[b] * qbn[b];
-  const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
-  return meter::TierBCoefficient(n2, meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D, context, delta_loc);
+  return meter::TierBCoefficient(QueryNormFromBands<D>(qbn, nb), meter::RoundUpToFloat(n1 * (1.0 + 1e-6)), D,
+                                 context, delta_loc);
 }
 
 // The same in fp32 (meter::TierBCoefficientF) from an upper bound n1 on ‖q‖₁ and −ln δ rounded up
@@ -323,10 +329,7 @@ template <int D>
 __device__ __forceinline__ float TierBCoefficientFromNormsF(const float* qbn, int nb, float n1, int64_t context,
                                                             double delta_loc, float neg_log_delta) {
   if (!(delta_loc > 0.0)) return 0.0f;
-  float s2 = 0.0f;
-  for (int b = 0; b < nb; ++b) s2 += qbn[b] * qbn[b];
-  const float n2 = sqrtf(s2) * (1.0f + 4.0f * (D + nb + 8) * meter::kUnitRoundoff);
-  return meter::TierBCoefficientF(n2, n1, D, context, neg_log_delta);
+  return meter::TierBCoefficientF(QueryNormFromBands<D>(qbn, nb), n1, D, context, neg_log_delta);
 }
 
 // Head g's Tier B coefficient from the prologue's band sums, 0 when the codec is not Tier B.

@@ -108,11 +108,9 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
     return s;
   if (given("delta") && !(s = dbl_flag("delta", &config->gate.delta_req)).ok()) return s;
   if (given("tier-b-form")) {
-    const std::string form = args.Get("tier-b-form");
-    if (form != "per-token" && form != "split-max") {
-      return absl::InvalidArgumentError("--tier-b-form must be per-token or split-max, got '" + form + "'");
-    }
-    config->gate.tier_b_split_max = form == "split-max";
+    const absl::StatusOr<bool> split_max = ParseTierBForm(args.Get("tier-b-form"));
+    if (!split_max.ok()) return split_max.status();
+    config->gate.tier_b_split_max = *split_max;
   }
   if (given("pagein-budget") &&
       !(s = int_flag("pagein-budget", &config->gate.pagein_budget_per_step)).ok())

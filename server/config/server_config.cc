@@ -259,10 +259,14 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     r.String("trace_path", &c.engine.trace_path);
     std::string tier_b_form;
     r.String("tier_b_form", &tier_b_form);
-    if (tier_b_form == "split-max") c.engine.gate.tier_b_split_max = true;
-    else if (tier_b_form == "per-token") c.engine.gate.tier_b_split_max = false;
-    else if (!tier_b_form.empty())
-      r.SetError(absl::StrCat(r.KeyPath("tier_b_form"), ": '", tier_b_form, "' is not one of per-token, split-max"));
+    if (!tier_b_form.empty()) {
+      const absl::StatusOr<bool> split_max = ParseTierBForm(tier_b_form);
+      if (split_max.ok()) {
+        c.engine.gate.tier_b_split_max = *split_max;
+      } else {
+        r.SetError(absl::StrCat(r.KeyPath("tier_b_form"), ": '", tier_b_form, "' is not one of per-token, split-max"));
+      }
+    }
   });
   top.Object("scheduler", [&](ObjectReader& r) {
     r.Integer("max_running", &c.engine.scheduler.max_running, 1, 1 << 20);
