@@ -63,6 +63,9 @@ struct MeteredPrefillCudaArgs {
   // probability δ_loc (0: Tier A only, as MeteredDecodeCudaArgs::delta_loc).
   uint64_t dither_seed = 0;
   double delta_loc = 0.0;
+  // int8-dither with δ_loc > 0: Tier B's split-max form over each row's whole context
+  // (MeteredDecodeCudaArgs::tier_b_split_max; the CPU reference's with one split).
+  bool tier_b_split_max = false;
 };
 
 // True when the kernel takes this pool and head count.

@@ -251,8 +251,12 @@ struct RowEpsDigits {
 
 // The thread's two rows' running state: output accumulators o [channel tile][C element] (rows
 // gid / gid + 8, channels 8·ct + 2·tig + {0, 1}), online max m, the certificate sums.
-template <bool METER>
+// SPLIT_MAX (int8-dither, Tier B's split-max form, meter::SetSplitMaxSums): a row's whole context
+// is one split; AddTile keeps the running maxima of u_t = TokenTerms::eps_cap and ρ_t instead of
+// per-token A − 1 and value terms, and Finish sets b and c from them and the row's z.
+template <bool METER, bool SPLIT_MAX = false>
 struct RowSums {
+  static_assert(!SPLIT_MAX || METER, "the split-max form is a meter form");
   float o[16][4];
   cuda_kv::MmaHeadSums sums[2];
   // The common tokens' A−1 terms (meter::WeightedTokenIsCommonAtGap: a finite logit, ε̂ ≤ ½, a
@@ -263,6 +267,7 @@ struct RowSums {
   float m[2];
   float vmax[2];
   int32_t rescales[2];
+  float eps_hi[2], rho_hi[2];  // SPLIT_MAX: the row's largest u_t and ρ_t so far
 
   __device__ __forceinline__ void Init() {
 #pragma unroll
@@ -273,6 +278,7 @@ struct RowSums {
       m[r] = -INFINITY;
       vmax[r] = 0.0f;
       rescales[r] = 0;
+      eps_hi[r] = rho_hi[r] = 0.0f;
     }
   }
 
@@ -332,7 +338,14 @@ struct RowSums {
           float w = 0.0f;
           if (l > -INFINITY) {
             w = expf(l - m[r]);
-            if constexpr (METER) {
+            if constexpr (SPLIT_MAX) {
+              static_assert(EPS_CAP, "the split-max form takes u_t from eps_cap");
+              if (!(fabsf(l) <= 3.0e38f)) sums[r].bad = true;  // as Add marks it
+              sums[r].z += w;
+              eps_hi[r] = meter::MaxAcc(eps_hi[r], tt.eps_cap[r]);
+              rho_hi[r] = meter::MaxAcc(rho_hi[r], tt.rho);
+              vmax[r] = meter::MaxAcc(vmax[r], tt.nu);
+            } else if constexpr (METER) {
               float eps = cuda_kv::TierAEpsilonOfDigits(eps_digits.q[r], tt.kc, tt.kunit, eps_digits.scale[r]);
               if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
               if (meter::WeightedTokenIsCommonAtGap(l, l - m[r], eps)) {
@@ -375,9 +388,16 @@ struct RowSums {
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if constexpr (METER) sums[r].FoldPowerSums(ps[r]);  // before the quad's sums meet
-      sums[r].template AddShfl<METER>(1);
-      sums[r].template AddShfl<METER>(2);
+      constexpr bool kTokenSums = METER && !SPLIT_MAX;
+      if constexpr (kTokenSums) sums[r].FoldPowerSums(ps[r]);  // before the quad's sums meet
+      sums[r].template AddShfl<kTokenSums>(1);
+      sums[r].template AddShfl<kTokenSums>(2);
+      if constexpr (SPLIT_MAX) {  // maxima of values in [0, ∞]: fmaxf is exact
+        eps_hi[r] = fmaxf(eps_hi[r], __shfl_xor_sync(0xffffffffu, eps_hi[r], 1));
+        eps_hi[r] = fmaxf(eps_hi[r], __shfl_xor_sync(0xffffffffu, eps_hi[r], 2));
+        rho_hi[r] = fmaxf(rho_hi[r], __shfl_xor_sync(0xffffffffu, rho_hi[r], 1));
+        rho_hi[r] = fmaxf(rho_hi[r], __shfl_xor_sync(0xffffffffu, rho_hi[r], 2));
+      }
       count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
       count[r] += __shfl_xor_sync(0xffffffffu, count[r], 2);
       sums[r].bad = cuda_kv::MmaHeadSums::BadOf(sums[r].bad, 0xfu << (lane & ~3));
@@ -403,6 +423,7 @@ struct RowSums {
         c.merges = rescales[r];
         c.vmax = vmax[r];
         c.eta_max = eta[r];
+        if (SPLIT_MAX && !c.bad && c.count > 0) meter::SetSplitMaxSums(&c, eps_hi[r], rho_hi[r]);
         if (rows.bad[r]) {
           c.eta_max = INFINITY;
           c.bad = true;

@@ -471,6 +471,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.layer = layer;
         a.dither_seed = dither_seed_;  // int8-dither: the write path's hash, and Tier B's δ_loc
         a.delta_loc = meter ? batch[b].delta_loc : 0.0;
+        a.tier_b_split_max = meter && SplitMaxOn(batch[b]);
         if (staged_ != nullptr) {  // kivi2: the chunk's unfilled blocks are read exact
           a.exact_slot = exact_.slot.get();
           a.exact_kv = exact_.kv.get();
