@@ -4,8 +4,9 @@
 // through the chunked-prefill kernel (MeteredPrefillCuda), and, with the meter on, each
 // later-chunk row is a certificate cell, exactly as in serving. The items carry no Tier B
 // budget (δ_loc = 0), so int8-dither's cells are Tier A, unless the scheme is named with a
-// suffix: "int8-dither+tier-b" (δ_loc = 1e-9, the per-token min of Tier A and B) or
-// "int8-dither+split-max" (the same δ_loc, Tier B's split-max form, GatePolicy::tier_b_split_max).
+// suffix: "int8-dither+tier-b" (δ_loc = 1e-9, the per-token min of Tier A and B),
+// "int8-dither+scale-only" or "int8-dither+split-max" (the same δ_loc in Tier B's other forms,
+// GatePolicy::tier_b_form).
 //
 // Usage: bench_prefill_gpu [preset=llama-3.1-8b] [prompts=8192,32768] [chunk=2048]
 //                          [schemes=int8-rtn,fp16]
@@ -93,15 +94,19 @@ int Run(int argc, char** argv) {
   observe.mode = GateMode::kObserve;
   std::printf("| model | KV | meter | prompt | chunk | seconds | prefill tok/s |\n|---|---|---|---|---|---|---|\n");
   for (const std::string& label : schemes) {
-    // "scheme+tier-b" / "scheme+split-max": a Tier B budget, and the split-max form.
+    // "scheme+tier-b" / "+scale-only" / "+split-max": a Tier B budget, in the named form.
     const std::string scheme_name = label.substr(0, label.find('+'));
     const std::string suffix = label.size() > scheme_name.size() ? label.substr(scheme_name.size() + 1) : "";
-    if (!suffix.empty() && suffix != "tier-b" && suffix != "split-max") {
-      std::fprintf(stderr, "unknown suffix '+%s' (tier-b, split-max)\n", suffix.c_str());
-      return 2;
+    observe.tier_b_form = meter::TierBForm::kPerToken;
+    if (!suffix.empty() && suffix != "tier-b") {
+      const absl::StatusOr<meter::TierBForm> form = ParseTierBForm(suffix);
+      if (!form.ok()) {
+        std::fprintf(stderr, "unknown suffix '+%s' (tier-b, scale-only, split-max)\n", suffix.c_str());
+        return 2;
+      }
+      observe.tier_b_form = *form;
     }
     const double delta_loc = suffix.empty() ? 0.0 : 1e-9;
-    observe.tier_b_split_max = suffix == "split-max";
     const char* scheme = scheme_name.c_str();
     KvConfig kv;
     kv.block_size = 16;

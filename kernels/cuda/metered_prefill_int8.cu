@@ -83,10 +83,10 @@ __device__ __forceinline__ int KPos(int t) {
   return 16 * (t >> 4) + 8 * ((t >> 3) & 1) + 2 * (t & 3) + ((t >> 2) & 1);
 }
 
-// SPLIT_MAX (int8-dither, meter on): Tier B's split-max form over each row's context (RowSums).
-template <bool METER, bool DITHER, bool SPLIT_MAX = false>
+// FORM (int8-dither, meter on): Tier B's form over each row's context (RowSums).
+template <bool METER, bool DITHER, meter::TierBForm FORM = meter::TierBForm::kPerToken>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Params P) {
-  static_assert(!SPLIT_MAX || (METER && DITHER), "the split-max form is int8-dither's, meter on");
+  static_assert(FORM == meter::TierBForm::kPerToken || (METER && DITHER), "Tier B's forms are int8-dither's, meter on");
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem& sm = *reinterpret_cast<Smem*>(dsm);
   const MeteredPrefillCudaArgs& a = P.a;
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 #pragma unroll
   for (int k = 0; k < kRing - 1; ++k) issue(k);
 
-  prefill::RowSums<METER, SPLIT_MAX> acc;
+  prefill::RowSums<METER, FORM> acc;
   acc.Init();
   float smaxk = 0.0f;  // η's key-scale max
   prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     acc.template AddTile<true, DITHER>(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
-      if constexpr (METER && !SPLIT_MAX) {  // the split-max form reads no key witness
+      if constexpr (METER && meter::TierBFormReadsKeyWitness(FORM)) {  // Tier A's key witness
         tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
         tt.kunit = Bf16Bits(st.ku[tok]);
       }
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         const float ks = Bf16Bits(st.ks[tok]) * (1.0f + 4.0f * meter::kUnitRoundoff);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          if constexpr (SPLIT_MAX) {
+          if constexpr (FORM != meter::TierBForm::kPerToken) {
             // u_t itself (tierb 0: a zero query, u_t = 0; NaN, a bad query: ∞, vacuous)
             const float u = tierb[r] * ks;
             tt.eps_cap[r] = u >= 0.0f ? u : INFINITY;
@@ -306,8 +306,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 CudaStatus prefill::LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = sizeof(Smem);
   const bool dither = p.layout.scheme == KvScheme::kInt8Dither;
-  const bool split_max = dither && p.a.meter && p.a.tier_b_split_max && p.a.delta_loc > 0.0;
-  auto kernel = split_max    ? MeteredPrefillInt8Kernel<true, true, true>
+  using meter::TierBForm;
+  const TierBForm form = dither && p.a.meter && p.a.delta_loc > 0.0 ? p.a.tier_b_form : TierBForm::kPerToken;
+  auto kernel = form == TierBForm::kSplitMax    ? MeteredPrefillInt8Kernel<true, true, TierBForm::kSplitMax>
+                : form == TierBForm::kScaleOnly ? MeteredPrefillInt8Kernel<true, true, TierBForm::kScaleOnly>
                 : p.a.meter ? (dither ? MeteredPrefillInt8Kernel<true, true> : MeteredPrefillInt8Kernel<true, false>)
                             : (dither ? MeteredPrefillInt8Kernel<false, true> : MeteredPrefillInt8Kernel<false, false>);
   return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
