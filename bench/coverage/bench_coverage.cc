@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/runtime/loaded_engine.h"
 
@@ -109,16 +110,18 @@ int main(int argc, char** argv) {
       if (!only.empty() && only != scheme.k) continue;
       const bool tier_b = std::string(scheme.k) == "int8-dither";
       for (double delta : deltas) {
-        // Tier B schemes in both forms (GatePolicy::tier_b_split_max), side by side.
-        for (bool split_max : {false, true}) {
-          if (!tier_b && (delta != deltas[0] || split_max)) continue;
+        // Tier B schemes in their three forms (GatePolicy::tier_b_form), side by side.
+        for (meter::TierBForm form : {meter::TierBForm::kPerToken, meter::TierBForm::kScaleOnly,
+                                      meter::TierBForm::kSplitMax}) {
+          const bool other_form = form != meter::TierBForm::kPerToken;
+          if (!tier_b && (delta != deltas[0] || other_form)) continue;
           EngineConfig config;
           config.model_path = argv[1];
           config.kv.k_scheme = scheme.k;
           config.kv.v_scheme = scheme.v;
           config.gate.mode = GateMode::kObserve;
           config.gate.delta_req = delta;
-          config.gate.tier_b_split_max = split_max;
+          config.gate.tier_b_form = form;
           config.scheduler.max_batched_tokens = 256;
           auto loaded = LoadEngine(config);
           if (!loaded.ok()) return 1;
@@ -128,7 +131,8 @@ int main(int argc, char** argv) {
             if (!observed.ok() || tv_bounds.empty()) return 1;
             std::vector<float> sorted = tv_bounds;
             std::sort(sorted.begin(), sorted.end());
-            std::printf("| %s / %s%s | %s | %s | %zu | %.3g |", scheme.k, scheme.v, split_max ? " (split-max)" : "",
+            std::printf("| %s / %s%s | %s | %s | %zu | %.3g |", scheme.k, scheme.v,
+                        other_form ? absl::StrCat(" (", meter::TierBFormName(form), ")").c_str() : "",
                         tier_b ? absl::StrFormat("%g", delta).c_str() : "–", name.c_str(),
                         sorted.size(), sorted[sorted.size() / 2]);
             for (float t : thresholds) {

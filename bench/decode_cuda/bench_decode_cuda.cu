@@ -107,10 +107,10 @@ int CopyBandwidth(double* tbps) {
 }
 
 // A row set's name: the scheme, "/pipelined" or "/first" where that kernel was forced, and
-// "/split-max" for Tier B's split-max form (MeteredDecodeCudaArgs::tier_b_split_max).
-std::string RunLabel(KvScheme scheme, int kernel, bool split_max) {
+// "/scale-only" or "/split-max" for Tier B's other forms (MeteredDecodeCudaArgs::tier_b_form).
+std::string RunLabel(KvScheme scheme, int kernel, meter::TierBForm form) {
   return std::string(SchemeInfo(scheme).name) + (kernel == 2 ? "/pipelined" : kernel == 1 ? "/first" : "") +
-         (split_max ? "/split-max" : "");
+         (form != meter::TierBForm::kPerToken ? std::string("/") + meter::TierBFormName(form) : "");
 }
 
 // kernel: MeteredDecodeCudaArgs::kernel (0: the default for the scheme, 1: the first kernel, 2: pipelined).
@@ -118,11 +118,11 @@ std::string RunLabel(KvScheme scheme, int kernel, bool split_max) {
 // exact_tail (--exact-tail, kivi2): each sequence's last block read from the exact cache, as a
 // sequence whose last block is unfilled needs it (its keys have no groups yet): exact_slot set, so
 // the kernel looks its groups up, and that block's rows come from exact_kv.
-int RunScheme(KvScheme scheme, int kernel, bool split_max, const std::vector<int>& batches,
+int RunScheme(KvScheme scheme, int kernel, meter::TierBForm form, const std::vector<int>& batches,
               const std::vector<int64_t>& ctxs, const std::vector<int>& splits_list, int iters, bool exact_tail,
               std::vector<Row>* rows) {
   const std::string label =
-      RunLabel(scheme, kernel, split_max) + (exact_tail && SchemeInfo(scheme).group_keys ? "+tail" : "");
+      RunLabel(scheme, kernel, form) + (exact_tail && SchemeInfo(scheme).group_keys ? "+tail" : "");
   const int32_t hq = 32, hkv = 8, d = 128, bs = 16;
   for (int batch : batches) {
     for (int64_t ctx : ctxs) {
@@ -220,7 +220,7 @@ int RunScheme(KvScheme scheme, int kernel, bool split_max, const std::vector<int
         a.max_context = ctx;
         a.dither_seed = 42;
         a.delta_loc = 1e-9;
-        a.tier_b_split_max = split_max;
+        a.tier_b_form = form;
         a.meter = meter;
         a.kernel = kernel;
         a.num_splits = forced;
@@ -278,9 +278,11 @@ int RunScheme(KvScheme scheme, int kernel, bool split_max, const std::vector<int
         cudaGraphDestroy(graph);
         cudaStreamDestroy(gs);
         // The stored bytes per token (kivi2's key groups amortized over the block), less the
-        // witnesses when the meter does not read them.
+        // witnesses the kernel does not read: both with the meter off, the key witness in Tier B's
+        // scale-only and split-max forms.
         const double per_tok =
-            L.BytesPerTokenPerHead() - (meter ? 0.0 : L.key_witness_bytes() + L.value_summary_bytes());
+            L.BytesPerTokenPerHead() - (meter ? (meter::TierBFormReadsKeyWitness(form) ? 0.0 : L.key_witness_bytes())
+                                              : L.key_witness_bytes() + L.value_summary_bytes());
         const double bytes = per_tok * hkv * static_cast<double>(batch) * ctx;
         const double sec = Median(ms) * 1e-3, gsec = Median(gms) * 1e-3;
         rows->push_back({label, batch, ctx, meter, splits, sec * 1e6, bytes / sec / 1e12, gsec * 1e6,
@@ -332,21 +334,24 @@ int Main(int argc, char** argv) {
   if (!ctxs_flag.empty()) ctxs = ctxs_flag;
   std::vector<Row> rows;
   // int8-rtn and int8-dither twice: their default (tensor-core) kernel and the pipelined one,
-  // side by side; int8-dither also in Tier B's split-max form; kivi2 its default (the pipelined
-  // kernel) and the first one. bf16, outside issue 5's table, runs only when named (--only bf16).
+  // side by side; int8-dither also in Tier B's scale-only and split-max forms; kivi2 its default
+  // (the pipelined kernel) and the first one. bf16, outside issue 5's table, runs only when named
+  // (--only bf16).
   struct Run {
     KvScheme scheme;
     int kernel;
-    bool split_max;
+    meter::TierBForm form = meter::TierBForm::kPerToken;
   };
-  const Run runs[] = {{KvScheme::kFp16, 0, false},       {KvScheme::kInt8Rtn, 0, false},
-                      {KvScheme::kInt8Rtn, 2, false},    {KvScheme::kInt8Dither, 0, false},
-                      {KvScheme::kInt8Dither, 0, true},  {KvScheme::kInt8Dither, 2, false},
-                      {KvScheme::kFp8Scaled, 0, false},  {KvScheme::kKivi2, 0, false},
-                      {KvScheme::kKivi2, 1, false},      {KvScheme::kBf16, 0, false}};
-  for (const auto& [s, kern, split_max] : runs) {
-    if (only == nullptr ? s == KvScheme::kBf16 : RunLabel(s, kern, split_max) != only) continue;
-    if (RunScheme(s, kern, split_max, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30),
+  const Run runs[] = {{KvScheme::kFp16, 0},       {KvScheme::kInt8Rtn, 0},
+                      {KvScheme::kInt8Rtn, 2},    {KvScheme::kInt8Dither, 0},
+                      {KvScheme::kInt8Dither, 0, meter::TierBForm::kScaleOnly},
+                      {KvScheme::kInt8Dither, 0, meter::TierBForm::kSplitMax},
+                      {KvScheme::kInt8Dither, 2}, {KvScheme::kFp8Scaled, 0},
+                      {KvScheme::kKivi2, 0},      {KvScheme::kKivi2, 1},
+                      {KvScheme::kBf16, 0}};
+  for (const auto& [s, kern, form] : runs) {
+    if (only == nullptr ? s == KvScheme::kBf16 : RunLabel(s, kern, form) != only) continue;
+    if (RunScheme(s, kern, form, batches, ctxs, splits_flag, iters_flag > 0 ? iters_flag : (quick ? 10 : 30),
                   exact_tail, &rows)) {
       return 1;
     }

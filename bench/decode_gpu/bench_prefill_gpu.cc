@@ -3,7 +3,10 @@
 // itself (PrefillAttentionCuda, tensor cores); every later chunk's rows attend to the stored KV
 // through the chunked-prefill kernel (MeteredPrefillCuda), and, with the meter on, each
 // later-chunk row is a certificate cell, exactly as in serving. The items carry no Tier B
-// budget (δ_loc = 0): int8-dither's cells are Tier A here.
+// budget (δ_loc = 0), so int8-dither's cells are Tier A, unless the scheme is named with a
+// suffix: "int8-dither+tier-b" (δ_loc = 1e-9, the per-token min of Tier A and B),
+// "int8-dither+scale-only" or "int8-dither+split-max" (the same δ_loc in Tier B's other forms,
+// GatePolicy::tier_b_form).
 //
 // Usage: bench_prefill_gpu [preset=llama-3.1-8b] [prompts=8192,32768] [chunk=2048]
 //                          [schemes=int8-rtn,fp16]
@@ -39,7 +42,8 @@ std::vector<int64_t> ParseList(const char* s) {
 }
 
 // One prompt of `prompt` tokens in chunks; returns seconds, or < 0 on error (printed).
-double RunPrompt(CudaBackend& backend, int vocab, int64_t prompt, int64_t chunk, const GatePolicy* policy) {
+double RunPrompt(CudaBackend& backend, int vocab, int64_t prompt, int64_t chunk, const GatePolicy* policy,
+                 double delta_loc) {
   KvCache& kv = backend.kv_cache();
   constexpr SeqId kSeq = 0;
   kv.FreeSequence(kSeq);
@@ -53,7 +57,8 @@ double RunPrompt(CudaBackend& backend, int vocab, int64_t prompt, int64_t chunk,
   for (int64_t p0 = 0; p0 < prompt; p0 += chunk) {
     const int64_t len = std::min(chunk, prompt - p0);
     ForwardItem item{.seq = kSeq, .tokens = absl::MakeSpan(tokens.data() + p0, len), .start_pos = p0,
-                     .compute_logits = p0 + len == prompt, .decode_step = 0, .policy = policy};
+                     .compute_logits = p0 + len == prompt, .decode_step = 0,
+                     .delta_loc = policy != nullptr ? delta_loc : 0.0, .policy = policy};
     ForwardResult r;
     absl::Status st = backend.Forward(absl::MakeSpan(&item, 1), &r);
     if (!st.ok()) {
@@ -88,7 +93,20 @@ int Run(int argc, char** argv) {
   GatePolicy observe;
   observe.mode = GateMode::kObserve;
   std::printf("| model | KV | meter | prompt | chunk | seconds | prefill tok/s |\n|---|---|---|---|---|---|---|\n");
-  for (const std::string& scheme_name : schemes) {
+  for (const std::string& label : schemes) {
+    // "scheme+tier-b" / "+scale-only" / "+split-max": a Tier B budget, in the named form.
+    const std::string scheme_name = label.substr(0, label.find('+'));
+    const std::string suffix = label.size() > scheme_name.size() ? label.substr(scheme_name.size() + 1) : "";
+    observe.tier_b_form = meter::TierBForm::kPerToken;
+    if (!suffix.empty() && suffix != "tier-b") {
+      const absl::StatusOr<meter::TierBForm> form = ParseTierBForm(suffix);
+      if (!form.ok()) {
+        std::fprintf(stderr, "unknown suffix '+%s' (tier-b, scale-only, split-max)\n", suffix.c_str());
+        return 2;
+      }
+      observe.tier_b_form = *form;
+    }
+    const double delta_loc = suffix.empty() ? 0.0 : 1e-9;
     const char* scheme = scheme_name.c_str();
     KvConfig kv;
     kv.block_size = 16;
@@ -106,14 +124,14 @@ int Run(int argc, char** argv) {
     }
     for (const GatePolicy* policy : {static_cast<const GatePolicy*>(&observe), static_cast<const GatePolicy*>(nullptr)}) {
       for (int64_t prompt : prompts) {
-        if (RunPrompt(**b, c.vocab_size, std::min<int64_t>(prompt, 2 * chunk), chunk, policy) < 0) return 1;
+        if (RunPrompt(**b, c.vocab_size, std::min<int64_t>(prompt, 2 * chunk), chunk, policy, delta_loc) < 0) return 1;
         double best = 1e30;
         for (int rep = 0; rep < 2; ++rep) {
-          const double t = RunPrompt(**b, c.vocab_size, prompt, chunk, policy);
+          const double t = RunPrompt(**b, c.vocab_size, prompt, chunk, policy, delta_loc);
           if (t < 0) return 1;
           best = std::min(best, t);
         }
-        std::printf("| synthetic:%s | %s | %s | %lld | %lld | %.3f | %.0f |\n", preset.c_str(), scheme,
+        std::printf("| synthetic:%s | %s | %s | %lld | %lld | %.3f | %.0f |\n", preset.c_str(), label.c_str(),
                     policy != nullptr ? "observe" : "off", static_cast<long long>(prompt),
                     static_cast<long long>(chunk), best, prompt / best);
         std::fflush(stdout);

@@ -58,9 +58,9 @@ inline bool MeterOn(const ForwardItem& item) {
 inline bool RepairOn(const ForwardItem& item) {
   return item.policy != nullptr && item.policy->mode == GateMode::kRepair;
 }
-// Whether the item's Tier B cells take the split-max form (GatePolicy::tier_b_split_max).
-inline bool SplitMaxOn(const ForwardItem& item) {
-  return item.policy != nullptr && item.policy->tier_b_split_max;
+// The form of the item's Tier B cells (GatePolicy::tier_b_form; per-token without a policy).
+inline meter::TierBForm TierBFormOf(const ForwardItem& item) {
+  return item.policy != nullptr ? item.policy->tier_b_form : meter::TierBForm::kPerToken;
 }
 
 struct ForwardResult {

@@ -19,7 +19,7 @@ GatePolicy Tighten(const GatePolicy& base, const GatePolicy& req) {
   r.pagein_budget_per_step = std::max(base.pagein_budget_per_step, req.pagein_budget_per_step);
   r.exact_cache_blocks = std::max(base.exact_cache_blocks, req.exact_cache_blocks);
   r.audit_rate = std::max(base.audit_rate, req.audit_rate);
-  r.tier_b_split_max = base.tier_b_split_max && req.tier_b_split_max;
+  r.tier_b_form = std::min(base.tier_b_form, req.tier_b_form);  // ordered tightest first
   return r;
 }
 
@@ -32,7 +32,7 @@ GatePolicy LoosestGatePolicy() {
   p.pagein_budget_per_step = 0;
   p.exact_cache_blocks = 0;
   p.audit_rate = 0.0;
-  p.tier_b_split_max = true;  // "no preference": Tighten keeps the base's
+  p.tier_b_form = meter::TierBForm::kSplitMax;  // "no preference": Tighten keeps the base's
   return p;
 }
 
@@ -53,11 +53,12 @@ absl::StatusOr<GateMode> ParseGateMode(std::string_view name) {
       absl::StrCat("gate mode must be off, observe or repair, got '", std::string(name), "'"));
 }
 
-absl::StatusOr<bool> ParseTierBForm(std::string_view name) {
-  if (name == TierBFormName(false)) return false;
-  if (name == TierBFormName(true)) return true;
+absl::StatusOr<meter::TierBForm> ParseTierBForm(std::string_view name) {
+  for (meter::TierBForm f : {meter::TierBForm::kPerToken, meter::TierBForm::kScaleOnly, meter::TierBForm::kSplitMax}) {
+    if (name == meter::TierBFormName(f)) return f;
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("Tier B form must be per-token or split-max, got '", std::string(name), "'"));
+      absl::StrCat("Tier B form must be per-token, scale-only or split-max, got '", std::string(name), "'"));
 }
 
 absl::Status ValidateGatePolicy(const GatePolicy& p) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/meter/tier_b_form.h"
 
 namespace witcert {
 
@@ -22,12 +23,11 @@ struct GatePolicy {
   int32_t pagein_budget_per_step = 4;  // exact blocks per MeteredDecodeAttention call
   int64_t exact_cache_blocks = 16384;
   double audit_rate = 0.0;         // fraction of cells audited
-  // Tier B cells (int8-dither, δ > 0) in the split-max form (MeteredAttentionOptions::
-  // tier_b_split_max: ε̂ from a split's largest key scale, no key witness read), which the CUDA
-  // tensor-core kernel computes at almost no cost a token; false: the per-token min(ε, u_t),
-  // never looser. An operator setting: a request's Tighten keeps the per-token form if either
-  // side asks for it.
-  bool tier_b_split_max = false;
+  // How Tier B cells (int8-dither, δ > 0) are certified (meter::TierBForm): per-token min(ε, u_t)
+  // (the default, never looser), u_t alone per token (scale-only: no key witness read), or
+  // split-max (a split's largest u_t and ρ_t: almost no meter work a token in the CUDA
+  // tensor-core kernel). An operator setting: a request's Tighten keeps the tighter form.
+  meter::TierBForm tier_b_form = meter::TierBForm::kPerToken;
 };
 
 // The stricter of each field: mode max, thresholds min (0 = unset for v_threshold), δ min
@@ -40,10 +40,9 @@ GatePolicy Tighten(const GatePolicy& base, const GatePolicy& request);
 GatePolicy LoosestGatePolicy();
 
 const char* GateModeName(GateMode mode);  // "off", "observe", "repair"
-// "split-max" or "per-token": the config's gate.tier_b_form for GatePolicy::tier_b_split_max,
-// and back (the value of tier_b_split_max; an error names the accepted forms).
-inline const char* TierBFormName(bool split_max) { return split_max ? "split-max" : "per-token"; }
-absl::StatusOr<bool> ParseTierBForm(std::string_view name);
+// The config's gate.tier_b_form name (meter::TierBFormName) to GatePolicy::tier_b_form; an
+// error names the accepted forms.
+absl::StatusOr<meter::TierBForm> ParseTierBForm(std::string_view name);
 absl::StatusOr<GateMode> ParseGateMode(std::string_view name);
 // Ranges: thresholds in [0, 1] (v_threshold ≥ 0), δ in [0, 1), budgets ≥ 0,
 // audit_rate in [0, 1]. The message names the offending field.

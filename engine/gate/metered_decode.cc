@@ -73,7 +73,7 @@ absl::Status MeteredDecodeAttention(KvCache& kv, const DecodeAttentionRequest& r
         opt.num_splits = req.num_splits;
         opt.meter = meter;
         opt.delta_loc = req.delta_loc;
-        opt.tier_b_split_max = policy != nullptr && policy->tier_b_split_max;
+        opt.tier_b_form = policy != nullptr ? policy->tier_b_form : meter::TierBForm::kPerToken;
         MeteredAttentionResult res;
         // Per-token risk (each token's share of A − 1) only ranks blocks for repair.
         MeteredAttention(MeteredInputs(kv.options(), head, v_norm), q, opt, out, &res,

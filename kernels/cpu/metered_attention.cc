@@ -288,7 +288,8 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
   const int32_t d = in.head_dim;
   const int32_t nb = in.num_bands;
   const bool meter = options.meter;
-  const bool split_max = meter && options.tier_b_split_max && mq.tier_b_coef > 0.0f;
+  const bool tier_b_only = meter && !meter::TierBFormReadsKeyWitness(options.tier_b_form);
+  const bool split_max = meter && options.tier_b_form == meter::TierBForm::kSplitMax && mq.tier_b_coef > 0.0f;
   const int64_t n = end - begin;
   std::memset(acc, 0, sizeof(float) * d);
   *partial = meter::CertPartial();
@@ -346,7 +347,7 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
         ep[t] = 0.0f;
       } else if (mq.tier_b_coef > 0.0f) {
         float u = mq.tier_b_coef * in.k_dither_scale[begin + t] * (1.0f + 4 * meter::kUnitRoundoff);
-        ep[t] = kw != nullptr && !split_max ? std::fmin(ep[t], u) : u;  // split-max: u_t alone
+        ep[t] = kw != nullptr && !tier_b_only ? std::fmin(ep[t], u) : u;  // scale-only, split-max: u_t alone
       }
     }
   }

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/meter/cert_math.h"
+#include "kernels/meter/tier_b_form.h"
 
 namespace witcert {
 
@@ -44,10 +45,11 @@ struct MeteredAttentionOptions {
   int32_t num_splits = 1;  // ≥ 1; clipped to S
   bool meter = true;       // false: plain attention, no certificate
   double delta_loc = 0.0;  // Tier B failure probability per cell; 0 disables Tier B
-  // Tier B's split-max form (meter::SetSplitMaxSums): where Tier B applies, every token's ε̂ is
-  // u_t alone (no Tier A witness) and a split's A − 1 and value sums come from its largest u_t
-  // and ρ_t, the form the tensor-core int8-dither kernel computes at almost no cost a token.
-  bool tier_b_split_max = false;
+  // Where Tier B applies, how ε̂ takes u_t (meter::TierBForm): per-token min(ε_t, u_t); u_t alone
+  // (scale-only: no Tier A witness); or u_t alone with a split's A − 1 and value sums from its
+  // largest u_t and ρ_t (split-max, meter::SetSplitMaxSums), the form the tensor-core int8-dither
+  // kernel computes at almost no cost a token.
+  meter::TierBForm tier_b_form = meter::TierBForm::kPerToken;
   // > 0: splits of this many tokens from the start (the last one shorter), as the CUDA kernels
   // cut them (SplitTokens), instead of num_splits even cuts. Split-max bounds depend on the cut.
   int64_t split_tokens = 0;

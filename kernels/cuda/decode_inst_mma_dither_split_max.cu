@@ -3,5 +3,5 @@
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
 
 namespace witcert::cuda_kv {
-template CudaStatus LaunchInt8Mma<true, true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+template CudaStatus LaunchInt8Mma<true, true, meter::TierBForm::kSplitMax>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 }  // namespace witcert::cuda_kv

@@ -2,6 +2,6 @@
 #include "kernels/cuda/metered_decode_int8_mma.cuh"
 
 namespace witcert::cuda_kv {
-template CudaStatus LaunchInt8Mma<true, false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-template CudaStatus LaunchInt8Mma<false, false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+template CudaStatus LaunchInt8Mma<true, false, meter::TierBForm::kPerToken>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+template CudaStatus LaunchInt8Mma<false, false, meter::TierBForm::kPerToken>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 }  // namespace witcert::cuda_kv

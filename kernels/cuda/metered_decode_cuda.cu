@@ -39,11 +39,12 @@ WITCERT_PIPE_EXTERN(DevInt8Dither)
 WITCERT_PIPE_EXTERN(DevInt4Rtn)
 WITCERT_PIPE_EXTERN(DevKivi2)
 #undef WITCERT_PIPE_EXTERN
-extern template CudaStatus LaunchInt8Mma<true, false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, false, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<true, true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<false, true, false>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
-extern template CudaStatus LaunchInt8Mma<true, true, true>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, false, meter::TierBForm::kPerToken>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, false, meter::TierBForm::kPerToken>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true, meter::TierBForm::kPerToken>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<false, true, meter::TierBForm::kPerToken>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true, meter::TierBForm::kScaleOnly>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
+extern template CudaStatus LaunchInt8Mma<true, true, meter::TierBForm::kSplitMax>(const DecodeParams&, const MmaSmemPlan&, dim3, cudaStream_t);
 
 namespace {
 
@@ -431,13 +432,15 @@ CudaStatus MeteredDecodeCuda(const PagedKvLayout& layout, const PagedKvLayer& kv
     const MmaSmemPlan mplan = MakeMmaSmemPlan(layout, p.lcap);
     if (mplan.bytes > 200 * 1024) return CudaStatus::Error("MeteredDecodeCuda: split too long for shared memory");
     const bool dither = layout.scheme == KvScheme::kInt8Dither;
-    const bool split_max = dither && args.meter && args.tier_b_split_max && args.delta_loc > 0.0;
+    using meter::TierBForm;
+    const TierBForm form = dither && args.meter && args.delta_loc > 0.0 ? args.tier_b_form : TierBForm::kPerToken;
     WITCERT_CUDA_RETURN_IF_ERROR(
-        (split_max ? LaunchInt8Mma<true, true, true>(p, mplan, grid, stream)
-         : dither  ? (args.meter ? LaunchInt8Mma<true, true, false>(p, mplan, grid, stream)
-                                 : LaunchInt8Mma<false, true, false>(p, mplan, grid, stream))
-                   : (args.meter ? LaunchInt8Mma<true, false, false>(p, mplan, grid, stream)
-                                 : LaunchInt8Mma<false, false, false>(p, mplan, grid, stream))));
+        (form == TierBForm::kSplitMax    ? LaunchInt8Mma<true, true, TierBForm::kSplitMax>(p, mplan, grid, stream)
+         : form == TierBForm::kScaleOnly ? LaunchInt8Mma<true, true, TierBForm::kScaleOnly>(p, mplan, grid, stream)
+         : dither ? (args.meter ? LaunchInt8Mma<true, true, TierBForm::kPerToken>(p, mplan, grid, stream)
+                                : LaunchInt8Mma<false, true, TierBForm::kPerToken>(p, mplan, grid, stream))
+                  : (args.meter ? LaunchInt8Mma<true, false, TierBForm::kPerToken>(p, mplan, grid, stream)
+                                : LaunchInt8Mma<false, false, TierBForm::kPerToken>(p, mplan, grid, stream))));
   } else if (!outliers && layout.block_size >= 8 && plan.bytes <= 200 * 1024 &&
              (args.kernel == 0 || args.kernel == 2) && (group_keys || !exact)) {
     // kivi2 reads its exact blocks in the pipelined kernel too (PipeExactRows); other schemes'

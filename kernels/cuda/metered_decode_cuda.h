@@ -34,6 +34,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 #include "kernels/meter/cert_math.h"
+#include "kernels/meter/tier_b_form.h"
 
 namespace witcert {
 
@@ -48,12 +49,12 @@ struct MeteredDecodeCudaArgs {
   int32_t layer = 0;                    // dither hash input
   uint64_t dither_seed = 0;
   double delta_loc = 0.0;               // Tier B per-cell δ; 0 disables Tier B
-  // int8-dither with Tier B on (delta_loc > 0): the tensor-core kernel certifies in Tier B's
-  // split-max form (meter::SetSplitMaxSums: ε̂ from the split's largest K scale, no key witness
-  // read; the CPU reference's MeteredAttentionOptions::tier_b_split_max with the kernel's
-  // SplitTokens cuts). The other kernels (promoted blocks, other shapes) keep the per-token
-  // bound, which is never looser.
-  bool tier_b_split_max = false;
+  // int8-dither with Tier B on (delta_loc > 0): the form the tensor-core kernel certifies in
+  // (meter::TierBForm: per-token min(ε, u_t); scale-only u_t, no key witness read; split-max
+  // from the split's largest K scale, meter::SetSplitMaxSums). The CPU reference's
+  // MeteredAttentionOptions::tier_b_form with the kernel's SplitTokens cuts. The other kernels
+  // (promoted blocks, other shapes) keep the per-token bound, which is never looser.
+  meter::TierBForm tier_b_form = meter::TierBForm::kPerToken;
   bool meter = true;
   int32_t num_splits = 0;               // 0: ChooseNumSplits; else forced (clipped per sequence)
   int32_t kernel = 0;                   // 0: the fastest that applies (3, else 2, else 1);

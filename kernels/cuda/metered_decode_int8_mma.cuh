@@ -20,11 +20,13 @@
 //    and against the dither bytes (4 more MMAs per tile), and combines F_j = 512·Dm_j − 2·De_j − S_j
 //    (kernels/meter/int_digit_dot.h, IntDigitEtaDither) where it combined D_j. Values are
 //    not dithered, so the V pass is int8-rtn's. The meter adds Tier B, ε̂ = min(ε, u_t).
-//  * int8-dither, Tier B's split-max form (SPLIT_MAX; MeteredDecodeCudaArgs::tier_b_split_max):
-//    ε̂_t = u_t alone, and the split's A − 1 and value sums from its largest u_t and ρ_t
-//    (meter::SetSplitMaxSums). The largest u_t is C·(the split's largest K scale), which pass 1
-//    takes anyway for η, so a V stage reads no key witness and no K scales, and a token's
-//    meter work is two maxima and a finiteness test.
+//  * int8-dither, Tier B's other forms (FORM, meter::TierBForm; MeteredDecodeCudaArgs::tier_b_form):
+//    scale-only takes ε̂_t = u_t alone, token by token, so a V stage reads the K scales but no
+//    key witness and a token skips Tier A's digits. Split-max also takes ε̂_t = u_t, and the
+//    split's A − 1 and value sums from its largest u_t and ρ_t (meter::SetSplitMaxSums). The
+//    largest u_t is C·(the split's largest K scale), which pass 1 takes anyway for η, so a V
+//    stage reads no key witness and no K scales, and a token's meter work is two maxima and a
+//    finiteness test.
 // Everything else — the two-pass split (logits in shared memory, exact split max before any
 // sum), the certificate terms per (head, token), the partial layout — is the pipelined
 // kernel's, so the merge kernel and FinalizeCert are shared unchanged.
@@ -61,6 +63,7 @@
 #include "kernels/cuda/pipe_stage.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
 #include "kernels/meter/int_digit_dot.h"
+#include "kernels/meter/tier_b_form.h"
 
 namespace witcert::cuda_kv {
 
@@ -147,10 +150,12 @@ __device__ __forceinline__ void MmaQueryPrologue(const float (&qv)[4], int lane,
   }
 }
 
-template <bool METER, bool DITHER, bool SPLIT_MAX>
+template <bool METER, bool DITHER, meter::TierBForm FORM>
 __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const DecodeParams p, const MmaSmemPlan plan) {
   constexpr int D = kMmaD, G4 = kMmaG, ST = kMmaStageTokens;
-  static_assert(!SPLIT_MAX || (METER && DITHER), "the split-max form is int8-dither's, meter on");
+  static_assert(FORM == meter::TierBForm::kPerToken || (METER && DITHER), "Tier B's forms are int8-dither's, meter on");
+  constexpr bool SPLIT_MAX = FORM == meter::TierBForm::kSplitMax;
+  constexpr bool kKeyWitness = METER && meter::TierBFormReadsKeyWitness(FORM);  // Tier A's band codes and units
   // The ring starts on a 128-byte boundary whatever sizeof(MmaSmem) is: with 16-byte alignment
   // the kernel's speed moved with the static block's size (bench/RESULTS.md, 2026-12-03).
   extern __shared__ __align__(128) uint8_t dsm[];
@@ -229,8 +234,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   constexpr bool kVStageKScales = METER && DITHER && !SPLIT_MAX;
   const uint32_t scale_dst = (ld_q == 0 ? sl.sc0 : sl.sc1) + ld_grp * 16;
   // Witnesses (meter, V stage, q 8-14): band codes (r < 4), units (r 4) or summaries (r 5-6);
-  // the split-max form reads the summaries only.
-  const bool wit_role = METER && ld_tb && ld_r < 7 && (!SPLIT_MAX || ld_r >= 5);
+  // Tier B's scale-only and split-max forms read the summaries only.
+  const bool wit_role = METER && ld_tb && ld_r < 7 && (kKeyWitness || ld_r >= 5);
   const int32_t wit_stride = ld_r < 4 ? nb : (ld_r == 4 ? 2 : 4);
   const uint32_t wit_dst = ld_r < 4 ? sl.kwit + ld_grp * 8 * nb + ld_r * 16
                                     : (ld_r == 4 ? sl.kunit + ld_grp * 16 : sl.vsum + ld_grp * 32 + (ld_r - 5) * 16);
@@ -290,8 +295,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         const float* qg = p.q + (static_cast<int64_t>(seq) * p.num_q_heads + h0 + g) * D;
         norm = QueryBandNorm<D>(qg, b, nb, L.interleaved, &a1, &amax);
       }
-      StoreBandFactorDigits(BandFactorDigitsOf((norm * inv_sqrt_d) * meter::EpsInflation(D, nb), nb), b,
-                            sm.qbn16[g], &sm.qbn_scale[g]);
+      if constexpr (kKeyWitness) {
+        StoreBandFactorDigits(BandFactorDigitsOf((norm * inv_sqrt_d) * meter::EpsInflation(D, nb), nb), b,
+                              sm.qbn16[g], &sm.qbn_scale[g]);
+      }
       float raw[nb];  // int8-dither: the head's band norms, for Tier B
       if constexpr (DITHER) {
 #pragma unroll
@@ -501,7 +508,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   float rmax = 0.0f;     // SPLIT_MAX: and of ρ
   uint32_t qd_a[nb / 2], qd_b[nb / 2];  // meter: Tier A's band factor digits of heads ha, hb
   float qs_a = 0.0f, qs_b = 0.0f;       // and their units
-  if constexpr (METER) {
+  if constexpr (kKeyWitness) {
 #pragma unroll
     for (int j = 0; j < nb / 2; ++j) {
       qd_a[j] = sm.qbn16[ha][j];
@@ -545,22 +552,31 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
         rmax = in ? meter::MaxAcc(rmax, SummaryRho(vsum)) : rmax;
         vmax = in ? meter::MaxAcc(vmax, SummaryNu(vsum)) : vmax;
       } else if constexpr (METER) {
-        // The token's key band bounds c_b·U and value summary (ρ, ν); both lanes of the pair
-        // read the same words (a broadcast). A masked token's bytes (zero-filled or stale) only
-        // reach results that are selected away below.
-        const uint2 kc = *reinterpret_cast<const uint2*>(st + sl.kwit + tok * nb);
-        const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[tok]);
+        // The token's value summary (ρ, ν) and, for Tier A, its key band bounds c_b·U; both lanes
+        // of the pair read the same words (a broadcast). A masked token's bytes (zero-filled or
+        // stale) only reach results that are selected away below.
         const uint32_t vsum = reinterpret_cast<const uint32_t*>(st + sl.vsum)[tok];
-        // ε = (Σ_b q'_b·c_b)·U·s_q: the band factors as digits q'_b ≥ ‖q_b‖/√d·EpsInflation / s_q
-        // (BandFactorDigits), the sum exact in integers (four dp2a per head), then rounded up to
-        // fp32 and by two products rounded up: no rounding falls below the prologue's factors,
-        // whose own roundings EpsInflation covers (cert_math.h).
-        float ea = TierAEpsilonOfDigits(qd_a, kc, unit, qs_a);
-        float eb = TierAEpsilonOfDigits(qd_b, kc, unit, qs_b);
-        if constexpr (DITHER) {  // Tier B: ε̂ = min(ε, u_t), u_t = C·s_t (the pipelined kernel's)
+        float ea, eb;
+        if constexpr (kKeyWitness) {
+          const uint2 kc = *reinterpret_cast<const uint2*>(st + sl.kwit + tok * nb);
+          const float unit = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.kunit)[tok]);
+          // ε = (Σ_b q'_b·c_b)·U·s_q: the band factors as digits q'_b ≥ ‖q_b‖/√d·EpsInflation / s_q
+          // (BandFactorDigits), the sum exact in integers (four dp2a per head), then rounded up to
+          // fp32 and by two products rounded up: no rounding falls below the prologue's factors,
+          // whose own roundings EpsInflation covers (cert_math.h).
+          ea = TierAEpsilonOfDigits(qd_a, kc, unit, qs_a);
+          eb = TierAEpsilonOfDigits(qd_b, kc, unit, qs_b);
+        }
+        if constexpr (DITHER) {  // Tier B: u_t = C·s_t (the pipelined kernel's)
           const float ks = Bf16Bits(reinterpret_cast<const uint16_t*>(st + sl.sc1)[tok]) * (1.0f + 4 * meter::kUnitRoundoff);
-          ea = tierb_a > 0.0f ? fminf(ea, tierb_a * ks) : ea;
-          eb = tierb_b > 0.0f ? fminf(eb, tierb_b * ks) : eb;
+          if constexpr (kKeyWitness) {  // per-token: ε̂ = min(ε, u_t)
+            ea = tierb_a > 0.0f ? fminf(ea, tierb_a * ks) : ea;
+            eb = tierb_b > 0.0f ? fminf(eb, tierb_b * ks) : eb;
+          } else {  // scale-only: ε̂ = u_t (tierb 0: a zero query, u_t = 0; NaN, a bad query: ∞)
+            const float ua = tierb_a * ks, ub = tierb_b * ks;
+            ea = ua >= 0.0f ? ua : INFINITY;
+            eb = ub >= 0.0f ? ub : INFINITY;
+          }
         }
         const float rho = SummaryRho(vsum);
         const bool rare = (act_a && !meter::WeightedTokenIsCommonAtGap(la, ga, ea)) ||
@@ -719,9 +735,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) Int8MmaDecodeKernel(const Deco
   }
 }
 
-template <bool METER, bool DITHER, bool SPLIT_MAX>
+template <bool METER, bool DITHER, meter::TierBForm FORM>
 CudaStatus LaunchInt8Mma(const DecodeParams& p, const MmaSmemPlan& plan, dim3 grid, cudaStream_t stream) {
-  auto kernel = Int8MmaDecodeKernel<METER, DITHER, SPLIT_MAX>;
+  auto kernel = Int8MmaDecodeKernel<METER, DITHER, FORM>;
   WITCERT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.bytes)));
   return cuda_launch::Launch(kernel, grid, dim3(kMmaThreads), plan.bytes, stream, p.overlap_previous, p, plan);

@@ -37,6 +37,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/paged_kv_cuda.h"
 #include "kernels/meter/cert_math.h"
+#include "kernels/meter/tier_b_form.h"
 
 namespace witcert {
 
@@ -63,6 +64,9 @@ struct MeteredPrefillCudaArgs {
   // probability δ_loc (0: Tier A only, as MeteredDecodeCudaArgs::delta_loc).
   uint64_t dither_seed = 0;
   double delta_loc = 0.0;
+  // int8-dither with δ_loc > 0: Tier B's form (MeteredDecodeCudaArgs::tier_b_form), split-max
+  // over each row's whole context (the CPU reference's with one split).
+  meter::TierBForm tier_b_form = meter::TierBForm::kPerToken;
 };
 
 // True when the kernel takes this pool and head count.

@@ -83,8 +83,10 @@ __device__ __forceinline__ int KPos(int t) {
   return 16 * (t >> 4) + 8 * ((t >> 3) & 1) + 2 * (t & 3) + ((t >> 2) & 1);
 }
 
-template <bool METER, bool DITHER>
+// FORM (int8-dither, meter on): Tier B's form over each row's context (RowSums).
+template <bool METER, bool DITHER, meter::TierBForm FORM = meter::TierBForm::kPerToken>
 __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Params P) {
+  static_assert(FORM == meter::TierBForm::kPerToken || (METER && DITHER), "Tier B's forms are int8-dither's, meter on");
   extern __shared__ __align__(16) uint8_t dsm[];
   Smem& sm = *reinterpret_cast<Smem*>(dsm);
   const MeteredPrefillCudaArgs& a = P.a;
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 #pragma unroll
   for (int k = 0; k < kRing - 1; ++k) issue(k);
 
-  prefill::RowSums<METER> acc;
+  prefill::RowSums<METER, FORM> acc;
   acc.Init();
   float smaxk = 0.0f;  // η's key-scale max
   prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
@@ -258,16 +260,26 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     acc.template AddTile<true, DITHER>(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
-      if constexpr (METER) {
+      if constexpr (METER && meter::TierBFormReadsKeyWitness(FORM)) {  // Tier A's key witness
         tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
         tt.kunit = Bf16Bits(st.ku[tok]);
+      }
+      if constexpr (METER) {
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);
       }
       if constexpr (DITHER) {
         const float ks = Bf16Bits(st.ks[tok]) * (1.0f + 4.0f * meter::kUnitRoundoff);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) tt.eps_cap[r] = tierb[r] > 0.0f ? tierb[r] * ks : INFINITY;
+        for (int r = 0; r < 2; ++r) {
+          if constexpr (FORM != meter::TierBForm::kPerToken) {
+            // u_t itself (tierb 0: a zero query, u_t = 0; NaN, a bad query: ∞, vacuous)
+            const float u = tierb[r] * ks;
+            tt.eps_cap[r] = u >= 0.0f ? u : INFINITY;
+          } else {
+            tt.eps_cap[r] = tierb[r] > 0.0f ? tierb[r] * ks : INFINITY;
+          }
+        }
       }
       tt.sv = Bf16Bits(st.vs[tok]);
       return tt;
@@ -294,8 +306,12 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
 CudaStatus prefill::LaunchInt8(const Params& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = sizeof(Smem);
   const bool dither = p.layout.scheme == KvScheme::kInt8Dither;
-  auto kernel = p.a.meter ? (dither ? MeteredPrefillInt8Kernel<true, true> : MeteredPrefillInt8Kernel<true, false>)
-                          : (dither ? MeteredPrefillInt8Kernel<false, true> : MeteredPrefillInt8Kernel<false, false>);
+  using meter::TierBForm;
+  const TierBForm form = dither && p.a.meter && p.a.delta_loc > 0.0 ? p.a.tier_b_form : TierBForm::kPerToken;
+  auto kernel = form == TierBForm::kSplitMax    ? MeteredPrefillInt8Kernel<true, true, TierBForm::kSplitMax>
+                : form == TierBForm::kScaleOnly ? MeteredPrefillInt8Kernel<true, true, TierBForm::kScaleOnly>
+                : p.a.meter ? (dither ? MeteredPrefillInt8Kernel<true, true> : MeteredPrefillInt8Kernel<true, false>)
+                            : (dither ? MeteredPrefillInt8Kernel<false, true> : MeteredPrefillInt8Kernel<false, false>);
   return prefill::LaunchWithSmem(kernel, smem, grid, stream, p);
 }
 

@@ -25,6 +25,7 @@
 #include "kernels/cuda/ops/mma_f16.cuh"
 #include "kernels/cuda/tier_a_digits.cuh"
 #include "kernels/meter/cert_math.h"
+#include "kernels/meter/tier_b_form.h"
 
 namespace witcert::prefill {
 
@@ -251,8 +252,15 @@ struct RowEpsDigits {
 
 // The thread's two rows' running state: output accumulators o [channel tile][C element] (rows
 // gid / gid + 8, channels 8·ct + 2·tig + {0, 1}), online max m, the certificate sums.
-template <bool METER>
+// FORM (int8-dither's Tier B, meter::TierBForm; per-token for every other scheme): scale-only
+// takes ε̂_t = u_t = TokenTerms::eps_cap alone, without Tier A's witness. Split-max
+// (meter::SetSplitMaxSums) takes a row's whole context as one split: AddTile keeps the running
+// maxima of u_t and ρ_t instead of per-token A − 1 and value terms, and Finish sets b and c from
+// them and the row's z.
+template <bool METER, meter::TierBForm FORM = meter::TierBForm::kPerToken>
 struct RowSums {
+  static_assert(FORM == meter::TierBForm::kPerToken || METER, "Tier B's forms are meter forms");
+  static constexpr bool SPLIT_MAX = FORM == meter::TierBForm::kSplitMax;
   float o[16][4];
   cuda_kv::MmaHeadSums sums[2];
   // The common tokens' A−1 terms (meter::WeightedTokenIsCommonAtGap: a finite logit, ε̂ ≤ ½, a
@@ -263,6 +271,7 @@ struct RowSums {
   float m[2];
   float vmax[2];
   int32_t rescales[2];
+  float eps_hi[2], rho_hi[2];  // SPLIT_MAX: the row's largest u_t and ρ_t so far
 
   __device__ __forceinline__ void Init() {
 #pragma unroll
@@ -273,6 +282,7 @@ struct RowSums {
       m[r] = -INFINITY;
       vmax[r] = 0.0f;
       rescales[r] = 0;
+      eps_hi[r] = rho_hi[r] = 0.0f;
     }
   }
 
@@ -280,7 +290,8 @@ struct RowSums {
   // token's weight, its certificate terms (terms(tok) → TokenTerms) and o += P·V over the V tile
   // vt [channel][kVPitch]. C element (row, 2·tig + h) of n-tile nt is tile token 8·nt + 2·tig + h
   // (natural order), or with INT8_COLUMNS 8·nt + tig + 4·h (the int8 kernel's key layout; its V
-  // tile is stored in the matching k order). EPS_CAP: ε̂ = min(Tier A's, TokenTerms::eps_cap[r]).
+  // tile is stored in the matching k order). EPS_CAP: ε̂ = min(Tier A's, TokenTerms::eps_cap[r]),
+  // or eps_cap alone where FORM reads no key witness.
   template <bool INT8_COLUMNS = false, bool EPS_CAP = false, class Terms>
   __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const RowEpsDigits& eps_digits,
                                           const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
@@ -332,9 +343,22 @@ struct RowSums {
           float w = 0.0f;
           if (l > -INFINITY) {
             w = expf(l - m[r]);
-            if constexpr (METER) {
-              float eps = cuda_kv::TierAEpsilonOfDigits(eps_digits.q[r], tt.kc, tt.kunit, eps_digits.scale[r]);
-              if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
+            if constexpr (SPLIT_MAX) {
+              static_assert(EPS_CAP, "Tier B's forms take u_t from eps_cap");
+              if (!(fabsf(l) <= 3.0e38f)) sums[r].bad = true;  // as Add marks it
+              sums[r].z += w;
+              eps_hi[r] = meter::MaxAcc(eps_hi[r], tt.eps_cap[r]);
+              rho_hi[r] = meter::MaxAcc(rho_hi[r], tt.rho);
+              vmax[r] = meter::MaxAcc(vmax[r], tt.nu);
+            } else if constexpr (METER) {
+              float eps;
+              if constexpr (meter::TierBFormReadsKeyWitness(FORM)) {
+                eps = cuda_kv::TierAEpsilonOfDigits(eps_digits.q[r], tt.kc, tt.kunit, eps_digits.scale[r]);
+                if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
+              } else {
+                static_assert(EPS_CAP, "Tier B's forms take u_t from eps_cap");
+                eps = tt.eps_cap[r];
+              }
               if (meter::WeightedTokenIsCommonAtGap(l, l - m[r], eps)) {
                 sums[r].AddCommonPowers(true, w, eps, tt.rho, &ps[r]);
               } else {
@@ -375,9 +399,16 @@ struct RowSums {
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if constexpr (METER) sums[r].FoldPowerSums(ps[r]);  // before the quad's sums meet
-      sums[r].template AddShfl<METER>(1);
-      sums[r].template AddShfl<METER>(2);
+      constexpr bool kTokenSums = METER && !SPLIT_MAX;
+      if constexpr (kTokenSums) sums[r].FoldPowerSums(ps[r]);  // before the quad's sums meet
+      sums[r].template AddShfl<kTokenSums>(1);
+      sums[r].template AddShfl<kTokenSums>(2);
+      if constexpr (SPLIT_MAX) {  // maxima of values in [0, ∞]: fmaxf is exact
+        eps_hi[r] = fmaxf(eps_hi[r], __shfl_xor_sync(0xffffffffu, eps_hi[r], 1));
+        eps_hi[r] = fmaxf(eps_hi[r], __shfl_xor_sync(0xffffffffu, eps_hi[r], 2));
+        rho_hi[r] = fmaxf(rho_hi[r], __shfl_xor_sync(0xffffffffu, rho_hi[r], 1));
+        rho_hi[r] = fmaxf(rho_hi[r], __shfl_xor_sync(0xffffffffu, rho_hi[r], 2));
+      }
       count[r] += __shfl_xor_sync(0xffffffffu, count[r], 1);
       count[r] += __shfl_xor_sync(0xffffffffu, count[r], 2);
       sums[r].bad = cuda_kv::MmaHeadSums::BadOf(sums[r].bad, 0xfu << (lane & ~3));
@@ -403,6 +434,7 @@ struct RowSums {
         c.merges = rescales[r];
         c.vmax = vmax[r];
         c.eta_max = eta[r];
+        if (SPLIT_MAX && !c.bad && c.count > 0) meter::SetSplitMaxSums(&c, eps_hi[r], rho_hi[r]);
         if (rows.bad[r]) {
           c.eta_max = INFINITY;
           c.bad = true;

@@ -34,8 +34,9 @@ void DeclareEngineFlags(Args& args) {
                                 "(0 = not checked)");
   args.Flag("delta", "0.01", "request failure budget δ for Tier B certificates (0 = Tier A only)");
   args.Flag("tier-b-form", "per-token",
-            "Tier B certificates: per-token (min of Tier A and B per token) | split-max (from each "
-            "KV split's largest key scale: no witness reads, looser)");
+            "Tier B certificates: per-token (min of Tier A and B per token) | scale-only (Tier B per "
+            "token from the key scale: no witness reads) | split-max (from each KV split's largest key "
+            "scale: loosest, least meter work)");
   args.Flag("pagein-budget", "4", "exact blocks paged in per cell per step (repair mode)");
   args.Flag("backing-store-mb", "1024", "exact KV copies kept in host memory for repair (MiB)");
   args.Flag("exact-cache-blocks", "16384",
@@ -108,9 +109,9 @@ absl::Status ApplyEngineFlags(const Args& args, EngineConfig* config) {
     return s;
   if (given("delta") && !(s = dbl_flag("delta", &config->gate.delta_req)).ok()) return s;
   if (given("tier-b-form")) {
-    const absl::StatusOr<bool> split_max = ParseTierBForm(args.Get("tier-b-form"));
-    if (!split_max.ok()) return split_max.status();
-    config->gate.tier_b_split_max = *split_max;
+    const absl::StatusOr<meter::TierBForm> form = ParseTierBForm(args.Get("tier-b-form"));
+    if (!form.ok()) return form.status();
+    config->gate.tier_b_form = *form;
   }
   if (given("pagein-budget") &&
       !(s = int_flag("pagein-budget", &config->gate.pagein_budget_per_step)).ok())

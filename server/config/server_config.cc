@@ -260,11 +260,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
     std::string tier_b_form;
     r.String("tier_b_form", &tier_b_form);
     if (!tier_b_form.empty()) {
-      const absl::StatusOr<bool> split_max = ParseTierBForm(tier_b_form);
-      if (split_max.ok()) {
-        c.engine.gate.tier_b_split_max = *split_max;
+      const absl::StatusOr<meter::TierBForm> form = ParseTierBForm(tier_b_form);
+      if (form.ok()) {
+        c.engine.gate.tier_b_form = *form;
       } else {
-        r.SetError(absl::StrCat(r.KeyPath("tier_b_form"), ": '", tier_b_form, "' is not one of per-token, split-max"));
+        r.SetError(absl::StrCat(r.KeyPath("tier_b_form"), ": '", tier_b_form,
+                                "' is not one of per-token, scale-only, split-max"));
       }
     }
   });

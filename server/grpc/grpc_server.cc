@@ -82,7 +82,7 @@ void FillFinish(const RequestEvent& e, const EngineConfig& config, GateMode mode
   risk->set_v_scheme(config.kv.v_scheme);
   risk->set_gate_mode(GateModeName(mode));
   risk->set_delta_spent(r.delta_spent);
-  risk->set_tier_b_form(TierBFormName(config.gate.tier_b_split_max));
+  risk->set_tier_b_form(meter::TierBFormName(config.gate.tier_b_form));
   risk->set_cells(r.cells);
   risk->set_coverage(r.coverage);
   risk->set_max_tv_before(r.max_tv_before);

@@ -46,7 +46,7 @@ json GatePolicyJson(const GatePolicy& p) {
           {"tv_threshold", Shortest(p.tv_threshold)},
           {"v_threshold", Shortest(p.v_threshold)},
           {"delta", p.delta_req},
-          {"tier_b_form", TierBFormName(p.tier_b_split_max)},
+          {"tier_b_form", meter::TierBFormName(p.tier_b_form)},
           {"pagein_budget", p.pagein_budget_per_step},
           {"exact_cache_blocks", p.exact_cache_blocks},
           {"audit_rate", p.audit_rate}};
@@ -62,7 +62,7 @@ json RiskReport(const RiskSummary& r, const GatePolicy& policy, const std::strin
           {"gate", GateModeText(policy.mode)},
           {"tv_threshold", Shortest(policy.tv_threshold)},
           {"delta", policy.delta_req},
-          {"tier_b_form", TierBFormName(policy.tier_b_split_max)},
+          {"tier_b_form", meter::TierBFormName(policy.tier_b_form)},
           {"delta_spent", r.delta_spent},
           {"cells", r.cells},
           {"tv_bound",

@@ -46,7 +46,7 @@ def test_chat(client, model):
     for key in ("scheme", "gate", "delta_spent", "tv_bound", "coverage", "pageins",
                 "uncertified_cells", "uncertified_heads"):
         assert key in report
-    assert report["tier_b_form"] in ("per-token", "split-max")
+    assert report["tier_b_form"] in ("per-token", "scale-only", "split-max")
     assert report["cells"] > 0
     assert report["tv_bound"]["max_before"] >= report["tv_bound"]["mean_before"] >= 0
 

@@ -80,12 +80,13 @@ def test_invalid_config_at_startup(tmp_path):
 def test_reload_switches_the_tier_b_form(make_server):
     s = make_server(config=config_with(0.05))
     assert admin(s)["gate"]["tier_b_form"] == "per-token"
-    c = config_with(0.05)
-    c["gate"]["tier_b_form"] = "split-max"
-    s.write_config(c)
-    status, body = s.post("/admin/reload", {})
-    assert status == 200, body
-    assert admin(s)["gate"]["tier_b_form"] == "split-max"
-    status, body = s.post("/v1/chat/completions",
-                          {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
-    assert status == 200 and json.loads(body)["witcert"]["tier_b_form"] == "split-max"
+    for form in ("scale-only", "split-max"):
+        c = config_with(0.05)
+        c["gate"]["tier_b_form"] = form
+        s.write_config(c)
+        status, body = s.post("/admin/reload", {})
+        assert status == 200, body
+        assert admin(s)["gate"]["tier_b_form"] == form
+        status, body = s.post("/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert status == 200 and json.loads(body)["witcert"]["tier_b_form"] == form

@@ -218,7 +218,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     const ForwardItem &x = batch[a], &y = batch[b];
     if (row_class(x) != row_class(y)) return row_class(x) < row_class(y);
     if (MeterOn(x) != MeterOn(y)) return MeterOn(x);
-    if (SplitMaxOn(x) != SplitMaxOn(y)) return SplitMaxOn(x);
+    if (TierBFormOf(x) != TierBFormOf(y)) return TierBFormOf(x) > TierBFormOf(y);
     return x.delta_loc < y.delta_loc;
   });
   std::vector<int64_t> first_row(batch.size());
@@ -240,11 +240,10 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     }
     const bool meter = MeterOn(item);
     const double delta = meter ? item.delta_loc : 0.0;
-    const bool split_max = meter && SplitMaxOn(item);
+    const meter::TierBForm form = meter ? TierBFormOf(item) : meter::TierBForm::kPerToken;
     if (groups.empty() || groups.back().meter != meter || groups.back().delta_loc != delta ||
-        groups.back().tier_b_split_max != split_max) {
-      groups.push_back(
-          DecodeGroup{.first_row = s, .meter = meter, .delta_loc = delta, .tier_b_split_max = split_max});
+        groups.back().tier_b_form != form) {
+      groups.push_back(DecodeGroup{.first_row = s, .meter = meter, .delta_loc = delta, .tier_b_form = form});
     }
     groups.back().num_rows += len;
     groups.back().max_context = std::max(groups.back().max_context, item.start_pos + len);
@@ -471,6 +470,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.layer = layer;
         a.dither_seed = dither_seed_;  // int8-dither: the write path's hash, and Tier B's δ_loc
         a.delta_loc = meter ? batch[b].delta_loc : 0.0;
+        a.tier_b_form = meter ? TierBFormOf(batch[b]) : meter::TierBForm::kPerToken;
         if (staged_ != nullptr) {  // kivi2: the chunk's unfilled blocks are read exact
           a.exact_slot = exact_.slot.get();
           a.exact_kv = exact_.kv.get();
@@ -497,7 +497,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.layer = layer;
         a.dither_seed = dither_seed_;
         a.delta_loc = g.delta_loc;
-        a.tier_b_split_max = g.tier_b_split_max;
+        a.tier_b_form = g.tier_b_form;
         a.meter = g.meter;
         a.num_splits = g.num_splits;
         // Overlap the kernel before (the q projection, the KV write or the previous group's merge):
@@ -574,7 +574,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     std::string key = absl::StrCat(n, ",", s, ",", m, ",", max_blocks, ",", input_bytes, ",",
                                    any_meter, ",", logits_to_host, ";");
     for (const DecodeGroup& g : groups) {
-      absl::StrAppend(&key, g.first_row, ",", g.num_rows, ",", g.meter, ",", g.delta_loc, ",", g.tier_b_split_max, ",",
+      absl::StrAppend(&key, g.first_row, ",", g.num_rows, ",", g.meter, ",", g.delta_loc, ",", static_cast<int>(g.tier_b_form), ",",
                       g.num_splits, ",", g.max_context, ";");
     }
     for (size_t b = 0; b < batch.size(); ++b) {

@@ -134,7 +134,7 @@ class CudaBackend : public Backend {
     int32_t num_splits = 0;
     bool meter = false;
     double delta_loc = 0.0;
-    bool tier_b_split_max = false;  // GatePolicy::tier_b_split_max of the group's items
+    meter::TierBForm tier_b_form = meter::TierBForm::kPerToken;  // GatePolicy::tier_b_form of the group's items
   };
   // Repair-mode state of one Forward (cuda_gate_repair.cc). Rows are decode rows [0, S).
   struct RepairStep {

@@ -418,36 +418,49 @@ TEST_P(CudaBackendTest, MeterObserveRecordsCellsLikeCpu) {
   EXPECT_TRUE(rg.cells[0].empty());
 }
 
-// GatePolicy::tier_b_split_max through the backend's decode groups: two sequences with the same
+// GatePolicy::tier_b_form through the backend's decode groups: three sequences with the same
 // prompt decode in one step, one per Tier B form, at head_dim 128 (the tensor-core kernel's).
-// Same logits; every split-max cell is Tier B and never below its per-token twin.
-TEST_P(CudaBackendTest, TierBSplitMaxDecodeGroup) {
+// Same logits; every scale-only and split-max cell is Tier B and never below its tighter twin.
+TEST_P(CudaBackendTest, TierBFormDecodeGroups) {
   SKIP_WITHOUT_GPU();
   Pair p = MakePair(GetParam(), "int8-dither", 128);
   const ModelConfig& c = p.model->config();
-  GatePolicy per_token, split_max;
-  per_token.mode = split_max.mode = GateMode::kObserve;
-  split_max.tier_b_split_max = true;
+  GatePolicy policy[3];
+  for (int f = 0; f < 3; ++f) {
+    policy[f].mode = GateMode::kObserve;
+    policy[f].tier_b_form = static_cast<meter::TierBForm>(f);
+  }
   std::vector<TokenId> prompt = Prompt(300, 8, c.vocab_size);
   ForwardResult r;
-  for (SeqId seq : {11, 12}) {
+  for (SeqId seq : {11, 12, 13}) {
     AddSeq(*p.gpu, seq, 310);
     ForwardItem item{.seq = seq, .tokens = prompt, .start_pos = 0};
     ASSERT_TRUE(p.gpu->Forward({item}, &r).ok());
   }
   const TokenId next[1] = {7};
-  ForwardItem a{.seq = 11, .tokens = next, .start_pos = 300, .delta_loc = 1e-6, .policy = &per_token};
-  ForwardItem b{.seq = 12, .tokens = next, .start_pos = 300, .delta_loc = 1e-6, .policy = &split_max};
-  ASSERT_TRUE(p.gpu->Forward({a, b}, &r).ok());
+  // Split-max first: the backend groups rows by form whatever the batch order.
+  std::vector<ForwardItem> items;
+  for (int f : {2, 0, 1}) {
+    items.push_back(ForwardItem{.seq = 11 + f, .tokens = next, .start_pos = 300, .delta_loc = 1e-6, .policy = &policy[f]});
+  }
+  ASSERT_TRUE(p.gpu->Forward(items, &r).ok());
   const size_t vocab = static_cast<size_t>(c.vocab_size);
-  ASSERT_EQ(r.logits.size(), 2 * vocab);
-  EXPECT_TRUE(std::equal(r.logits.begin(), r.logits.begin() + vocab, r.logits.begin() + vocab));
-  ASSERT_EQ(r.cells.size(), 2u);
-  ASSERT_EQ(r.cells[0].size(), r.cells[1].size());
-  ASSERT_EQ(r.cells[0].size(), static_cast<size_t>(c.num_layers * c.num_heads));
-  for (size_t i = 0; i < r.cells[0].size(); ++i) {
-    EXPECT_EQ(r.cells[1][i].tier, 'B');
-    EXPECT_GE(r.cells[1][i].tv_before, r.cells[0][i].tv_before * (1.0f - 1e-5f)) << i;
+  ASSERT_EQ(r.logits.size(), 3 * vocab);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_TRUE(std::equal(r.logits.begin(), r.logits.begin() + vocab, r.logits.begin() + i * vocab));
+  }
+  ASSERT_EQ(r.cells.size(), 3u);
+  const std::vector<CellRecord>& split_max = r.cells[0];
+  const std::vector<CellRecord>& per_token = r.cells[1];
+  const std::vector<CellRecord>& scale_only = r.cells[2];
+  ASSERT_EQ(per_token.size(), static_cast<size_t>(c.num_layers * c.num_heads));
+  ASSERT_EQ(scale_only.size(), per_token.size());
+  ASSERT_EQ(split_max.size(), per_token.size());
+  for (size_t i = 0; i < per_token.size(); ++i) {
+    EXPECT_EQ(scale_only[i].tier, 'B');
+    EXPECT_EQ(split_max[i].tier, 'B');
+    EXPECT_GE(scale_only[i].tv_before, per_token[i].tv_before * (1.0f - 1e-5f)) << i;
+    EXPECT_GE(split_max[i].tv_before, scale_only[i].tv_before * (1.0f - 1e-5f)) << i;
   }
 }
 

@@ -38,13 +38,25 @@ TEST(GatePolicy, TightenTakesTheStricterField) {
   EXPECT_EQ(t.audit_rate, 0.5);
   req.mode = GateMode::kRepair;
   EXPECT_EQ(Tighten(base, req).mode, GateMode::kRepair);
-  // The split-max form only where the operator chose it and the request did not ask otherwise.
-  EXPECT_FALSE(Tighten(base, LoosestGatePolicy()).tier_b_split_max);
-  base.tier_b_split_max = true;
-  EXPECT_TRUE(Tighten(base, LoosestGatePolicy()).tier_b_split_max);
-  req.tier_b_split_max = false;
-  EXPECT_FALSE(Tighten(base, req).tier_b_split_max);
-  base.tier_b_split_max = false;
+  // Tier B's form: the tighter of the operator's and the request's (per-token < scale-only <
+  // split-max); a request without a preference keeps the operator's.
+  using meter::TierBForm;
+  EXPECT_EQ(Tighten(base, LoosestGatePolicy()).tier_b_form, TierBForm::kPerToken);
+  base.tier_b_form = TierBForm::kSplitMax;
+  EXPECT_EQ(Tighten(base, LoosestGatePolicy()).tier_b_form, TierBForm::kSplitMax);
+  req.tier_b_form = TierBForm::kScaleOnly;
+  EXPECT_EQ(Tighten(base, req).tier_b_form, TierBForm::kScaleOnly);
+  req.tier_b_form = TierBForm::kPerToken;
+  EXPECT_EQ(Tighten(base, req).tier_b_form, TierBForm::kPerToken);
+  base.tier_b_form = TierBForm::kScaleOnly;
+  EXPECT_EQ(Tighten(base, LoosestGatePolicy()).tier_b_form, TierBForm::kScaleOnly);
+  base.tier_b_form = TierBForm::kPerToken;
+  for (TierBForm form : {TierBForm::kPerToken, TierBForm::kScaleOnly, TierBForm::kSplitMax}) {
+    const absl::StatusOr<TierBForm> parsed = ParseTierBForm(meter::TierBFormName(form));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, form);
+  }
+  EXPECT_FALSE(ParseTierBForm("split").ok());
   EXPECT_DOUBLE_EQ(LocalDelta(0.3, 30, 9, 100), 0.3 / 27000);
   PolicyHolder holder(base);
   auto before = holder.Get();
@@ -191,15 +203,15 @@ TEST(Gate, RiskRankingPromotesTheBlockCarryingMostMass) {
   }
 }
 
-// GatePolicy::tier_b_split_max reaches the CPU path: int8-dither Tier B cells in the split-max
-// form are never below the per-token form's bound, serve the same output, and stay Tier B.
-TEST(Gate, TierBSplitMaxFormIsNeverTighter) {
+// GatePolicy::tier_b_form reaches the CPU path: int8-dither Tier B cells in the scale-only and
+// split-max forms are never below the tighter form's bound, serve the same output, and stay Tier B.
+TEST(Gate, TierBFormsAreNeverTighter) {
   Fixture f = Make(1, "int8-dither", 10.0f);  // one block's scales ~4x the others'
-  std::vector<float> out[2];
-  std::vector<CellRecord> cells[2];
-  for (int form = 0; form < 2; ++form) {
+  std::vector<float> out[3];
+  std::vector<CellRecord> cells[3];
+  for (int form = 0; form < 3; ++form) {
     GatePolicy p;
-    p.tier_b_split_max = form == 1;
+    p.tier_b_form = static_cast<meter::TierBForm>(form);
     out[form].assign(f.hq * f.d, 0.0f);
     cells[form].resize(f.hq);
     DecodeAttentionRequest r;
@@ -215,13 +227,16 @@ TEST(Gate, TierBSplitMaxFormIsNeverTighter) {
     ASSERT_TRUE(MeteredDecodeAttention(*f.cache, r, f.hq).ok());
   }
   EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(out[0], out[2]);
   int looser = 0;
   for (int h = 0; h < f.hq; ++h) {
-    EXPECT_EQ(cells[1][h].tier, 'B');
-    EXPECT_GE(cells[1][h].tv_before, cells[0][h].tv_before * (1.0f - 1e-5f)) << "head " << h;
-    looser += cells[1][h].tv_before > cells[0][h].tv_before * 1.001f;
+    for (int form = 1; form < 3; ++form) {
+      EXPECT_EQ(cells[form][h].tier, 'B');
+      EXPECT_GE(cells[form][h].tv_before, cells[form - 1][h].tv_before * (1.0f - 1e-5f)) << "head " << h;
+    }
+    looser += cells[2][h].tv_before > cells[1][h].tv_before * 1.001f;
   }
-  EXPECT_GT(looser, 0) << "the block with the outlier should make the split-max form looser";
+  EXPECT_GT(looser, 0) << "the block with the outlier should make the split-max form looser than scale-only";
 }
 
 TEST(Gate, OffModeComputesAttentionWithoutCells) {

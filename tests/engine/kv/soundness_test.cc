@@ -220,12 +220,13 @@ TEST(Soundness, TierBViolationRateWithinDelta) {
   EXPECT_GT(tier_b_binding, cells / 2) << "Tier B should be the tighter bound for dither";
 }
 
-// Tier B's split-max form (MeteredAttentionOptions::tier_b_split_max): on the same kind of
-// cells, with stored values and their summaries, a longer context and 1-4 splits, the violation
-// rate stays within δ, and the bound is never below the per-token form's (its ε̂ = u_t ≥
-// min(ε_t, u_t) for every token, its A − 1 ≥ any weighted mean of expm1(ε̂_t), its value sum
-// ≥ Σ p̂_t ρ_t). Also reports how much looser it is.
-TEST(Soundness, TierBSplitMaxViolationRateWithinDelta) {
+// Tier B's scale-only and split-max forms (MeteredAttentionOptions::tier_b_form): on the same
+// kind of cells, with stored values and their summaries, a longer context and 1-4 splits, each
+// form's violation rate stays within δ, and the forms are ordered: scale-only never below the
+// per-token form (its ε̂ = u_t ≥ min(ε_t, u_t) for every token), split-max never below
+// scale-only (its A − 1 ≥ any weighted mean of expm1(u_t), its value sum ≥ Σ p̂_t ρ_t). Also
+// reports how much looser each is.
+TEST(Soundness, TierBFormsViolationRateWithinDelta) {
   const int64_t cells = LongTests() ? 200000 : 6000;
   const double delta = 0.05;
   DitherHead head(96, /*store_values=*/true);
@@ -233,8 +234,10 @@ TEST(Soundness, TierBSplitMaxViolationRateWithinDelta) {
   std::mt19937 rng(78);
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> q(d), out(d);
-  int64_t violations = 0, below = 0, looser = 0;
-  std::vector<double> looseness;
+  constexpr meter::TierBForm kForms[3] = {meter::TierBForm::kPerToken, meter::TierBForm::kScaleOnly,
+                                          meter::TierBForm::kSplitMax};
+  int64_t violations[3] = {}, below[3] = {}, looser[3] = {};
+  std::vector<double> looseness[3];  // TV bound / the per-token form's
   for (int64_t cell = 0; cell < cells; ++cell) {
     for (int t = 0; t < head.s; ++t) {
       // Per-token magnitudes vary (so the split's largest scale is not every token's).
@@ -249,30 +252,37 @@ TEST(Soundness, TierBSplitMaxViolationRateWithinDelta) {
     MeteredAttentionOptions opt;
     opt.delta_loc = delta;
     opt.split_tokens = cell % 4 == 0 ? 0 : 32 * (cell % 4);  // 1 split, or 32-, 64-, 96-token cuts
-    MeteredAttentionResult tokenwise, split_max;
-    MeteredAttention(head.Inputs(), q.data(), opt, out.data(), &tokenwise);
-    opt.tier_b_split_max = true;
-    MeteredAttention(head.Inputs(), q.data(), opt, out.data(), &split_max);
-    ASSERT_TRUE(split_max.tier_b);
-    if (split_max.bound.a_minus_1 < tokenwise.bound.a_minus_1 * (1.0f - 1e-5f) ||
-        split_max.bound.v_resid_sum < tokenwise.bound.v_resid_sum * (1.0f - 1e-5f)) {
-      ++below;
+    MeteredAttentionResult res[3];
+    for (int f = 0; f < 3; ++f) {
+      opt.tier_b_form = kForms[f];
+      MeteredAttention(head.Inputs(), q.data(), opt, out.data(), &res[f]);
+      ASSERT_TRUE(res[f].tier_b);
     }
-    if (tokenwise.bound.tv > 0) looseness.push_back(split_max.bound.tv / tokenwise.bound.tv);
-    if (split_max.bound.tv > tokenwise.bound.tv * 1.01f) ++looser;
-    auto truth = head.Truth(q.data());
-    if (truth.tv > split_max.bound.tv || truth.out_err > split_max.bound.v_bound) ++violations;
+    const auto truth = head.Truth(q.data());
+    for (int f = 0; f < 3; ++f) {
+      const meter::CertBound &b = res[f].bound, &prev = res[f > 0 ? f - 1 : 0].bound;
+      if (b.a_minus_1 < prev.a_minus_1 * (1.0f - 1e-5f) || b.v_resid_sum < prev.v_resid_sum * (1.0f - 1e-5f)) ++below[f];
+      if (res[0].bound.tv > 0) looseness[f].push_back(b.tv / res[0].bound.tv);
+      if (b.tv > res[0].bound.tv * 1.01f) ++looser[f];
+      if (truth.tv > b.tv || truth.out_err > b.v_bound) ++violations[f];
+    }
   }
   const double mean = delta * cells;
-  EXPECT_LE(violations, mean + 5 * std::sqrt(mean));
-  EXPECT_EQ(below, 0) << "the split-max form fell below the per-token form";
-  ASSERT_FALSE(looseness.empty());
-  std::nth_element(looseness.begin(), looseness.begin() + looseness.size() / 2, looseness.end());
-  const double median = looseness[looseness.size() / 2];
-  EXPECT_GE(median, 1.0);
-  std::printf("[ measured ] split-max / per-token TV bound: median %.3f, max %.3f, %lld of %zu cells > 1.01\n",
-              median, *std::max_element(looseness.begin(), looseness.end()), static_cast<long long>(looser),
-              looseness.size());
+  for (int f = 0; f < 3; ++f) {
+    const char* name = meter::TierBFormName(kForms[f]);
+    EXPECT_LE(violations[f], mean + 5 * std::sqrt(mean)) << name;
+    EXPECT_EQ(below[f], 0) << name << " fell below the tighter form before it";
+    if (f == 0) continue;
+    ASSERT_FALSE(looseness[f].empty());
+    std::vector<double>& l = looseness[f];
+    std::nth_element(l.begin(), l.begin() + l.size() / 2, l.end());
+    const double median = l[l.size() / 2];
+    EXPECT_GE(median, 1.0) << name;
+    std::printf("[ measured ] %s / per-token TV bound: median %.3f, max %.3f, %lld of %zu cells > 1.01; "
+                "%lld violations\n",
+                name, median, *std::max_element(l.begin(), l.end()), static_cast<long long>(looser[f]), l.size(),
+                static_cast<long long>(violations[f]));
+  }
 }
 
 }  // namespace

@@ -90,7 +90,7 @@ struct DecodeCase {
   int32_t splits = 0;           // 0: heuristic
   bool meter = true;
   double delta = 0.0;           // Tier B δ_loc
-  bool split_max = false;       // MeteredDecodeCudaArgs::tier_b_split_max (CPU: the kernel's cuts)
+  meter::TierBForm form = meter::TierBForm::kPerToken;  // MeteredDecodeCudaArgs::tier_b_form (CPU: the kernel's cuts)
   float key_scale = 1.0f;       // logit magnitude
   bool adversarial = false;     // outliers, huge rows, aligned keys
   bool interleaved = true;
@@ -107,7 +107,7 @@ struct DecodeCase {
                     " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) +
                     " bs=" + std::to_string(bs) + " B=" + std::to_string(bands) +
                     " splits=" + std::to_string(splits) +
-                    (meter ? " meter" : " nometer") + (split_max ? " split-max" : "") +
+                    (meter ? " meter" : " nometer") + " " + meter::TierBFormName(form) +
                     (exact_every > 0 ? " exact_every=" + std::to_string(exact_every) : "") +
                     (outliers > 0 ? " outliers=" + std::to_string(outliers) : "") + " ctx=";
     for (auto c : ctx) s += std::to_string(c) + ",";
@@ -218,7 +218,7 @@ class Problem {
     a.layer = kLayer;
     a.dither_seed = kSeed;
     a.delta_loc = c_.delta;
-    a.tier_b_split_max = c_.split_max;
+    a.tier_b_form = c_.form;
     a.meter = c_.meter;
     a.num_splits = c_.splits;
     a.kernel = c_.kernel;
@@ -503,9 +503,9 @@ class Problem {
           opt.num_splits = g.splits;
           opt.meter = c_.meter;
           opt.delta_loc = c_.delta;
-          if (c_.split_max && mma) {
-            opt.tier_b_split_max = true;
-            opt.split_tokens = SplitTokens(S, g.splits);  // the bound depends on the cut
+          if (mma) {  // the other kernels keep the per-token form
+            opt.tier_b_form = c_.form;
+            if (c_.form == meter::TierBForm::kSplitMax) opt.split_tokens = SplitTokens(S, g.splits);  // the bound depends on the cut
           }
           std::vector<float> out(d);
           MeteredAttentionResult res;
@@ -797,10 +797,10 @@ TEST(MeteredDecodeCuda, TensorCoreSmallMatchesCpu) {
   }
 }
 
-// Tier B's split-max form on the tensor-core kernel against the CPU reference with the same
-// cuts, and never below the per-token form the same kernel computes on the same inputs. Small
-// enough for the sanitizer filter.
-TEST(MeteredDecodeCuda, TensorCoreSplitMaxSmallMatchesCpu) {
+// Tier B's scale-only and split-max forms on the tensor-core kernel against the CPU reference
+// with the same cuts; on the same inputs neither falls below the per-token form the same kernel
+// computes, and scale-only never above split-max. Small enough for the sanitizer filter.
+TEST(MeteredDecodeCuda, TensorCoreTierBFormsSmallMatchesCpu) {
   WITCERT_SKIP_WITHOUT_GPU();
   int seed = 60;
   for (int32_t group : {1, 4}) {
@@ -816,28 +816,41 @@ TEST(MeteredDecodeCuda, TensorCoreSplitMaxSmallMatchesCpu) {
       c.key_scale = adversarial ? 40.0f : 4.0f;
       c.kernel = 3;
       c.seed = seed++;
-      DecodeOutcome tokenwise, split_max;
+      DecodeOutcome tokenwise, scale_only, split_max;
       RunCase(c, &tokenwise);
-      c.split_max = true;
+      c.form = meter::TierBForm::kScaleOnly;
+      RunCase(c, &scale_only);
+      c.form = meter::TierBForm::kSplitMax;
       RunCase(c, &split_max);
+      ASSERT_EQ(tokenwise.cert.size(), scale_only.cert.size());
       ASSERT_EQ(tokenwise.cert.size(), split_max.cert.size());
-      int below = 0, looser = 0;
+      auto below = [](const meter::CertBound& lo, const meter::CertBound& hi) {  // hi < lo beyond rounding
+        return hi.tv < lo.tv * (1.0f - 1e-5f) || hi.v_resid_sum < lo.v_resid_sum * (1.0f - 1e-5f);
+      };
+      int scale_below = 0, split_below = 0, split_below_scale = 0, scale_looser = 0, split_looser = 0;
       for (size_t i = 0; i < tokenwise.cert.size(); ++i) {
-        const meter::CertBound &t = tokenwise.cert[i], &m = split_max.cert[i];
-        if (m.tv < t.tv * (1.0f - 1e-5f) || m.v_resid_sum < t.v_resid_sum * (1.0f - 1e-5f)) ++below;
-        if (m.tv > t.tv * 1.01f) ++looser;
+        const meter::CertBound &t = tokenwise.cert[i], &u = scale_only.cert[i], &m = split_max.cert[i];
+        scale_below += below(t, u);
+        split_below += below(t, m);
+        split_below_scale += below(u, m);
+        scale_looser += u.tv > t.tv * 1.01f;
+        split_looser += m.tv > t.tv * 1.01f;
+        EXPECT_EQ(tokenwise.out[i * c.d], scale_only.out[i * c.d]) << "the meter never reaches the output";
         EXPECT_EQ(tokenwise.out[i * c.d], split_max.out[i * c.d]) << "the meter never reaches the output";
       }
-      EXPECT_EQ(below, 0) << "split-max fell below the per-token form";
-      std::printf("[ measured ] split-max G=%d adversarial=%d: %d of %zu cells > 1.01x the per-token TV bound\n",
-                  group, adversarial ? 1 : 0, looser, tokenwise.cert.size());
+      EXPECT_EQ(scale_below, 0) << "scale-only fell below the per-token form";
+      EXPECT_EQ(split_below, 0) << "split-max fell below the per-token form";
+      EXPECT_EQ(split_below_scale, 0) << "split-max fell below the scale-only form";
+      std::printf("[ measured ] G=%d adversarial=%d: of %zu cells, %d scale-only and %d split-max > 1.01x the "
+                  "per-token TV bound\n",
+                  group, adversarial ? 1 : 0, tokenwise.cert.size(), scale_looser, split_looser);
     }
   }
 }
 
 // Stage (128 tokens) and block edges, block sizes, both RoPE pairings, forced and heuristic
 // splits, logit magnitudes up to the hundreds, adversarial rows; soundness against the truth.
-// int8-dither (Tier B on) on every other pair of cases.
+// int8-dither (Tier B on) on every other pair of cases, its three Tier B forms in turn.
 TEST(MeteredDecodeCuda, TensorCoreSweep) {
   WITCERT_SKIP_WITHOUT_GPU();
   int seed = 500;
@@ -848,6 +861,7 @@ TEST(MeteredDecodeCuda, TensorCoreSweep) {
         const bool dither = (seed / 2) % 2 == 1;  // pairings and adversarial rows alternate faster
         c.scheme = dither ? KvScheme::kInt8Dither : KvScheme::kInt8Rtn;
         c.delta = dither ? 1e-6 : 0.0;
+        if (dither) c.form = static_cast<meter::TierBForm>((seed / 4) % 3);
         c.d = 128;
         c.group = 4;
         c.hkv = 2;

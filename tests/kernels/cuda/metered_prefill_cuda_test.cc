@@ -44,12 +44,13 @@ struct PrefillCase {
   bool adversarial = false;
   bool interleaved = true;
   double delta = 0.0;  // int8-dither: Tier B's δ_loc (0: Tier A only)
+  meter::TierBForm form = meter::TierBForm::kPerToken;  // Tier B's form (MeteredPrefillCudaArgs::tier_b_form)
   uint32_t seed = 1;
   std::string Name() const {
     return std::string(SchemeInfo(scheme).name) + " G=" + std::to_string(group) + " Hkv=" + std::to_string(hkv) + " bs=" + std::to_string(bs) +
            " start=" + std::to_string(start) + " rows=" + std::to_string(rows) + (meter ? " meter" : " nometer") +
            " kscale=" + std::to_string(key_scale) + (adversarial ? " adversarial" : "") +
-           (delta > 0 ? " delta=" + std::to_string(delta) : "");
+           (delta > 0 ? " delta=" + std::to_string(delta) + " " + meter::TierBFormName(form) : "");
   }
 };
 
@@ -182,6 +183,7 @@ void RunCase(const PrefillCase& c) {
   a.layer = kLayer;  // int8-dither's hash (and kivi2's exact table, below)
   a.dither_seed = kSeed;
   a.delta_loc = c.delta;
+  a.tier_b_form = c.form;
   if (L.group_keys()) {
     a.exact_slot = dslot.get();
     a.exact_kv = dexact.get();
@@ -258,6 +260,7 @@ void RunCase(const PrefillCase& c) {
         opt.num_splits = 1;
         opt.meter = c.meter;
         opt.delta_loc = c.delta;
+        opt.tier_b_form = c.form;  // split-max: one split, the kernel's row context
         std::vector<float> out(kD);
         MeteredAttentionResult res;
         MeteredAttention(in, qr, opt, out.data(), &res);
@@ -388,6 +391,21 @@ TEST(MeteredPrefillCuda, Int8DitherMatchesCpu) {
     PrefillCase c = CaseOf(KvScheme::kInt8Dither, d.shape, 31 + static_cast<uint32_t>(d.shape.start));
     c.delta = d.delta;
     RunCase(c);
+  }
+}
+
+// int8-dither in Tier B's scale-only and split-max forms (split-max: one split per row), small
+// enough for the sanitizer filter.
+TEST(MeteredPrefillCuda, Int8DitherTierBFormsSmallMatchesCpu) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  for (meter::TierBForm form : {meter::TierBForm::kScaleOnly, meter::TierBForm::kSplitMax}) {
+    for (Shape s : {Shape{4, 2, 16, 45, 22, 1.0f, true, false}, Shape{1, 2, 16, 5, 65, 1.0f, true},
+                    Shape{4, 2, 16, 200, 40, 6.0f, true, true, true}}) {
+      PrefillCase c = CaseOf(KvScheme::kInt8Dither, s, 51 + static_cast<uint32_t>(s.start));
+      c.delta = 0.01;
+      c.form = form;
+      RunCase(c);
+    }
   }
 }
 

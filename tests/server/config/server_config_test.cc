@@ -41,10 +41,16 @@ TEST(ServerConfig, EmbeddedDefaultParsesAndMatchesBuiltInDefaults) {
 TEST(ServerConfig, TierBForm) {
   absl::StatusOr<ServerConfig> c = ParseServerConfig(R"({"gate": {"tier_b_form": "split-max"}})");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->engine.gate.tier_b_split_max);
+  EXPECT_EQ(c->engine.gate.tier_b_form, meter::TierBForm::kSplitMax);
+  c = ParseServerConfig(R"({"gate": {"tier_b_form": "scale-only"}})", *c);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.gate.tier_b_form, meter::TierBForm::kScaleOnly);
+  c = ParseServerConfig(R"({"gate": {}})", *c);  // absent: the base's form
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.gate.tier_b_form, meter::TierBForm::kScaleOnly);
   c = ParseServerConfig(R"({"gate": {"tier_b_form": "per-token"}})", *c);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_FALSE(c->engine.gate.tier_b_split_max);
+  EXPECT_EQ(c->engine.gate.tier_b_form, meter::TierBForm::kPerToken);
 }
 
 TEST(ServerConfig, EmptyObjectKeepsBase) {
@@ -86,7 +92,7 @@ TEST(ServerConfig, BadValuesNameTheirPath) {
   ExpectError(R"({"http": {"port": 70000}})", "http.port", "out of range");
   ExpectError(R"({"gate": {"tv_threshold": 1.5}})", "gate.tv_threshold", "out of range");
   ExpectError(R"({"gate": {"mode": "maybe"}})", "gate.mode", "maybe");
-  ExpectError(R"({"gate": {"tier_b_form": "max"}})", "gate.tier_b_form", "per-token, split-max");
+  ExpectError(R"({"gate": {"tier_b_form": "max"}})", "gate.tier_b_form", "per-token, scale-only, split-max");
   ExpectError(R"({"log": {"level": "loud"}})", "log.level", "loud");
   ExpectError(R"({"metrics": {"cert_labels": "per_cell"}})", "metrics.cert_labels", "per_cell");
   ExpectError(R"({"http": {"threads": 0}})", "http.threads", "out of range");
