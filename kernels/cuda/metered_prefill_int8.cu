@@ -164,7 +164,9 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
         CpAsync16(&st.vc[ld_t][c * 16], P.kv.v_codes + vec * kD + c * 16, ok);
       }
       prefill::IssueScales(st.ks, st.vs, P.kv, vec, ld_t, ld_p, ok);
-      if constexpr (METER) prefill::IssueWitnesses(st.kw, st.ku, st.vsum, P.kv, vec, ld_t, ld_p, ok);
+      if constexpr (METER) {
+        prefill::IssueWitnesses<meter::TierBFormReadsKeyWitness(FORM)>(st.kw, st.ku, st.vsum, P.kv, vec, ld_t, ld_p, ok);
+      }
     }
     CpAsyncCommit();
   };

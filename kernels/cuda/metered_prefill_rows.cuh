@@ -200,11 +200,13 @@ CudaStatus LaunchWithSmem(Kernel kernel, size_t smem, dim3 grid, cudaStream_t st
 // zero-fills otherwise), by loader part ld_p, each from the first token of its 16-byte run (runs
 // never cross a block: block_size ≥ 8): K band codes of 2 tokens (part 0), value summaries of 4 and
 // K band units of 8 (part 1).
+// KEY_WITNESS false (Tier B's scale-only and split-max forms): the value summaries only.
+template <bool KEY_WITNESS = true>
 __device__ __forceinline__ void IssueWitnesses(uint8_t (*kw)[kBands], uint16_t* ku, uint32_t* vsum,
                                                const PagedKvLayer& kv, int64_t vec, int ld_t, int ld_p, bool ok) {
-  if (ld_p == 0 && (ld_t & 1) == 0) cuda_copy::CpAsync16(kw[ld_t], kv.k_witness + vec * kBands, ok);
+  if (KEY_WITNESS && ld_p == 0 && (ld_t & 1) == 0) cuda_copy::CpAsync16(kw[ld_t], kv.k_witness + vec * kBands, ok);
   if (ld_p == 1 && (ld_t & 3) == 0) cuda_copy::CpAsync16(&vsum[ld_t], kv.v_summary + vec * 2, ok);
-  if (ld_p == 1 && (ld_t & 7) == 0) cuda_copy::CpAsync16(&ku[ld_t], kv.k_witness_unit + vec, ok);
+  if (KEY_WITNESS && ld_p == 1 && (ld_t & 7) == 0) cuda_copy::CpAsync16(&ku[ld_t], kv.k_witness_unit + vec, ok);
 }
 
 // The bf16 K and V scales of tile token ld_t (scaled schemes), by loader parts 2 (K) and 3 (V), one

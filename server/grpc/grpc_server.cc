@@ -39,7 +39,8 @@ void FillSampling(const v1::SamplingOptions& in, const SamplingParams& defaults,
 }
 
 absl::Status FillGate(const v1::GateOverride& in, Request* out) {
-  if (in.mode().empty() && !in.has_tv_threshold() && !in.has_v_threshold() && !in.has_delta())
+  if (in.mode().empty() && !in.has_tv_threshold() && !in.has_v_threshold() && !in.has_delta() &&
+      in.tier_b_form().empty())
     return absl::OkStatus();
   GatePolicy tighter = LoosestGatePolicy();  // fields the request leaves unset
   if (!in.mode().empty()) {
@@ -52,8 +53,20 @@ absl::Status FillGate(const v1::GateOverride& in, Request* out) {
   if (in.has_tv_threshold()) tighter.tv_threshold = in.tv_threshold();
   if (in.has_v_threshold()) tighter.v_threshold = in.v_threshold();
   if (in.has_delta()) tighter.delta_req = in.delta();
+  if (!in.tier_b_form().empty()) {
+    auto form = ParseTierBForm(in.tier_b_form());
+    if (!form.ok()) return form.status();
+    tighter.tier_b_form = *form;
+  }
   out->gate = tighter;
   return absl::OkStatus();
+}
+
+// The policy the engine will run the request under (Engine::Submit tightens its own by the
+// request's override the same way), for the risk report.
+GatePolicy RequestPolicy(const Engine& engine, const Request& request) {
+  const GatePolicy base = engine.policy();
+  return request.gate ? Tighten(base, *request.gate) : base;
 }
 
 void FillCell(const CellRecord& c, v1::CertificateCell* out) {
@@ -69,8 +82,8 @@ void FillCell(const CellRecord& c, v1::CertificateCell* out) {
   out->set_tier(c.tier == 'B' ? v1::CERTIFICATE_TIER_B : v1::CERTIFICATE_TIER_A);
 }
 
-void FillFinish(const RequestEvent& e, const EngineConfig& config, GateMode mode,
-                v1::Finish* out) {
+// `policy`: the one the request ran under (the server's, tightened by the request's override).
+void FillFinish(const RequestEvent& e, const EngineConfig& config, const GatePolicy& policy, v1::Finish* out) {
   out->set_finish_reason(FinishReasonName(e.finish_reason));
   out->mutable_usage()->set_prompt_tokens(e.usage.prompt_tokens);
   out->mutable_usage()->set_completion_tokens(e.usage.completion_tokens);
@@ -80,9 +93,9 @@ void FillFinish(const RequestEvent& e, const EngineConfig& config, GateMode mode
   v1::RiskReport* risk = out->mutable_risk();
   risk->set_k_scheme(config.kv.k_scheme);
   risk->set_v_scheme(config.kv.v_scheme);
-  risk->set_gate_mode(GateModeName(mode));
+  risk->set_gate_mode(GateModeName(policy.mode));
   risk->set_delta_spent(r.delta_spent);
-  risk->set_tier_b_form(meter::TierBFormName(config.gate.tier_b_form));
+  risk->set_tier_b_form(meter::TierBFormName(policy.tier_b_form));
   risk->set_cells(r.cells);
   risk->set_coverage(r.coverage);
   risk->set_max_tv_before(r.max_tv_before);
@@ -128,6 +141,7 @@ class InferenceService final : public v1::Inference::Service {
     }
     FillSampling(in->sampling(), engine_.sampling_defaults, &request);
     if (absl::Status s = FillGate(in->gate(), &request); !s.ok()) return ToGrpcStatus(s);
+    const GatePolicy policy = RequestPolicy(*engine_.engine, request);
     request.emit_cells = in->emit_certificates();
     const std::string id = request.id;
     auto stream = engine_.engine->Submit(std::move(request));
@@ -153,7 +167,7 @@ class InferenceService final : public v1::Inference::Service {
         if (!event->status.ok()) return ToGrpcStatus(event->status);
         if (event->finish_reason == FinishReason::kCancelled)
           return {::grpc::StatusCode::CANCELLED, "the request was cancelled"};
-        FillFinish(*event, config_, engine_.engine->policy().mode, out.mutable_finish());
+        FillFinish(*event, config_, policy, out.mutable_finish());
         writer->Write(out);
         return ::grpc::Status::OK;
       }
@@ -174,6 +188,7 @@ class InferenceService final : public v1::Inference::Service {
     request.prompt = engine_.tokenizer->Encode(engine_.chat_template.Apply(messages, true), true);
     FillSampling(in->sampling(), engine_.sampling_defaults, &request);
     if (absl::Status s = FillGate(in->gate(), &request); !s.ok()) return ToGrpcStatus(s);
+    const GatePolicy policy = RequestPolicy(*engine_.engine, request);
     out->set_request_id(request.id);
     auto stream = engine_.engine->Submit(std::move(request));
     if (!stream.ok()) return ToGrpcStatus(stream.status());
@@ -190,7 +205,7 @@ class InferenceService final : public v1::Inference::Service {
       if (event->finish_reason == FinishReason::kCancelled)
         return {::grpc::StatusCode::CANCELLED, "the request was cancelled"};
       out->set_text(text);
-      FillFinish(*event, config_, engine_.engine->policy().mode, out->mutable_finish());
+      FillFinish(*event, config_, policy, out->mutable_finish());
       return ::grpc::Status::OK;
     }
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/gate/gate_policy.h"
 
 namespace witcert::http {
 namespace {
@@ -263,9 +264,14 @@ bool ParseGate(const json& body, GenerationRequest* out, Fields& f) {
         return f.Fail("'witcert.pagein_budget' must be an integer in [0, 1048576]", param);
       }
       out->gate.pagein_budget = static_cast<int32_t>(v.get<int64_t>());
+    } else if (key == "tier_b_form") {
+      if (!v.is_string() || !ParseTierBForm(v.get<std::string>()).ok()) {
+        return f.Fail("'witcert.tier_b_form' must be one of per-token, scale-only, split-max", param);
+      }
+      out->gate.tier_b_form = v.get<std::string>();
     } else {
       return f.Fail(absl::StrCat("unknown field '", param,
-                                 "' (gate, tv_threshold, v_threshold, delta, pagein_budget)"),
+                                 "' (gate, tv_threshold, v_threshold, delta, pagein_budget, tier_b_form)"),
                     param);
     }
   }

@@ -28,8 +28,9 @@ struct GateRequest {
   std::optional<double> v_threshold;
   std::optional<double> delta;
   std::optional<int32_t> pagein_budget;
+  std::optional<std::string> tier_b_form;  // "per-token" | "scale-only" | "split-max" (validated)
   bool any() const {
-    return mode || tv_threshold || v_threshold || delta || pagein_budget;
+    return mode || tv_threshold || v_threshold || delta || pagein_budget || tier_b_form;
   }
 };
 

@@ -38,6 +38,9 @@ GatePolicy MakeGateRequest(const GateRequest& r, const GatePolicy& base) {
   if (r.v_threshold) p.v_threshold = static_cast<float>(*r.v_threshold);
   if (r.delta) p.delta_req = *r.delta;
   if (r.pagein_budget) p.pagein_budget_per_step = *r.pagein_budget;
+  if (r.tier_b_form) {
+    if (absl::StatusOr<meter::TierBForm> form = ParseTierBForm(*r.tier_b_form); form.ok()) p.tier_b_form = *form;
+  }
   return p;
 }
 

@@ -150,6 +150,24 @@ def test_sampling_extras(grpc_server, stubs):
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_gate_override_shows_in_the_risk_report(grpc_server, stubs):
+    """The risk report names the policy the request ran under: the server's (observe, per-token)
+    tightened by the request's override. A looser Tier B form is ignored; an unknown one is
+    INVALID_ARGUMENT."""
+    pb, pb_grpc = stubs
+    stub = pb_grpc.InferenceStub(grpc_server)
+    reply = stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="hi")],
+                                     sampling=pb.SamplingOptions(temperature=0.0, max_tokens=2),
+                                     gate=pb.GateOverride(mode="repair", tier_b_form="split-max")), timeout=60)
+    assert reply.finish.risk.gate_mode == "repair"
+    assert reply.finish.risk.tier_b_form == "per-token"
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="hi")],
+                                 sampling=pb.SamplingOptions(max_tokens=2),
+                                 gate=pb.GateOverride(tier_b_form="loose")), timeout=60)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_status_codes_map_from_the_engine(grpc_server, stubs):
     pb, pb_grpc = stubs
     stub = pb_grpc.InferenceStub(grpc_server)

@@ -90,3 +90,21 @@ def test_reload_switches_the_tier_b_form(make_server):
         status, body = s.post("/v1/chat/completions",
                               {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert status == 200 and json.loads(body)["witcert"]["tier_b_form"] == form
+    # A request may tighten the form, never loosen it: under split-max it can ask for scale-only;
+    # under scale-only its split-max is ignored.
+    status, body = s.post("/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                           "witcert": {"tier_b_form": "scale-only"}})
+    assert status == 200 and json.loads(body)["witcert"]["tier_b_form"] == "scale-only"
+    c = config_with(0.05)
+    c["gate"]["tier_b_form"] = "scale-only"
+    s.write_config(c)
+    assert s.post("/admin/reload", {})[0] == 200
+    status, body = s.post("/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                           "witcert": {"tier_b_form": "split-max"}})
+    assert status == 200 and json.loads(body)["witcert"]["tier_b_form"] == "scale-only"
+    status, body = s.post("/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                           "witcert": {"tier_b_form": "loose"}})
+    assert status == 400 and json.loads(body)["error"]["param"] == "witcert.tier_b_form"

@@ -278,6 +278,11 @@ TEST(OpenAiRequest, WitcertGateOverride) {
   ExpectRejected(Chat(R"("witcert": {"tv_threshold": "low"})"), "witcert.tv_threshold");
   ExpectRejected(Chat(R"("witcert": {"bogus": 1})"), "witcert.bogus");
   ExpectRejected(Chat(R"("witcert": 1)"), "witcert");
+  r = ParseOk(Chat(R"("witcert": {"tier_b_form": "scale-only"})"));
+  ASSERT_TRUE(r.gate.any());
+  EXPECT_EQ(r.gate.tier_b_form, "scale-only");
+  ExpectRejected(Chat(R"("witcert": {"tier_b_form": "max"})"), "witcert.tier_b_form");
+  ExpectRejected(Chat(R"("witcert": {"tier_b_form": 1})"), "witcert.tier_b_form");
 }
 
 TEST(OpenAiRequest, MalformedBodies) {
