@@ -326,7 +326,9 @@ void MeteredSplit(const MeteredHeadInputs& in, const MeteredQuery& mq, const Met
   for (int64_t t = 0; t < n; ++t) m = meter::MaxAcc(m, lg[t]);
   if (meter) {
     // ε̂_t: the Tier A band bound (0 for exact rows), capped by Tier B's u_t where available.
-    const float* kw = in.k_witness != nullptr ? in.k_witness + begin * nb : nullptr;
+    // Tier B's scale-only and split-max forms take u_t alone: no Tier A bound to compute.
+    const bool tier_a = !(tier_b_only && mq.tier_b_coef > 0.0f);
+    const float* kw = in.k_witness != nullptr && tier_a ? in.k_witness + begin * nb : nullptr;
     int64_t t = 0;
 #ifdef __AVX2__
     if (kw != nullptr && nb == 8) {
