@@ -58,9 +58,10 @@ inline bool MeterOn(const ForwardItem& item) {
 inline bool RepairOn(const ForwardItem& item) {
   return item.policy != nullptr && item.policy->mode == GateMode::kRepair;
 }
-// The form of the item's Tier B cells (GatePolicy::tier_b_form; per-token without a policy).
+// The form of the item's Tier B cells (GatePolicy::tier_b_form): per-token where the meter is off,
+// so unmetered items never differ by it.
 inline meter::TierBForm TierBFormOf(const ForwardItem& item) {
-  return item.policy != nullptr ? item.policy->tier_b_form : meter::TierBForm::kPerToken;
+  return MeterOn(item) ? item.policy->tier_b_form : meter::TierBForm::kPerToken;
 }
 
 struct ForwardResult {

@@ -240,7 +240,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
     }
     const bool meter = MeterOn(item);
     const double delta = meter ? item.delta_loc : 0.0;
-    const meter::TierBForm form = meter ? TierBFormOf(item) : meter::TierBForm::kPerToken;
+    const meter::TierBForm form = TierBFormOf(item);
     if (groups.empty() || groups.back().meter != meter || groups.back().delta_loc != delta ||
         groups.back().tier_b_form != form) {
       groups.push_back(DecodeGroup{.first_row = s, .meter = meter, .delta_loc = delta, .tier_b_form = form});
@@ -470,7 +470,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.layer = layer;
         a.dither_seed = dither_seed_;  // int8-dither: the write path's hash, and Tier B's δ_loc
         a.delta_loc = meter ? batch[b].delta_loc : 0.0;
-        a.tier_b_form = meter ? TierBFormOf(batch[b]) : meter::TierBForm::kPerToken;
+        a.tier_b_form = TierBFormOf(batch[b]);
         if (staged_ != nullptr) {  // kivi2: the chunk's unfilled blocks are read exact
           a.exact_slot = exact_.slot.get();
           a.exact_kv = exact_.kv.get();
