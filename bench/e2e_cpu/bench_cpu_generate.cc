@@ -1,6 +1,8 @@
 // Single-stream prefill and decode speed of the CPU engine, printed as one JSON line.
 //
 //   bench_cpu_generate MODEL PROMPT_TOKENS DECODE_TOKENS THREADS [KV_SCHEME] [GATE] [STREAMS]
+//                      [TIER_B_FORM]
+// TIER_B_FORM (per-token, scale-only, split-max: gate.tier_b_form) matters for int8-dither only.
 // The prompt is PROMPT_TOKENS copies of a fixed token sequence; decoding is greedy with EOS
 // ignored so every run generates exactly DECODE_TOKENS. Prefill tok/s = prompt / time to first
 // token; decode tok/s = (DECODE_TOKENS − 1) / (time from first to last token).
@@ -24,7 +26,7 @@ int main(int argc, char** argv) {
   if (argc < 5) {
     std::fprintf(stderr,
                  "usage: %s MODEL PROMPT_TOKENS DECODE_TOKENS THREADS [KV_SCHEME] [GATE] "
-                 "[STREAMS]\n",
+                 "[STREAMS] [TIER_B_FORM]\n",
                  argv[0]);
     return 2;
   }
@@ -43,6 +45,14 @@ int main(int argc, char** argv) {
     config.gate.mode = *mode;
   }
   const int streams = argc > 7 ? std::max(1, std::atoi(argv[7])) : 1;
+  if (argc > 8) {
+    auto form = ParseTierBForm(argv[8]);
+    if (!form.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(form.status().message()).c_str());
+      return 2;
+    }
+    config.gate.tier_b_form = *form;
+  }
   config.scheduler.max_batched_tokens = std::max(512, prompt_tokens);
   auto loaded = LoadEngine(config);
   if (!loaded.ok()) {
@@ -108,11 +118,12 @@ int main(int argc, char** argv) {
   const double ttft = std::chrono::duration<double>(first - start).count();
   const double decode_s = std::chrono::duration<double>(last - first).count();
   std::printf(
-      "{\"engine\": \"witcert\", \"threads\": %d, \"kv\": \"%s\", \"gate\": \"%s\", "
+      "{\"engine\": \"witcert\", \"threads\": %d, \"kv\": \"%s\", \"gate\": \"%s\", \"tier_b_form\": \"%s\", "
       "\"streams\": %d, \"prompt_tokens\": %zu, \"decode_tokens\": %lld, "
       "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"cells\": %lld, "
       "\"coverage\": %.4f}\n",
-      config.threads, config.kv.k_scheme.c_str(), GateModeName(config.gate.mode), streams,
+      config.threads, config.kv.k_scheme.c_str(), GateModeName(config.gate.mode),
+      meter::TierBFormName(config.gate.tier_b_form), streams,
       prompt_len, static_cast<long long>(tokens), streams * prompt_len / ttft,
       after_first / decode_s, static_cast<long long>(cells), coverage);
   return 0;
