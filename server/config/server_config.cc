@@ -170,7 +170,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
   try {
     root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true,
                        /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double's
     return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", e.what()));
   }
   if (!root.is_object()) {

@@ -311,6 +311,9 @@ bool ParseJsonObject(std::string_view body, nlohmann::json* out, ApiError* error
     *error = InvalidRequest(
         absl::StrFormat("the request body is not valid JSON (at byte %d): %s", e.byte, e.what()));
     return false;
+  } catch (const json::exception& e) {  // e.g. out_of_range.406: a number beyond double's range
+    *error = InvalidRequest(absl::StrCat("the request body is not valid JSON: ", e.what()));
+    return false;
   }
   if (!out->is_object()) {
     *error = InvalidRequest(absl::StrCat("the request body must be a JSON object, got ",

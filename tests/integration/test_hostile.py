@@ -51,7 +51,8 @@ def assert_healthy(server):
     assert status == 200, body
 
 
-@pytest.mark.parametrize("body", [b"{", b"not json", b"[]", b'{"messages": [}', b"", b"\x00\x01"])
+@pytest.mark.parametrize("body", [b"{", b"not json", b"[]", b'{"messages": [}', b"", b"\x00\x01",
+                                  b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e400}'])
 def test_malformed_json(server, body):
     status, resp = post_raw(server, body)
     assert_openai_error(status, resp, 400)

@@ -73,6 +73,13 @@ TEST(ServerConfig, CommentsAreAllowed) {
   EXPECT_FLOAT_EQ(c->engine.gate.tv_threshold, 0.02f);
 }
 
+TEST(ServerConfig, NumbersBeyondDoubleAreAnErrorNotAThrow) {
+  absl::StatusOr<ServerConfig> c = ParseServerConfig(R"({"gate": {"delta": 1e400}})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("not valid JSON"), std::string::npos) << c.status();
+}
+
 TEST(ServerConfig, UnknownKeysNameTheirPath) {
   ExpectError(R"({"htp": {}})", "htp", "unknown key");
   ExpectError(R"({"gate": {"tv_treshold": 0.1}})", "gate.tv_treshold", "unknown key");

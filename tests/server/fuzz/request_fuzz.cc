@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "engine/gate/gate_policy.h"
 #include "server/http/openai_request.h"
 
 namespace {
@@ -37,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       Check(out.n >= 1 && out.n * std::max<size_t>(1, out.prompts.size()) <= kMaxChoicesPerResponse);
       Check(out.stop.min_tokens >= 0 && out.stop.min_tokens <= out.stop.max_tokens);
+      Check(!out.gate.tier_b_form || witcert::ParseTierBForm(*out.gate.tier_b_form).ok());
     } else {
       Check(error.http_status >= 400 && error.http_status < 500);
       Check(!error.message.empty());

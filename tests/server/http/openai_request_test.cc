@@ -289,7 +289,9 @@ TEST(OpenAiRequest, MalformedBodies) {
   const std::vector<std::string> bodies = {"", "{", "nul", "[1,2]", "\"str\"",
                                            "{\"messages\": [}",
                                            "{\"messages\": \"\xff\xfe\"}",
-                                           "{\"a\": \"\xc3\"}"};
+                                           "{\"a\": \"\xc3\"}",
+                                           // numbers beyond double's range (nlohmann's out_of_range)
+                                           "{\"max_tokens\": 1e400}", "3e333333"};
   for (const std::string& body : bodies) {
     GenerationRequest out;
     ApiError error;
