@@ -15,6 +15,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libpcre2-dev prometheus curl unzip
+  clang libclang-rt-14-dev  # the libFuzzer targets scripts/test.sh builds and runs
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs WitCert's whole test suite on this machine: builds (scripts/setup.sh), fetches the
-# default model, runs every CTest test (unit, golden, property, integration) and the
-# Python integration tests that drive a real `witcert serve` with real clients.
+# default model, runs every CTest test (unit, golden, property, integration), the libFuzzer
+# targets for a fixed number of inputs (a clang build in build-fuzz/), and the Python
+# integration tests that drive a real `witcert serve` with real clients.
 #
 # The model is required here: tests that read it fail, rather than skip, when it is absent.
 # GPU tests skip cleanly when no GPU is present.
@@ -22,6 +23,32 @@ export WITCERT_BIN="$build_dir/server/witcert"
 
 jobs="${WITCERT_TEST_JOBS:-2}"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900
+
+# Coverage-guided fuzzing (libFuzzer, ASan, UBSan) of the GGUF and OpenAI request parsers: a
+# clang build of the two targets beside the main one, each run on a copy of its seed corpus
+# for a fixed number of inputs from a fixed seed (so a run is reproducible). The CTest fuzz
+# drivers above replay the corpora through the product build; this keeps the coverage-guided
+# build linking and exercised.
+fuzz_dir="${WITCERT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+if [ ! -f "$fuzz_dir/build.ninja" ]; then
+  CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DWITCERT_FUZZ=ON -DWITCERT_CUDA=OFF >/dev/null
+fi
+ninja -C "$fuzz_dir" gguf_fuzz request_fuzz >/dev/null
+fuzz_log="$fuzz_dir/fuzz.log"
+for spec in "tests/fuzz/gguf_fuzz tests/fuzz/corpus 200000" \
+            "tests/server/fuzz/request_fuzz tests/server/fuzz/corpus 50000"; do
+  read -r target seeds runs <<<"$spec"
+  corpus="$(mktemp -d)"
+  cp "$root/$seeds"/* "$corpus"/
+  if ! (cd "$corpus" && "$fuzz_dir/$target" -seed=1 -runs="$runs" -rss_limit_mb=4096 "$corpus" >"$fuzz_log" 2>&1); then
+    tail -40 "$fuzz_log"
+    echo "fuzzing failed: $target (reproducer in $corpus)" >&2
+    exit 1
+  fi
+  echo "fuzzed $target: $(grep -E '^Done' "$fuzz_log")"
+  rm -rf "$corpus"
+done
 
 if [ -d "$root/tests/integration" ] && ls "$root"/tests/integration/test_*.py >/dev/null 2>&1; then
   "$root/scripts/python_env.sh"
