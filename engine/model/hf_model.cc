@@ -52,12 +52,14 @@ class ConfigReader {
   absl::StatusOr<float> PositiveFloat(const char* key, float fallback) const {
     if (!Has(key)) return fallback;
     const Json& v = j_[key];
-    if (!v.is_number() || !(v.get<double>() > 0.0) ||
-        !std::isfinite(static_cast<float>(v.get<double>()))) {
+    // The range test comes before the conversion: a double beyond float's range has no float
+    // value (converting it is undefined behaviour, not inf).
+    const double d = v.is_number() ? v.get<double>() : 0.0;
+    if (!v.is_number() || !(d > 0.0) || !(d <= std::numeric_limits<float>::max())) {
       return absl::InvalidArgumentError(absl::StrCat(Av(where_), ": \"", key, "\" = ", v.dump(),
-                                                     " is not a positive finite number"));
+                                                     " is not a positive finite float"));
     }
-    return static_cast<float>(v.get<double>());
+    return static_cast<float>(d);
   }
 
   absl::StatusOr<bool> Bool(const char* key, bool fallback) const {

@@ -183,6 +183,9 @@ TEST(HfConfigTest, ClearErrors) {
        absl::StatusCode::kInvalidArgument, "hidden_size"},
       {Config(R"(,"num_key_value_heads":3)"), absl::StatusCode::kInvalidArgument, "multiple"},
       {Config(R"(,"vocab_size":-5)"), absl::StatusCode::kInvalidArgument, "vocab_size"},
+      // Beyond float's range (a duplicate key: the last one counts).
+      {Config(R"(,"rms_norm_eps":1e39)"), absl::StatusCode::kInvalidArgument, "rms_norm_eps"},
+      {Config(R"(,"rope_theta":1e300)"), absl::StatusCode::kInvalidArgument, "rope_theta"},
       {"[1,2]", absl::StatusCode::kInvalidArgument, "JSON object"},
   };
   for (const Case& c : cases) {
