@@ -226,10 +226,31 @@ absl::StatusOr<std::string> HfPreTokenizerName(std::string_view pre_tokenizer_js
   const Json j = Json::parse(pre_tokenizer_json.begin(), pre_tokenizer_json.end(), nullptr,
                              /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("pre_tokenizer is not JSON");
-  return PreTokenizerName(j, "tokenizer.json");
+  try {
+    return PreTokenizerName(j, "tokenizer.json");
+  } catch (const Json::exception& e) {  // a field of an unexpected JSON type (see below)
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: pre_tokenizer: ", e.what()));
+  }
 }
 
+namespace {
+absl::StatusOr<std::unique_ptr<Tokenizer>> BuildHfTokenizer(const HfTokenizerFiles& files);
+}  // namespace
+
+// The readers test the shapes they rely on, but nlohmann's value(key, default) throws when the
+// key holds another JSON type than the default's (found by tests/fuzz/hf_tokenizer_fuzz:
+// "model": {"type": [...]}), as get<T>() does: any such field of a corrupt file ends here as an
+// error naming the file, never an exception out of the loader.
 absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenizerFiles& files) {
+  try {
+    return BuildHfTokenizer(files);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(files.where, ": tokenizer files: ", e.what()));
+  }
+}
+
+namespace {
+absl::StatusOr<std::unique_ptr<Tokenizer>> BuildHfTokenizer(const HfTokenizerFiles& files) {
   const std::string where = absl::StrCat(files.where, "/tokenizer.json");
   if (files.tokenizer_json.empty()) {
     return absl::NotFoundError(absl::StrCat(where, " is missing"));
@@ -434,6 +455,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenize
   return MakeBpeTokenizer(std::move(vocab));
 }
 
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& folder) {
   const std::filesystem::path dir(folder);
   HfTokenizerFiles files;
@@ -460,7 +483,7 @@ absl::StatusOr<std::string> ReadHfChatTemplate(const std::string& folder) {
       std::string first;
       for (const Json& e : t) {
         if (!e.is_object() || !e.contains("template") || !e["template"].is_string()) continue;
-        if (e.value("name", "") == "default") return e["template"].get<std::string>();
+        if (e.contains("name") && e["name"] == "default") return e["template"].get<std::string>();
         if (first.empty()) first = e["template"].get<std::string>();
       }
       return first;

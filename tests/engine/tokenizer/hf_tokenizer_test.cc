@@ -206,6 +206,18 @@ TEST(HfTokenizerTest, ClearErrors) {
   files.generation_config_json = "";
   files.tokenizer_json = nfkc.dump();
   EXPECT_TRUE(absl::IsUnimplemented(HfTokenizerFromFiles(files).status()));
+
+  // Fields of an unexpected JSON type are errors, not exceptions (nlohmann's value(key, default)
+  // throws on them; tests/fuzz/hf_tokenizer_fuzz found model.type as an array).
+  for (const char* path : {"/model/type", "/pre_tokenizer/type", "/decoder/type", "/model/ignore_merges",
+                           "/added_tokens/0/special"}) {
+    Json odd = HandMadeTokenizer({"a b"});
+    odd[Json::json_pointer(path)] = Json::array({1, 2});
+    files.tokenizer_json = odd.dump();
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t;
+    ASSERT_NO_THROW(t = HfTokenizerFromFiles(files)) << path;
+    EXPECT_FALSE(t.ok()) << path;
+  }
 }
 
 TEST(ChatTemplateTextTest, DetectsFamiliesLikeGguf) {
