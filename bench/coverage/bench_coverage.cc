@@ -111,8 +111,7 @@ int main(int argc, char** argv) {
       const bool tier_b = std::string(scheme.k) == "int8-dither";
       for (double delta : deltas) {
         // Tier B schemes in their three forms (GatePolicy::tier_b_form), side by side.
-        for (meter::TierBForm form : {meter::TierBForm::kPerToken, meter::TierBForm::kScaleOnly,
-                                      meter::TierBForm::kSplitMax}) {
+        for (meter::TierBForm form : meter::kTierBForms) {
           const bool other_form = form != meter::TierBForm::kPerToken;
           if (!tier_b && (delta != deltas[0] || other_form)) continue;
           EngineConfig config;

@@ -21,6 +21,21 @@
 
 #include "engine/runtime/loaded_engine.h"
 
+namespace {
+
+// *out = the parsed value, or the error printed and false.
+template <class T>
+bool ParsedArg(const absl::StatusOr<T>& parsed, T* out) {
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(parsed.status().message()).c_str());
+    return false;
+  }
+  *out = *parsed;
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace witcert;
   if (argc < 5) {
@@ -36,23 +51,9 @@ int main(int argc, char** argv) {
   const int decode_tokens = std::atoi(argv[3]);
   config.threads = std::atoi(argv[4]);
   if (argc > 5) config.kv.k_scheme = config.kv.v_scheme = argv[5];
-  if (argc > 6) {
-    auto mode = ParseGateMode(argv[6]);
-    if (!mode.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(mode.status().message()).c_str());
-      return 2;
-    }
-    config.gate.mode = *mode;
-  }
+  if (argc > 6 && !ParsedArg(ParseGateMode(argv[6]), &config.gate.mode)) return 2;
   const int streams = argc > 7 ? std::max(1, std::atoi(argv[7])) : 1;
-  if (argc > 8) {
-    auto form = ParseTierBForm(argv[8]);
-    if (!form.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(form.status().message()).c_str());
-      return 2;
-    }
-    config.gate.tier_b_form = *form;
-  }
+  if (argc > 8 && !ParsedArg(ParseTierBForm(argv[8]), &config.gate.tier_b_form)) return 2;
   config.scheduler.max_batched_tokens = std::max(512, prompt_tokens);
   auto loaded = LoadEngine(config);
   if (!loaded.ok()) {

@@ -54,11 +54,13 @@ absl::StatusOr<GateMode> ParseGateMode(std::string_view name) {
 }
 
 absl::StatusOr<meter::TierBForm> ParseTierBForm(std::string_view name) {
-  for (meter::TierBForm f : {meter::TierBForm::kPerToken, meter::TierBForm::kScaleOnly, meter::TierBForm::kSplitMax}) {
+  std::string names;
+  for (meter::TierBForm f : meter::kTierBForms) {
     if (name == meter::TierBFormName(f)) return f;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", meter::TierBFormName(f));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("Tier B form must be per-token, scale-only or split-max, got '", std::string(name), "'"));
+      absl::StrCat("Tier B form must be one of ", names, ", got '", std::string(name), "'"));
 }
 
 absl::Status ValidateGatePolicy(const GatePolicy& p) {

@@ -120,7 +120,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(Request request) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the engine is shutting down");
     auto seq = std::make_unique<Sequence>(next_seq_id_++, std::move(request), stream, tokenizer_);
-    seq->policy = seq->request.gate ? Tighten(policy_, *seq->request.gate) : policy_;
+    seq->policy = RequestPolicy(policy_, seq->request);
     // δ_loc = δ_req / (L · Hq · T), T = the request's decode steps (prefill chunks that read
     // the store are covered by the slack of one extra step per preemption-free chunk).
     const ModelConfig& c = backend_->config();

@@ -31,6 +31,11 @@ struct Request {
   bool emit_cells = false;  // stream per-(layer, head, step) certificate cells
 };
 
+// The policy `request` runs under when `base` is in force: base tightened by the request's gate.
+inline GatePolicy RequestPolicy(const GatePolicy& base, const Request& request) {
+  return request.gate ? Tighten(base, *request.gate) : base;
+}
+
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 const char* FinishReasonName(FinishReason reason);
 

@@ -234,22 +234,7 @@ absl::StatusOr<std::string> HfPreTokenizerName(std::string_view pre_tokenizer_js
 }
 
 namespace {
-absl::StatusOr<std::unique_ptr<Tokenizer>> BuildHfTokenizer(const HfTokenizerFiles& files);
-}  // namespace
 
-// The readers test the shapes they rely on, but nlohmann's value(key, default) throws when the
-// key holds another JSON type than the default's (found by tests/fuzz/hf_tokenizer_fuzz:
-// "model": {"type": [...]}), as get<T>() does: any such field of a corrupt file ends here as an
-// error naming the file, never an exception out of the loader.
-absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenizerFiles& files) {
-  try {
-    return BuildHfTokenizer(files);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(files.where, ": tokenizer files: ", e.what()));
-  }
-}
-
-namespace {
 absl::StatusOr<std::unique_ptr<Tokenizer>> BuildHfTokenizer(const HfTokenizerFiles& files) {
   const std::string where = absl::StrCat(files.where, "/tokenizer.json");
   if (files.tokenizer_json.empty()) {
@@ -456,6 +441,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildHfTokenizer(const HfTokenizerFil
 }
 
 }  // namespace
+
+// The readers test the shapes they rely on, but nlohmann's value(key, default) throws when the
+// key holds another JSON type than the default's (found by tests/fuzz/hf_tokenizer_fuzz:
+// "model": {"type": [...]}), as get<T>() does: any such field of a corrupt file ends here as an
+// error naming the file, never an exception out of the loader.
+absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizerFromFiles(const HfTokenizerFiles& files) {
+  try {
+    return BuildHfTokenizer(files);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(files.where, ": tokenizer files: ", e.what()));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& folder) {
   const std::filesystem::path dir(folder);

@@ -14,6 +14,9 @@ enum class TierBForm : uint8_t {
   kSplitMax = 2,   // ε̂_t = u_t, a split's A − 1 and value sums from its largest u_t and ρ_t
 };
 
+// Every form, tightest first (for parsing names and for sweeps).
+constexpr TierBForm kTierBForms[] = {TierBForm::kPerToken, TierBForm::kScaleOnly, TierBForm::kSplitMax};
+
 // Whether the form reads Tier A's key witness where Tier B applies.
 constexpr bool TierBFormReadsKeyWitness(TierBForm form) { return form == TierBForm::kPerToken; }
 

@@ -264,8 +264,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(std::string_view text, const Serv
       if (form.ok()) {
         c.engine.gate.tier_b_form = *form;
       } else {
-        r.SetError(absl::StrCat(r.KeyPath("tier_b_form"), ": '", tier_b_form,
-                                "' is not one of per-token, scale-only, split-max"));
+        r.SetError(absl::StrCat(r.KeyPath("tier_b_form"), ": ", form.status().message()));
       }
     }
   });

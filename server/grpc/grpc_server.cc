@@ -62,13 +62,6 @@ absl::Status FillGate(const v1::GateOverride& in, Request* out) {
   return absl::OkStatus();
 }
 
-// The policy the engine will run the request under (Engine::Submit tightens its own by the
-// request's override the same way), for the risk report.
-GatePolicy RequestPolicy(const Engine& engine, const Request& request) {
-  const GatePolicy base = engine.policy();
-  return request.gate ? Tighten(base, *request.gate) : base;
-}
-
 void FillCell(const CellRecord& c, v1::CertificateCell* out) {
   out->set_layer(c.layer);
   out->set_head(c.head);
@@ -141,7 +134,7 @@ class InferenceService final : public v1::Inference::Service {
     }
     FillSampling(in->sampling(), engine_.sampling_defaults, &request);
     if (absl::Status s = FillGate(in->gate(), &request); !s.ok()) return ToGrpcStatus(s);
-    const GatePolicy policy = RequestPolicy(*engine_.engine, request);
+    const GatePolicy policy = RequestPolicy(engine_.engine->policy(), request);  // as Submit takes it
     request.emit_cells = in->emit_certificates();
     const std::string id = request.id;
     auto stream = engine_.engine->Submit(std::move(request));
@@ -188,7 +181,7 @@ class InferenceService final : public v1::Inference::Service {
     request.prompt = engine_.tokenizer->Encode(engine_.chat_template.Apply(messages, true), true);
     FillSampling(in->sampling(), engine_.sampling_defaults, &request);
     if (absl::Status s = FillGate(in->gate(), &request); !s.ok()) return ToGrpcStatus(s);
-    const GatePolicy policy = RequestPolicy(*engine_.engine, request);
+    const GatePolicy policy = RequestPolicy(engine_.engine->policy(), request);  // as Submit takes it
     out->set_request_id(request.id);
     auto stream = engine_.engine->Submit(std::move(request));
     if (!stream.ok()) return ToGrpcStatus(stream.status());

@@ -51,7 +51,7 @@ TEST(GatePolicy, TightenTakesTheStricterField) {
   base.tier_b_form = TierBForm::kScaleOnly;
   EXPECT_EQ(Tighten(base, LoosestGatePolicy()).tier_b_form, TierBForm::kScaleOnly);
   base.tier_b_form = TierBForm::kPerToken;
-  for (TierBForm form : {TierBForm::kPerToken, TierBForm::kScaleOnly, TierBForm::kSplitMax}) {
+  for (TierBForm form : meter::kTierBForms) {
     const absl::StatusOr<TierBForm> parsed = ParseTierBForm(meter::TierBFormName(form));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, form);
