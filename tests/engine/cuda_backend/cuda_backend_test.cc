@@ -101,6 +101,13 @@ Pair MakePair(bool qwen, const std::string& scheme, int32_t head_dim = 64) {
   return MakePair(std::move(*m), scheme);
 }
 
+// The same step on both backends; both must succeed.
+void ForwardBoth(Pair& p, const std::vector<ForwardItem>& items, ForwardResult* rc, ForwardResult* rg) {
+  ASSERT_TRUE(p.cpu->Forward(items, rc).ok());
+  const absl::Status st = p.gpu->Forward(items, rg);
+  ASSERT_TRUE(st.ok()) << st;
+}
+
 void AddSeq(Backend& b, SeqId seq, int64_t tokens) {
   ASSERT_TRUE(b.kv_cache().AddSequence(seq).ok());
   ASSERT_TRUE(b.kv_cache().Reserve(seq, tokens).ok());
@@ -769,9 +776,7 @@ TEST_P(CudaBackendTest, Kivi2StagesUnfilledBlocksLikeCpu) {
     AddSeq(*p.gpu, sq, 96);
   }
   auto both = [&](const std::vector<ForwardItem>& items, ForwardResult* rc, ForwardResult* rg) {
-    ASSERT_TRUE(p.cpu->Forward(items, rc).ok());
-    const absl::Status st = p.gpu->Forward(items, rg);
-    ASSERT_TRUE(st.ok()) << st;
+    ForwardBoth(p, items, rc, rg);
   };
   constexpr double kRelL2 = 0.15, kAbs = 0.7;
   ForwardResult rc, rg;
@@ -853,9 +858,7 @@ void ExpectOutlierChannelsLikeCpu(bool qwen, const std::string& scheme, double r
     AddSeq(*p.gpu, sq, 96);
   }
   auto both = [&](const std::vector<ForwardItem>& items, ForwardResult* rc, ForwardResult* rg) {
-    ASSERT_TRUE(p.cpu->Forward(items, rc).ok());
-    const absl::Status st = p.gpu->Forward(items, rg);
-    ASSERT_TRUE(st.ok()) << st;
+    ForwardBoth(p, items, rc, rg);
   };
   auto cells_alike = [&](const ForwardResult& rg, const ForwardResult& rc) {
     for (size_t i = 0; i < rc.cells.size(); ++i) {

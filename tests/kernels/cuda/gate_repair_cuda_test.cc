@@ -153,6 +153,16 @@ void RunRiskCase(const RiskCase& c) {
   }
 }
 
+// Two KV heads, blocks of 16, d = 64.
+ExactUnitShape TestShape() {
+  ExactUnitShape s;
+  s.num_layers = kLayers;
+  s.num_kv_heads = 2;
+  s.block_size = 16;
+  s.head_dim = 64;
+  return s;
+}
+
 TEST(GateRepairCuda, BlockRiskMatchesCpuTokenRisk) {
   WITCERT_SKIP_WITHOUT_GPU();
   for (KvScheme s : {KvScheme::kInt8Rtn, KvScheme::kInt4Rtn, KvScheme::kFp8Scaled, KvScheme::kInt8Dither,
@@ -176,11 +186,7 @@ TEST(GateRepairCuda, BlockRiskMatchesCpuTokenRisk) {
 // then rows appended to a cached unit: every float lands where the layout says.
 TEST(GateRepairCuda, WriteThroughPageInAndCachedRows) {
   WITCERT_SKIP_WITHOUT_GPU();
-  ExactUnitShape s;
-  s.num_layers = kLayers;
-  s.num_kv_heads = 2;
-  s.block_size = 16;
-  s.head_dim = 64;
+  const ExactUnitShape s = TestShape();
   const int64_t num_blocks = 6, entries = 4, uf = s.unit_floats();
   const int64_t row = int64_t{s.num_kv_heads} * s.head_dim;
   std::mt19937 rng(5);
@@ -288,11 +294,7 @@ TEST(GateRepairCuda, WriteThroughPageInAndCachedRows) {
 // without a slot come out as skipped rows (slot −1).
 TEST(GateRepairCuda, TakeStagedBlocksGathersRowsAndClearsEntries) {
   WITCERT_SKIP_WITHOUT_GPU();
-  ExactUnitShape s;
-  s.num_layers = kLayers;
-  s.num_kv_heads = 2;
-  s.block_size = 16;
-  s.head_dim = 64;
+  const ExactUnitShape s = TestShape();
   const int32_t bs = s.block_size, d = s.head_dim, hkv = s.num_kv_heads;
   const int64_t num_blocks = 8, uf = s.unit_floats(), row = int64_t{hkv} * d;
   auto index = [&](int64_t b, int32_t layer, int32_t g) { return (b * s.num_layers + layer) * hkv + g; };
