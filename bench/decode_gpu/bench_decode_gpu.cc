@@ -5,7 +5,7 @@
 // values, and an 8k prefill per sequence is not what this measures.
 //
 // Usage: bench_decode_gpu [preset=llama-3.1-8b] [context=8192] [steps=20] [batches=1,16]
-//                         [repair] [sample] [kivi2]
+//                         [repair] [sample] [kivi2] [outliers]
 // `repair` adds the gate's repair mode on int8-rtn (the context is then also written through to
 // the pinned backing store, sized to hold it): τ = 1 (nothing flagged: the mode's fixed cost,
 // one device check and sync per layer) and τ = the median TV bound of the observe run at that
@@ -15,6 +15,8 @@
 // sampled on the device and the logits stay there. Without it the logits come back to the host.
 // `kivi2` adds kivi2 KV (2-bit, keys encoded per full block; each sequence's unfilled block is
 // staged exact, engine/backend/cuda/cuda_staged_blocks.cc) with the meter observing and off.
+// `outliers` adds int8-rtn with 4 outlier channels per (layer, KV head, side) kept exact (chosen
+// from the first filled block; decode through the first kernel's bypass variant, always metered).
 // Each Forward() includes the host packing, the logits (or token) copy back and a stream sync,
 // i.e. what the engine pays per step. Prints one markdown row per (scheme, meter, batch, CUDA
 // graphs off / on): every step's kernels launched from the host, then the step replayed as a
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/synthetic_model.h"
@@ -67,11 +70,12 @@ int Run(int argc, char** argv) {
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int warmup = 3;
   const int64_t per_seq_tokens = context + warmup + steps + 1;
-  bool with_repair = false, device_sampling = false, with_kivi2 = false;
+  bool with_repair = false, device_sampling = false, with_kivi2 = false, with_outliers = false;
   for (int i = 5; i < argc; ++i) {
     with_repair = with_repair || std::string(argv[i]) == "repair";
     device_sampling = device_sampling || std::string(argv[i]) == "sample";
     with_kivi2 = with_kivi2 || std::string(argv[i]) == "kivi2";
+    with_outliers = with_outliers || std::string(argv[i]) == "outliers";
   }
   SampleRequest greedy;  // temperature 0
   greedy.temperature = 0.0f;
@@ -80,6 +84,7 @@ int Run(int argc, char** argv) {
     const char* scheme;
     bool meter;
     int repair = 0;  // 1: τ = 1, 2: τ = the observe run's median TV bound
+    int32_t outliers = 0;  // outlier channels kept exact
   };
   std::vector<Config> configs = {{"int8-rtn", true}};
   if (with_repair) {
@@ -93,13 +98,19 @@ int Run(int argc, char** argv) {
     configs.push_back({"kivi2", true});
     configs.push_back({"kivi2", false});
   }
+  if (with_outliers) {
+    configs.push_back({"int8-rtn", true, 0, 4});
+    configs.push_back({"int8-rtn", false, 0, 4});
+  }
   std::vector<float> median_tv(max_batch + 1, 0.05f);  // by batch, from the observe run
   std::printf("\n| model | KV | meter | batch | context | CUDA graphs | ms/step | tokens/s | GPU ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   std::string last_scheme;
   std::unique_ptr<CudaBackend> backend;
   for (const Config& cfg : configs) {
-    if (cfg.scheme != last_scheme) {
+    const std::string label =
+        cfg.outliers > 0 ? absl::StrCat(cfg.scheme, " +", cfg.outliers, " outlier ch") : std::string(cfg.scheme);
+    if (label != last_scheme) {
       backend.reset();
       KvCacheOptions o;
       o.num_layers = c.num_layers;
@@ -109,6 +120,7 @@ int Run(int argc, char** argv) {
       o.block_size = 16;
       o.num_blocks = max_batch * ((per_seq_tokens + 15) / 16) + 16;
       o.k_scheme = o.v_scheme = cfg.scheme;
+      o.outlier_channels = cfg.outliers;
       const bool write_through = with_repair && std::string(cfg.scheme) == "int8-rtn";
       o.backing_store_bytes = write_through ? o.num_blocks * int64_t{16} * c.num_layers * 2 *
                                                   c.kv_dim() * 4
@@ -117,7 +129,7 @@ int Run(int argc, char** argv) {
       auto t1 = Clock::now();
       auto b = CudaBackend::Create(**model, o);
       if (b.status().code() == absl::StatusCode::kResourceExhausted) {  // e.g. fp16 at 16 × 32k on 80 GB
-        std::printf("| synthetic:%s | %s | %s | %d | %lld | — | does not fit: %s | | |\n", preset.c_str(), cfg.scheme,
+        std::printf("| synthetic:%s | %s | %s | %d | %lld | — | does not fit: %s | | |\n", preset.c_str(), label.c_str(),
                     cfg.meter ? "observe" : "off", max_batch, static_cast<long long>(context),
                     b.status().ToString().c_str());
         last_scheme.clear();
@@ -145,7 +157,7 @@ int Run(int argc, char** argv) {
       }
       std::fprintf(stderr, "[%s] KV filled (%d x %lld tokens) in %.1f s\n", cfg.scheme, max_batch,
                    static_cast<long long>(context), Seconds(t1));
-      last_scheme = cfg.scheme;
+      last_scheme = label;
     }
     for (int batch : batches) {
       GatePolicy policy;
@@ -203,7 +215,7 @@ int Run(int argc, char** argv) {
         std::snprintf(mode, sizeof(mode), "%s", cfg.meter ? "observe" : "off");
         if (cfg.repair > 0) std::snprintf(mode, sizeof(mode), "repair τ=%.4g", policy.tv_threshold);
         std::printf("| synthetic:%s | %s | %s | %d | %lld | %s | %.2f | %.0f | %.2f |\n", preset.c_str(),
-                    cfg.scheme, mode, batch,
+                    label.c_str(), mode, batch,
                     static_cast<long long>(context),
                     graphs ? (backend->graph_failures() > 0 ? "failed" : "on") : "off", ms,
                     batch * 1e3 / ms, gpu_ms[gpu_ms.size() / 2]);

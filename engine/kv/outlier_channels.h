@@ -5,7 +5,9 @@
 // property of the model's projections (they recur in every sequence), and a fixed set keeps
 // the stored layout uniform (m exact values per vector, no per-token index). The first block
 // of any sequence that fills at a layer chooses that layer's channels; until then the cache
-// keeps that layer's unfilled blocks exact. Scores are Σ_t |x_{t,c}| over the block.
+// keeps that layer's unfilled blocks exact. Scores are Σ_t |x_{t,c}| over the block. Both
+// backends write a batch in batch order until the choice, so it comes from the first item's
+// block that fills (CpuBackend, CudaBackend).
 //
 // Why "fill": to make the codec's scales ignore the outliers without a new codec interface,
 // each outlier channel is replaced, before encoding, by the value of the nearest non-outlier

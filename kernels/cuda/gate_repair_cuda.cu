@@ -51,6 +51,35 @@ __global__ void UpdateCachedRowsKernel(const ExactUnitShape s, const float* __re
               exact_kv + static_cast<int64_t>(slot) * s.unit_floats());
 }
 
+// One CTA per (group, KV head): the unit's rows, then (after the CTA's reads) its entry.
+__global__ void TakeStagedKernel(const ExactUnitShape s, const int32_t* __restrict__ blocks,
+                                 const int32_t* __restrict__ first_pos, int32_t layer, int32_t* exact_slot,
+                                 const float* __restrict__ exact_kv, float* k, float* v, int64_t* slots,
+                                 int64_t* positions) {
+  const int64_t g = blockIdx.x;
+  const int h = blockIdx.y;
+  const int32_t bs = s.block_size, d = s.head_dim, hkv = s.num_kv_heads;
+  const int32_t block = blocks[g];
+  const int64_t entry = (int64_t{block} * s.num_layers + layer) * hkv + h;
+  const int32_t slot = block >= 0 ? exact_slot[entry] : -1;
+  if (h == 0) {
+    for (int t = threadIdx.x; t < bs; t += blockDim.x) {
+      slots[g * bs + t] = slot >= 0 ? int64_t{block} * bs + t : -1;
+      positions[g * bs + t] = slot >= 0 ? int64_t{first_pos[g]} + t : 0;
+    }
+  }
+  if (slot < 0) return;
+  const float* unit = exact_kv + static_cast<int64_t>(slot) * s.unit_floats();  // [2, bs, d]
+  for (int i = threadIdx.x; i < bs * d; i += blockDim.x) {
+    const int t = i / d, c = i % d;
+    const int64_t row = ((g * bs + t) * hkv + h) * d + c;
+    k[row] = unit[i];
+    v[row] = unit[bs * d + i];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) exact_slot[entry] = -1;
+}
+
 // One CTA per op: the unit's floats, then (after the CTA's copies) the table entry.
 __global__ void PageInKernel(const ExactUnitShape s, const float* host_store,
                              const PageInOp* __restrict__ ops, float* exact_kv,
@@ -97,8 +126,8 @@ __global__ void MoveRowsKernel(const uint32_t* __restrict__ src, int64_t row_wor
 
 // ℓ̃_t of token t for the query in shared memory (code-domain dot per 8-channel chunk, times
 // its scale, like the decode kernels).
-// Outlier-bypass layouts would rank on their codes alone (no backend serves them yet); the
-// ranking only orders page-ins, it never enters a bound.
+// Outlier-bypass layouts rank on their codes alone (the exact outlier channels are not put
+// back); the ranking only orders page-ins, it never enters a bound.
 template <class C, int D>
 __device__ float StoredLogit(const PagedKvLayout& L, const PagedKvLayer& kv, const float* q,
                              const int32_t* bt, int bs_shift, int kvh, int64_t t, uint64_t h1,
@@ -233,6 +262,16 @@ CudaStatus UpdateCachedExactRowsCuda(const ExactUnitShape& shape, const float* k
   if (n <= 0) return CudaStatus::Ok();
   UpdateCachedRowsKernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(shape.num_kv_heads)), 64, 0, stream>>>(
       shape, k, v, slots, layer, exact_slot, exact_kv);
+  WITCERT_CUDA_CALL(cudaGetLastError());
+  return CudaStatus::Ok();
+}
+
+CudaStatus TakeStagedBlocksCuda(const ExactUnitShape& shape, const int32_t* blocks, const int32_t* first_pos,
+                                int32_t num_groups, int32_t layer, int32_t* exact_slot, const float* exact_kv,
+                                float* k, float* v, int64_t* slots, int64_t* positions, cudaStream_t stream) {
+  if (num_groups <= 0) return CudaStatus::Ok();
+  TakeStagedKernel<<<dim3(static_cast<unsigned>(num_groups), static_cast<unsigned>(shape.num_kv_heads)), kThreads,
+                     0, stream>>>(shape, blocks, first_pos, layer, exact_slot, exact_kv, k, v, slots, positions);
   WITCERT_CUDA_CALL(cudaGetLastError());
   return CudaStatus::Ok();
 }

@@ -43,6 +43,16 @@ CudaStatus UpdateCachedExactRowsCuda(const ExactUnitShape& shape, const float* k
                                      const int32_t* exact_slot, float* exact_kv,
                                      cudaStream_t stream);
 
+// The outlier bypass encodes a staged block through the write path once it fills
+// (engine/backend/cuda/cuda_staged_blocks.cc). Group g takes block blocks[g] (< 0: padding of a
+// captured launch's fixed list) out of the table at `layer`: its units' rows become rows
+// g·bs + t of k and v [num_groups·bs, Hkv, d], slots[g·bs + t] = blocks[g]·bs + t and
+// positions[g·bs + t] = first_pos[g] + t (padding, or a block without a slot: slot −1, which
+// WriteKvCuda skips), and its entries are cleared, so the decode kernel reads the block encoded.
+CudaStatus TakeStagedBlocksCuda(const ExactUnitShape& shape, const int32_t* blocks, const int32_t* first_pos,
+                                int32_t num_groups, int32_t layer, int32_t* exact_slot, const float* exact_kv,
+                                float* k, float* v, int64_t* slots, int64_t* positions, cudaStream_t stream);
+
 // One page-in: host-store unit → cache slot, then exact_slot[table_index] = slot.
 struct PageInOp {
   int64_t src_unit = 0;

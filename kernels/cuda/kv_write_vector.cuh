@@ -144,6 +144,7 @@ __device__ inline void WriteKvVector(const KvWritePlan& p, int64_t item, int lan
   const int32_t head = static_cast<int32_t>((item >> 1) % hkv);
   const int64_t tok = (item >> 1) / hkv;
   const int64_t slot = p.args.slots[tok], pos = p.args.positions[tok];  // pos: the dither hash's input
+  if (slot < 0) return;  // a padding row (TakeStagedBlocksCuda)
   const int64_t block = slot / L.block_size, offset = slot % L.block_size;
   const int64_t vec = (block * hkv + head) * L.block_size + offset;  // vector index in the pool
   const float* row = (is_value ? p.args.v : p.args.k) + (tok * hkv + head) * d;

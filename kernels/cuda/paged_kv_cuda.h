@@ -121,7 +121,7 @@ CudaStatus ValidateLayout(const PagedKvLayout& layout);
 struct KvWriteArgs {
   const float* k = nullptr;          // [n, Hkv, d] fp32 post-RoPE, device
   const float* v = nullptr;          // [n, Hkv, d]
-  const int64_t* slots = nullptr;    // [n] physical slot (block * block_size + offset), device
+  const int64_t* slots = nullptr;    // [n] physical slot (block * block_size + offset), device; < 0: skipped
   const int64_t* positions = nullptr;// [n] token position (dither hash input), device
   int64_t num_tokens = 0;            // n
   int32_t layer = 0;                 // dither hash input

@@ -238,7 +238,12 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRes
       }
       return absl::OkStatus();
     };
-    if (batch.size() == 1 || !distinct_seqs) {
+    // In batch order, one item after another, while the layer's outlier channels are not chosen:
+    // the first block to fill chooses them (engine/kv/outlier_channels.h), so which one that is,
+    // and which blocks begin before the choice (staged) or after it, must not depend on threads.
+    const OutlierChannels& outliers = kv_->outliers();
+    const bool choosing = outliers.count() > 0 && !outliers.chosen(layer);
+    if (batch.size() == 1 || !distinct_seqs || choosing) {
       for (size_t b = 0; b < batch.size(); ++b) RETURN_IF_ERROR(rope_and_write(b));
     } else {
       std::vector<absl::Status> statuses(batch.size());

@@ -38,11 +38,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
                                                  "got K ", kv_options.k_scheme, ", V ",
                                                  kv_options.v_scheme));
   }
-  if (kv_options.outlier_channels != 0) {
-    return absl::UnimplementedError(
-        "the CUDA backend does not serve outlier channels yet: the kernels take them "
-        "(kernels/cuda/paged_kv_cuda.h), but the backend does not choose the channels yet");
-  }
   if (c.head_dim != 64 && c.head_dim != 128) {
     return absl::UnimplementedError(
         absl::StrCat("the CUDA decode kernel needs head_dim 64 or 128, the model has ",
@@ -109,6 +104,7 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   layout_.head_dim = o.head_dim;
   layout_.num_bands = o.num_bands;
   layout_.interleaved = o.rope_pairing == RopePairing::kInterleaved;
+  layout_.outlier_channels = o.outlier_channels;  // exact schemes store none (layout_.outliers() = 0)
   if (!KvSchemeFromName(o.k_scheme, &layout_.scheme)) {
     return absl::UnimplementedError(
         absl::StrCat("KV scheme '", o.k_scheme, "' has no CUDA kernel (GPU schemes: fp32, fp16, "
@@ -117,7 +113,21 @@ absl::Status CudaBackend::Init(const Model& model, const KvCacheOptions& o,
   WITCERT_KERNEL_OK(ValidateLayout(layout_));
   exact_.shape = ExactUnitShape{.num_layers = o.num_layers, .num_kv_heads = o.num_kv_heads,
                                 .block_size = o.block_size, .head_dim = o.head_dim};
-  if (layout_.group_keys()) {  // keys encoded per full block: the rest is staged exact
+  if (layout_.outliers() > 0) {  // channels chosen from the first block that fills: staged till then
+    outliers_ = std::make_unique<OutlierState>();
+    outliers_->channels =
+        std::make_unique<OutlierChannels>(o.num_layers, o.num_kv_heads, o.head_dim, layout_.outliers());
+    // Until the choice, a placeholder (channels 0..m−1, nothing filled): what it writes is never read.
+    const int64_t units = int64_t{o.num_layers} * o.num_kv_heads * 2, m = layout_.outliers();
+    std::vector<int32_t> table(units * (m + o.head_dim));
+    for (int64_t u = 0; u < units; ++u) {
+      for (int64_t j = 0; j < m; ++j) table[u * m + j] = static_cast<int32_t>(j);
+      for (int64_t c = 0; c < o.head_dim; ++c) table[units * m + u * o.head_dim + c] = static_cast<int32_t>(c);
+    }
+    RETURN_IF_ERROR(outliers_->table.Grow(table.size()));
+    WITCERT_CUDA_OK(cudaMemcpy(outliers_->table.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  }
+  if (layout_.group_keys() || outliers_ != nullptr) {  // blocks encoded once full: the rest is staged exact
     if (o.block_size < 2) {
       return absl::UnimplementedError(
           absl::StrCat("KV scheme '", o.k_scheme, "' needs block_size >= 2 on the CUDA backend"));
@@ -163,6 +173,11 @@ absl::Status CudaBackend::GrowScratch(int64_t n, int64_t s, int64_t m, int64_t m
   RETURN_IF_ERROR(v_.Grow((repair ? layers : 1) * n * kv));
   RETURN_IF_ERROR(attn_.Grow(n * q));
   RETURN_IF_ERROR(attn_bf_.Grow(n * q));
+  if (outliers_ != nullptr) {  // staged blocks a step fills: at most one per row reading stored KV
+    const int64_t rows = std::max<int64_t>(s, 1) * layout_.block_size;
+    RETURN_IF_ERROR(outliers_->rows.Grow(2 * rows * kv));
+    RETURN_IF_ERROR(outliers_->slot_pos.Grow(2 * rows));
+  }
   RETURN_IF_ERROR(gate_up_.Grow(n * 2 * ffn));
   RETURN_IF_ERROR(act_.Grow(n * ffn));
   RETURN_IF_ERROR(last_.Grow(std::max<int64_t>(m, 1) * h));
@@ -254,7 +269,9 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   // rounded up to 1024 tokens: the kernels read every row's true length from the inputs.
   // The rounding applies with graphs off too, so both paths launch the very same kernels.
   const bool decode_only = chunks.empty() && s == n;
-  const bool graph_step = cuda_graphs_ && decode_only && !repair_step;  // repair syncs per layer
+  // Not in repair steps (they sync per layer), nor where the outlier channels are chosen (the
+  // host reads a block's rows mid-step; see PackStagedStep).
+  bool graph_step = cuda_graphs_ && decode_only && !repair_step;
   if (decode_only) {
     const int64_t bucket = std::max<int64_t>(1, 1024 / bs);
     max_blocks = (max_blocks + bucket - 1) / bucket * bucket;
@@ -297,6 +314,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   std::vector<int32_t> blocks;
   StagedBlocks::StepEncodes encodes;  // staged schemes (PlanStagedItem)
+  StagedBlocks::StagingMode staging_mode = StagingModeNow();
+  const bool any_staged = staged_ != nullptr && staged_->blocks->staged() > 0;
   if (staged_ != nullptr) staged_->blocks->RecoverUnfinishedStep(&staged_->pending);
   for (size_t b = 0; b < batch.size(); ++b) {
     const ForwardItem& item = batch[b];
@@ -309,7 +328,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                           item.seq, item.start_pos, item.start_pos + len));
     }
     if (staged_ != nullptr) {
-      RETURN_IF_ERROR(PlanStagedItem(item, blocks, first_row[b], &encodes));
+      RETURN_IF_ERROR(PlanStagedItem(item, blocks, first_row[b], &encodes, &staging_mode));
     }
     for (int64_t i = 0; i < len; ++i) {
       const int64_t row = first_row[b] + i, pos = item.start_pos + i;
@@ -343,9 +362,10 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   StagedStep staged_step;  // staged schemes' group lists
   if (staged_ != nullptr) {
-    ASSIGN_OR_RETURN(staged_step,
-                     PackStagedStep(encodes, reinterpret_cast<int32_t*>(hbase + off_staged),
-                                    reinterpret_cast<const int32_t*>(inputs_.get() + off_staged), n, s, graph_step));
+    if (outliers_ != nullptr && !outliers_->chosen && encodes.first_filled_block >= 0) graph_step = false;
+    ASSIGN_OR_RETURN(staged_step, PackStagedStep(encodes, reinterpret_cast<int32_t*>(hbase + off_staged),
+                                                 reinterpret_cast<const int32_t*>(inputs_.get() + off_staged), n,
+                                                 s, graph_step, any_staged || layout_.group_keys()));
   }
   // Split counts and the decode workspace, once per batch.
   size_t workspace_bytes = 0;
@@ -438,7 +458,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         RETURN_IF_ERROR(ProjectQueries(lw, x, d_pos));
       }
       if (staged_ != nullptr) {
-        RETURN_IF_ERROR(WriteStagedLayer(layer, k_rows, v_rows, d_slots, n, staged_step, repair_step));
+        RETURN_IF_ERROR(WriteStagedLayer(layer, k_rows, v_rows, d_slots, d_pos, n, staged_step, repair_step));
       }
 
       for (size_t b = 0; b < batch.size(); ++b) {  // prompt chunks: fresh causal attention
@@ -498,7 +518,11 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         a.dither_seed = dither_seed_;
         a.delta_loc = g.delta_loc;
         a.tier_b_form = g.tier_b_form;
-        a.meter = g.meter;
+        // The outlier bypass runs in the kernel's metered variant only (its cells are dropped
+        // for rows without a gate: BuildCells reads the items with one).
+        const bool meter = g.meter || outliers_ != nullptr;
+        a.meter = meter;
+        a.outlier_channels = LayerOutliers(layer).channels;
         a.num_splits = g.num_splits;
         // Overlap the kernel before (the q projection, the KV write or the previous group's merge):
         // since the step's input copy, the kernels have written q and each row's newest token
@@ -512,8 +536,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
         }
         a.out = attn_.get() + g.first_row * q_dim;
         const int64_t cell0 = (int64_t{layer} * s + g.first_row) * hq;
-        a.cert = g.meter ? cert_.get() + cell0 : nullptr;
-        a.out_norm = g.meter ? out_norm_.get() + cell0 : nullptr;  // ‖õ‖ from the merge kernel
+        a.cert = meter ? cert_.get() + cell0 : nullptr;
+        a.out_norm = meter ? out_norm_.get() + cell0 : nullptr;  // ‖õ‖ from the merge kernel
         a.out_bf16 = merge_stages_attention ? attn_bf_.get() + g.first_row * q_dim : nullptr;
         a.workspace = workspace_.get();
         a.workspace_bytes = workspace_.size();
@@ -572,7 +596,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   if (graph_step) {
     // The key: every value baked into the captured launches that is not read from the inputs.
     std::string key = absl::StrCat(n, ",", s, ",", m, ",", max_blocks, ",", input_bytes, ",",
-                                   any_meter, ",", logits_to_host, ";");
+                                   any_meter, ",", logits_to_host, ",", staged_step.row_groups, ",",
+                                   staged_step.slot_groups, ";");
     for (const DecodeGroup& g : groups) {
       absl::StrAppend(&key, g.first_row, ",", g.num_rows, ",", g.meter, ",", g.delta_loc, ",", static_cast<int>(g.tier_b_form), ",",
                       g.num_splits, ",", g.max_context, ";");
@@ -585,7 +610,8 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
                              last_bf_.get(), logits_.get(), cert_.get(), out_norm_.get(),
                              workspace_.get(), inputs_.get(), inputs_host_.get(),
                              logits_host_.get(), cert_host_.get(), out_norm_host_.get(),
-                             exact_.kv.get()};
+                             exact_.kv.get(),
+                             outliers_ != nullptr ? outliers_->rows.get() : nullptr};
     for (const void* ptr : buffers) {
       absl::StrAppend(&key, "@", reinterpret_cast<uintptr_t>(ptr));
     }
@@ -634,6 +660,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
   if (staged_ != nullptr) staged_->blocks->EndStep();  // the step's encodes are done: retired stages are free
+  NoteOutliersChosen();
   if (repair_step) BuildCells(batch, first_row, s, rstep, /*repair_step=*/true, result);
   float gpu_ms = 0.0f;
   last_step_gpu_ms_ = cudaEventElapsedTime(&gpu_ms, step_begin_, step_end_) == cudaSuccess ? gpu_ms : 0.0;

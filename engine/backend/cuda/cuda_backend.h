@@ -31,8 +31,14 @@
 // once it is full; until then its rows live exact in a device exact table the decode kernel
 // reads (StagedBlocks), as the CPU cache stages them. The gate's exact-block cache shares that
 // table (ExactTable).
-// Supported KV: K and V of one GPU scheme (kernels/cuda/kv_scheme_cuda.h), no outlier
-// channels, head_dim 64 or 128, Hq/Hkv ≤ 8.
+// Outlier channels (engine/kv/outlier_channels.h; cuda_staged_blocks.cc): every block is staged
+// until the first block fills; at that step, layer by layer, its exact rows go to the host, which
+// chooses the channels as the CPU cache does (OutlierChannels, the same code), and the tables go
+// to the device before the layer's rows are written again with them. Staged blocks that fill are
+// taken out of the exact table and encoded through the write path. The decode kernel's bypass
+// variant (the first kernel) runs meter on whatever the gate asks: it is its only variant.
+// Supported KV: K and V of one GPU scheme (kernels/cuda/kv_scheme_cuda.h), head_dim 64 or 128,
+// Hq/Hkv ≤ 8.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +58,7 @@
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/gate_repair_state.h"
 #include "engine/backend/cuda/staged_blocks.h"
+#include "engine/kv/outlier_channels.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cuda/ops/gemv_bf16_cuda.h"
@@ -108,6 +115,8 @@ class CudaBackend : public Backend {
   // after its sampling (ms; 0 before the first or if the timing failed). The rest of the step's
   // wall time is host work.
   double last_step_gpu_ms() const { return last_step_gpu_ms_; }
+  // The outlier channels (null when the bypass is off; a layer's are set once chosen(layer)).
+  const OutlierChannels* outlier_channels() const { return outliers_ != nullptr ? outliers_->channels.get() : nullptr; }
 
   // The gate's repair mode on this backend (zeros until the first repair-mode item).
   struct RepairStats {
@@ -164,27 +173,47 @@ class CudaBackend : public Backend {
     const int32_t* row_blocks = nullptr;  // [row_groups] blocks filled by this step's rows alone
     const int32_t* first_rows = nullptr;  // [row_groups] their first row
     const int32_t* slot_blocks = nullptr; // [slot_groups] staged blocks this step fills (−1 padded)
+    const int32_t* slot_first_pos = nullptr;  // [slot_groups] their first position
     int32_t row_groups = 0, slot_groups = 0;
+    // The outlier bypass's choice, made this step (host): from the block the step fills first,
+    // read from rows choose_row.. of the step (≥ 0) or from its stage.
+    int32_t choose_block = -1, choose_row = -1;
   };
   // Staged schemes: plans one item's writes (StagedBlocks::PlanWrites) into `encodes`.
-  // `blocks`: the item's physical blocks; `row`: its first row.
+  // `blocks`: the item's physical blocks; `row`: its first row; `mode`: the step's
+  // (StagingModeNow(), shared by its items).
   absl::Status PlanStagedItem(const ForwardItem& item, const std::vector<int32_t>& blocks, int64_t row,
-                              StagedBlocks::StepEncodes* encodes);
+                              StagedBlocks::StepEncodes* encodes, StagedBlocks::StagingMode* mode);
+  // kivi2 stages every block until it fills; the outlier bypass until its channels are chosen.
+  StagedBlocks::StagingMode StagingModeNow() const;
   // The step's group lists in the packed inputs: `host` and `dev` the same int32 region,
-  // [row blocks n | first rows n | slot blocks s] (StagedInputInts(n, s) of them); the counts each
-  // layer launches with (a graph step launches s slot groups, padded with −1).
-  static int64_t StagedInputInts(int64_t n, int64_t s) { return 2 * n + s; }
+  // [row blocks n | first rows n | slot blocks s | slot first positions s] (StagedInputInts(n, s)
+  // of them); the counts each layer launches with (a graph step launches s slot groups, padded
+  // with −1, while any block is staged) and the outlier choice.
+  static int64_t StagedInputInts(int64_t n, int64_t s) { return 2 * n + 2 * s; }
   absl::StatusOr<StagedStep> PackStagedStep(const StagedBlocks::StepEncodes& encodes, int32_t* host,
-                                            const int32_t* dev, int64_t n, int64_t s, bool graph_step) const;
+                                            const int32_t* dev, int64_t n, int64_t s, bool graph_step,
+                                            bool any_staged) const;
   // Before the step's work: grows the exact table to the stages in use and applies the table
   // updates (outside any captured graph).
   absl::Status PrepareStagedDevice();
-  // One layer, after its K/V rows exist: rows of staged blocks into the exact table (unless
-  // `rows_in_table`: a repair step's UpdateCachedExactRowsCuda already wrote every listed unit),
-  // then the step's group encodes.
+  // One layer, after its K/V rows exist and the ordinary write: rows of staged blocks into the
+  // exact table (unless `rows_in_table`: a repair step's UpdateCachedExactRowsCuda already wrote
+  // every listed unit), the outlier choice if the step makes it (then the n rows written again
+  // with the chosen tables), then the step's group encodes.
   absl::Status WriteStagedLayer(int32_t layer, const float* k_rows, const float* v_rows,
-                                const int64_t* d_slots, int64_t n, const StagedStep& step,
-                                bool rows_in_table);
+                                const int64_t* d_slots, const int64_t* d_pos, int64_t n,
+                                const StagedStep& step, bool rows_in_table);
+  // The outlier bypass: chooses `layer`'s channels from step.choose_block's exact rows (host,
+  // after a stream sync) and uploads its tables.
+  absl::Status ChooseOutlierChannels(int32_t layer, const float* k_rows, const float* v_rows,
+                                     const StagedStep& step);
+  // The layer's outlier tables on the device (null when the bypass is off; before the choice, a
+  // placeholder that writes codes the decode kernel never reads: the blocks are staged).
+  OutlierTables LayerOutliers(int32_t layer) const;
+  // After a step that chose: outliers_->chosen once every layer has (a step that failed midway
+  // leaves the other layers to the next step that fills a block).
+  void NoteOutliersChosen();
   class BlockEvents;  // KvBlockObserver → the repair and staging bookkeeping
   // result->cells: one vector per item of `batch`, the step's cells (per layer, token, head) for
   // items with a gate policy past their prompt, from the certificates on the host (cert_host_,
@@ -335,7 +364,17 @@ class CudaBackend : public Backend {
   // new array (after a stream sync: queued kernels may read the old one).
   absl::Status ReallocExactRows(size_t floats, size_t keep, size_t offset);
 
-  // ---- staged blocks (null unless the scheme groups keys) ----
+  // ---- the outlier channel bypass (null unless layout_.outliers() > 0) ----
+  struct OutlierState {
+    std::unique_ptr<OutlierChannels> channels;  // host, chosen as the CPU cache chooses
+    DeviceArray<int32_t> table;  // [L, Hkv, 2, m] channels, then [L, Hkv, 2, d] fill sources
+    bool chosen = false;         // every layer's channels are fixed
+    DeviceArray<float> rows;     // [2 (K, V), S·bs, Hkv·d] staged blocks taken out for their encode
+    DeviceArray<int64_t> slot_pos;  // [2, S·bs] their slots, then positions
+  };
+  std::unique_ptr<OutlierState> outliers_;
+
+  // ---- staged blocks (null unless the scheme groups keys or outlier channels are on) ----
   struct StagedState {
     std::unique_ptr<StagedBlocks> blocks;
     std::vector<TableUpdate> pending;     // for the next step's start

@@ -1,7 +1,8 @@
 // CudaBackend::FillKvSynthetic: seeded pseudo-random K/V written through the real write path
 // (and, on request, the gate's host store) so benchmarks can time long contexts without a
 // prefill. Staged schemes (kivi2): full blocks are encoded from the chunk's rows, the last
-// unfilled block is staged (cuda_staged_blocks.cc).
+// unfilled block is staged (cuda_staged_blocks.cc). Outlier channels: chosen from the first
+// chunk's first block, as a prompt's first step chooses them.
 #include <algorithm>
 #include <vector>
 
@@ -52,9 +53,10 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
     // a block boundary (kChunk is a multiple of bs), so its full blocks are encoded from its rows,
     // group-major, and a last partial block is staged.
     StagedBlocks::StepEncodes encodes;
+    StagedBlocks::StagingMode mode = StagingModeNow();
     if (staged_ != nullptr) {
       if (staged_->blocks->PlanWrites(t0, t0 + nt, static_cast<int32_t>(bs), blocks, 0, &encodes,
-                                      &staged_->pending) >= 0) {
+                                      &staged_->pending, &mode) >= 0) {
         return absl::InternalError("FillKvSynthetic: a chunk continues a block that is not staged");
       }
       if (!encodes.row_blocks.empty()) {
@@ -76,13 +78,19 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       write.num_tokens = nt;
       write.layer = layer;
       write.dither_seed = dither_seed_;
+      write.outliers = LayerOutliers(layer);
       WITCERT_KERNEL_OK(WriteKvCuda(layout_, pool_.layer(layer), write, stream_));
       if (staged_ != nullptr) {
         StagedStep step;
         step.row_blocks = group_blocks.get();
         // first_rows null: group g is rows [g·bs, (g+1)·bs) of the chunk.
         step.row_groups = static_cast<int32_t>(encodes.row_blocks.size());
-        RETURN_IF_ERROR(WriteStagedLayer(layer, write.k, write.v, write.slots, nt, step, /*rows_in_table=*/false));
+        if (outliers_ != nullptr && !outliers_->chosen && encodes.first_filled_block >= 0) {
+          step.choose_block = encodes.first_filled_block;  // the chunk's first block: rows 0..
+          step.choose_row = encodes.first_filled_row;
+        }
+        RETURN_IF_ERROR(WriteStagedLayer(layer, write.k, write.v, write.slots, write.positions, nt, step,
+                                         /*rows_in_table=*/false));
       }
       if (write_through) {
         WITCERT_KERNEL_OK(WriteThroughExactCuda(exact_.shape, write.k, write.v, write.slots,
@@ -91,6 +99,7 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
       }
     }
     WITCERT_CUDA_OK(cudaStreamSynchronize(stream_));
+    NoteOutliersChosen();
   }
   return absl::OkStatus();
 }

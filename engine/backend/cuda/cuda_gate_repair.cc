@@ -229,6 +229,7 @@ absl::Status CudaBackend::RunExactRows(int32_t layer, const std::vector<int32_t>
     a.exact_slot = exact_.slot.get();
     a.exact_kv = exact_.kv.get();
     a.num_layers = config_.num_layers;
+    a.outlier_channels = LayerOutliers(layer).channels;
     a.out = sub_out_.get();
     a.cert = sub_cert_.get();
     a.workspace = workspace_.get();

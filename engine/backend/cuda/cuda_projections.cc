@@ -56,6 +56,7 @@ KvWriteArgs CudaBackend::TokenWrite(const float* k_rows, const float* v_rows, co
   write.num_tokens = n;
   write.layer = layer;
   write.dither_seed = dither_seed_;
+  write.outliers = LayerOutliers(layer);
   return write;
 }
 

@@ -58,25 +58,41 @@ void StagedBlocks::Rebase(int32_t base, std::vector<TableUpdate>* updates) {
 }
 
 int32_t StagedBlocks::PlanWrites(int64_t start, int64_t end, int32_t block_size, const std::vector<int32_t>& blocks,
-                                 int64_t first_row, StepEncodes* encodes, std::vector<TableUpdate>* updates) {
+                                 int64_t first_row, StepEncodes* encodes, std::vector<TableUpdate>* updates,
+                                 StagingMode* mode) {
   const int64_t bs = block_size;
+  auto filled_now = [&](int32_t block, int32_t row) {
+    if (encodes->first_filled_block < 0) {
+      encodes->first_filled_block = block;
+      encodes->first_filled_row = row;
+    }
+    if (mode->until_first_fill) mode->stage_new = false;
+  };
   for (int64_t j = start / bs; j * bs < end; ++j) {
     const int32_t block = blocks[j];
     const int64_t lo = j * bs, hi = lo + bs;
     const bool filled = end >= hi;
     if (start > lo) {  // begun by an earlier step
-      if (Find(block) < 0) return block;
+      if (Find(block) < 0) {
+        if (mode->stage_new) return block;
+        continue;  // encoded token by token
+      }
       if (filled) {
         encodes->slot_blocks.push_back(block);
+        encodes->slot_first_pos.push_back(static_cast<int32_t>(lo));
         Retire(block);
+        filled_now(block, -1);
       }
       continue;
     }
     if (filled) {
       Drop(block, updates);  // a rewrite of a staged block (no-op otherwise)
+      if (!mode->stage_new) continue;
+      const int32_t row = static_cast<int32_t>(first_row + (lo - start));
       encodes->row_blocks.push_back(block);
-      encodes->first_rows.push_back(static_cast<int32_t>(first_row + (lo - start)));
-    } else if (Find(block) < 0) {
+      encodes->first_rows.push_back(row);
+      filled_now(block, row);
+    } else if (Find(block) < 0 && mode->stage_new) {
       Acquire(block, updates);
     }
   }

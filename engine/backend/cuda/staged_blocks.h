@@ -1,6 +1,8 @@
 // Host bookkeeping of the blocks the CUDA backend keeps exact because they cannot be encoded
 // yet: a group-encoded scheme (kivi2) encodes a block's keys over all of its block_size tokens,
-// so until a block is full its rows live exact in the device exact table
+// and the outlier channel bypass (engine/kv/outlier_channels.h) chooses its channels from the
+// first block that fills, so until then every block is staged. Until a staged block is full its
+// rows live exact in the device exact table
 // (kernels/cuda/gate_repair_cuda.h: exact_kv, exact_slot) and the decode kernel reads them from
 // there (ε̂ = 0, ρ = 0), as the CPU cache reads a staged block (engine/kv/kv_cache.h).
 //
@@ -42,15 +44,35 @@ class StagedBlocks {
   struct StepEncodes {
     std::vector<int32_t> row_blocks, first_rows;  // blocks the rows fill alone; their first row
     std::vector<int32_t> slot_blocks;             // staged blocks the rows fill (now retired)
+    std::vector<int32_t> slot_first_pos;          // their first token's position
+    // The first block the step fills, in plan order (the outlier bypass chooses from it): its
+    // first row when the step's rows fill it alone, else −1 (a slot group: its rows are staged).
+    int32_t first_filled_block = -1, first_filled_row = -1;
+  };
+  // Which blocks that are not staged yet PlanWrites stages.
+  struct StagingMode {
+    bool stage_new = true;  // rows that begin a block stage it until it fills
+    // stage_new turns false after the first block that fills (the outlier bypass: once its
+    // channels are chosen, from that block, new blocks are encoded token by token).
+    bool until_first_fill = false;
   };
   // Plans one item's writes: rows [start, end) of a sequence whose physical blocks are
   // `blocks` (logical order), `first_row` its first row in the step. For each block the rows
-  // touch: filled by them alone → a row group (a stage it held from a rewrite is dropped);
-  // begun earlier and filled now → a slot group, retired; not filled → staged (acquired when the
-  // rows begin it). Entry changes go to `updates`. Returns the first block that holds tokens from
-  // an earlier step but is not staged (an error of the caller's), else −1.
+  // touch: begun earlier and staged → its rows go to the stage, and once filled it is a slot
+  // group, retired. Otherwise, while mode->stage_new: filled by the rows alone → a row group (a
+  // stage it held from a rewrite is dropped); not filled → staged (acquired when the rows begin
+  // it). Without stage_new such a block is written directly (a staged block filled alone by a
+  // rewrite is dropped; one rewritten but not filled stays staged). Entry changes go to
+  // `updates`. Returns the first block that holds tokens from an earlier step but is not staged
+  // while mode->stage_new (an error of the caller's), else −1.
   int32_t PlanWrites(int64_t start, int64_t end, int32_t block_size, const std::vector<int32_t>& blocks,
-                     int64_t first_row, StepEncodes* encodes, std::vector<TableUpdate>* updates);
+                     int64_t first_row, StepEncodes* encodes, std::vector<TableUpdate>* updates,
+                     StagingMode* mode);
+  int32_t PlanWrites(int64_t start, int64_t end, int32_t block_size, const std::vector<int32_t>& blocks,
+                     int64_t first_row, StepEncodes* encodes, std::vector<TableUpdate>* updates) {
+    StagingMode always;
+    return PlanWrites(start, end, block_size, blocks, first_row, encodes, updates, &always);
+  }
   // Before a step: stages retired by a step that never reached EndStep are freed, their
   // blocks' entries cleared by `updates` (the encode may not have run; a later promotion of
   // the block must not be wiped, so this is not done after successful steps).

@@ -207,5 +207,54 @@ TEST(StagedBlocks, PlanWritesRewritesAndReportsUnstagedBlocks) {
   EXPECT_EQ(fresh.PlanWrites(20, 21, 16, blocks, 0, &e, &up), 6);
 }
 
+// The outlier bypass (StagingMode::until_first_fill): blocks are staged until the first block of
+// a step fills — its channels are chosen from it — and from then on, in the same step and after
+// it, new blocks are encoded token by token; blocks staged before stay staged until they fill.
+TEST(StagedBlocks, OutlierModeStagesUntilTheFirstFill) {
+  StagedBlocks s(20, kLayers, kHeads);
+  const std::vector<int32_t> a = {7, 3, 9}, b = {4, 5}, c = {8};
+  std::vector<TableUpdate> up;
+  StagedBlocks::StagingMode mode{.stage_new = true, .until_first_fill = true};
+  StagedBlocks::StepEncodes e;
+  EXPECT_EQ(s.PlanWrites(0, 10, 16, a, 0, &e, &up, &mode), -1);   // nothing fills: staged
+  EXPECT_EQ(s.PlanWrites(0, 4, 16, c, 10, &e, &up, &mode), -1);
+  EXPECT_TRUE(mode.stage_new);
+  EXPECT_EQ(e.first_filled_block, -1);
+  EXPECT_GE(s.Find(7), 0);
+  EXPECT_GE(s.Find(8), 0);
+  s.EndStep();
+  // One step: a's staged block 7 fills from its stage (the first fill: a slot group), a's block 3
+  // fills from the rows alone and 9 begins — both now token by token; b begins after the choice.
+  e = {};
+  EXPECT_EQ(s.PlanWrites(10, 40, 16, a, 0, &e, &up, &mode), -1);
+  EXPECT_EQ(s.PlanWrites(0, 5, 16, b, 30, &e, &up, &mode), -1);
+  EXPECT_FALSE(mode.stage_new);
+  EXPECT_EQ(e.first_filled_block, 7);
+  EXPECT_EQ(e.first_filled_row, -1);
+  EXPECT_EQ(e.slot_blocks, (std::vector<int32_t>{7}));
+  EXPECT_EQ(e.slot_first_pos, (std::vector<int32_t>{0}));
+  EXPECT_TRUE(e.row_blocks.empty());
+  EXPECT_EQ(s.Find(3), -1);
+  EXPECT_EQ(s.Find(9), -1);
+  EXPECT_EQ(s.Find(4), -1);
+  EXPECT_EQ(s.staged(), 1);  // c's block 8, staged before the choice
+  s.EndStep();
+  // Later steps: b continues unstaged (no error without stage_new); c's staged block fills.
+  e = {};
+  EXPECT_EQ(s.PlanWrites(5, 6, 16, b, 0, &e, &up, &mode), -1);
+  EXPECT_EQ(s.PlanWrites(4, 16, 16, c, 1, &e, &up, &mode), -1);
+  EXPECT_EQ(e.slot_blocks, (std::vector<int32_t>{8}));
+  EXPECT_EQ(s.staged(), 0);
+  // A first fill from rows alone names its row.
+  StagedBlocks fresh(20, kLayers, kHeads);
+  StagedBlocks::StagingMode fresh_mode{.stage_new = true, .until_first_fill = true};
+  e = {};
+  EXPECT_EQ(fresh.PlanWrites(0, 40, 16, a, 50, &e, &up, &fresh_mode), -1);
+  EXPECT_EQ(e.first_filled_block, 7);
+  EXPECT_EQ(e.first_filled_row, 50);
+  EXPECT_EQ(e.row_blocks, (std::vector<int32_t>{7}));  // block 3 after the choice: token by token
+  EXPECT_EQ(fresh.staged(), 0);
+}
+
 }  // namespace
 }  // namespace witcert

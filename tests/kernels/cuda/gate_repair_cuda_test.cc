@@ -153,6 +153,16 @@ void RunRiskCase(const RiskCase& c) {
   }
 }
 
+// Two KV heads, blocks of 16, d = 64.
+ExactUnitShape TestShape() {
+  ExactUnitShape s;
+  s.num_layers = kLayers;
+  s.num_kv_heads = 2;
+  s.block_size = 16;
+  s.head_dim = 64;
+  return s;
+}
+
 TEST(GateRepairCuda, BlockRiskMatchesCpuTokenRisk) {
   WITCERT_SKIP_WITHOUT_GPU();
   for (KvScheme s : {KvScheme::kInt8Rtn, KvScheme::kInt4Rtn, KvScheme::kFp8Scaled, KvScheme::kInt8Dither,
@@ -176,11 +186,7 @@ TEST(GateRepairCuda, BlockRiskMatchesCpuTokenRisk) {
 // then rows appended to a cached unit: every float lands where the layout says.
 TEST(GateRepairCuda, WriteThroughPageInAndCachedRows) {
   WITCERT_SKIP_WITHOUT_GPU();
-  ExactUnitShape s;
-  s.num_layers = kLayers;
-  s.num_kv_heads = 2;
-  s.block_size = 16;
-  s.head_dim = 64;
+  const ExactUnitShape s = TestShape();
   const int64_t num_blocks = 6, entries = 4, uf = s.unit_floats();
   const int64_t row = int64_t{s.num_kv_heads} * s.head_dim;
   std::mt19937 rng(5);
@@ -281,6 +287,64 @@ TEST(GateRepairCuda, WriteThroughPageInAndCachedRows) {
   ASSERT_CUDART(cudaDeviceSynchronize());
   EXPECT_EQ(dtable.Download()[index(5, 1)], -1);
   cudaFreeHost(store);
+}
+
+// TakeStagedBlocksCuda against the table it reads: each group's rows in token-major order, its
+// slots and positions, its entries (this layer's) cleared and no other; padding and a block
+// without a slot come out as skipped rows (slot −1).
+TEST(GateRepairCuda, TakeStagedBlocksGathersRowsAndClearsEntries) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  const ExactUnitShape s = TestShape();
+  const int32_t bs = s.block_size, d = s.head_dim, hkv = s.num_kv_heads;
+  const int64_t num_blocks = 8, uf = s.unit_floats(), row = int64_t{hkv} * d;
+  auto index = [&](int64_t b, int32_t layer, int32_t g) { return (b * s.num_layers + layer) * hkv + g; };
+  // Blocks 6 and 2 staged at slots (6: 0, 1; 2: 3, 2) of this layer; block 6 also at another layer.
+  std::vector<int32_t> table(num_blocks * s.num_layers * hkv, -1);
+  table[index(6, kLayer, 0)] = 0, table[index(6, kLayer, 1)] = 1;
+  table[index(2, kLayer, 0)] = 3, table[index(2, kLayer, 1)] = 2;
+  const int32_t other_layer = (kLayer + 1) % kLayers;
+  table[index(6, other_layer, 0)] = 4;
+  std::vector<float> cache(5 * uf);
+  std::iota(cache.begin(), cache.end(), 0.0f);
+  // Groups: block 2 (first position 48), padding, block 6 (first position 0), block 5 (no slot).
+  const std::vector<int32_t> blocks = {2, -1, 6, 5}, first_pos = {48, 0, 0, 32};
+  const int32_t groups = 4;
+  DeviceBuffer<int32_t> dtable, dblocks, dfirst;
+  DeviceBuffer<float> dcache, dk(groups * bs * row), dv(groups * bs * row);
+  DeviceBuffer<int64_t> dslots(groups * bs), dpos(groups * bs);
+  dtable.Upload(table);
+  dblocks.Upload(blocks);
+  dfirst.Upload(first_pos);
+  dcache.Upload(cache);
+  dk.Fill(0);
+  dv.Fill(0);
+  ASSERT_CUDA_OK(TakeStagedBlocksCuda(s, dblocks.get(), dfirst.get(), groups, kLayer, dtable.get(), dcache.get(),
+                                      dk.get(), dv.get(), dslots.get(), dpos.get(), nullptr));
+  ASSERT_CUDART(cudaDeviceSynchronize());
+  const std::vector<float> k = dk.Download(), v = dv.Download();
+  const std::vector<int64_t> slots = dslots.Download(), pos = dpos.Download();
+  const std::vector<int32_t> after = dtable.Download();
+  for (int32_t g = 0; g < groups; ++g) {
+    const bool staged = blocks[g] == 2 || blocks[g] == 6;
+    for (int32_t t = 0; t < bs; ++t) {
+      const int64_t r = int64_t{g} * bs + t;
+      ASSERT_EQ(slots[r], staged ? int64_t{blocks[g]} * bs + t : -1) << g << "," << t;
+      if (!staged) continue;
+      EXPECT_EQ(pos[r], first_pos[g] + t);
+      for (int32_t h = 0; h < hkv; ++h) {
+        const float* unit = &cache[table[index(blocks[g], kLayer, h)] * uf];
+        for (int32_t c = 0; c < d; ++c) {
+          ASSERT_EQ(k[r * row + h * d + c], unit[t * d + c]);
+          ASSERT_EQ(v[r * row + h * d + c], unit[(bs + t) * d + c]);
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
+    const bool taken = i == index(6, kLayer, 0) || i == index(6, kLayer, 1) || i == index(2, kLayer, 0) ||
+                       i == index(2, kLayer, 1);
+    EXPECT_EQ(after[i], taken ? -1 : table[i]) << "entry " << i;
+  }
 }
 
 TEST(GateRepairCuda, CheckFlagsExactlyTheUncertifiedCells) {
