@@ -112,11 +112,7 @@ int Run(int argc, char** argv) {
         cfg.outliers > 0 ? absl::StrCat(cfg.scheme, " +", cfg.outliers, " outlier ch") : std::string(cfg.scheme);
     if (label != last_scheme) {
       backend.reset();
-      KvCacheOptions o;
-      o.num_layers = c.num_layers;
-      o.num_kv_heads = c.num_kv_heads;
-      o.head_dim = c.head_dim;
-      o.rope_pairing = c.rope_pairing;
+      KvCacheOptions o = KvCacheOptionsFor(c);
       o.block_size = 16;
       o.num_blocks = max_batch * ((per_seq_tokens + 15) / 16) + 16;
       o.k_scheme = o.v_scheme = cfg.scheme;

@@ -76,6 +76,17 @@ struct ForwardResult {
   std::vector<std::vector<CellRecord>> cells;
 };
 
+// KV cache options with the model's shape (layers, KV heads, head_dim, RoPE pairing) and the
+// defaults for everything else.
+inline KvCacheOptions KvCacheOptionsFor(const ModelConfig& c) {
+  KvCacheOptions o;
+  o.num_layers = c.num_layers;
+  o.num_kv_heads = c.num_kv_heads;
+  o.head_dim = c.head_dim;
+  o.rope_pairing = c.rope_pairing;
+  return o;
+}
+
 // The first check of every backend's Create: the KV cache has the model's shape.
 inline absl::Status CheckKvMatchesModel(const ModelConfig& c, const KvCacheOptions& kv) {
   if (kv.num_layers != c.num_layers || kv.num_kv_heads != c.num_kv_heads || kv.head_dim != c.head_dim) {

@@ -16,11 +16,7 @@
 namespace witcert {
 
 absl::StatusOr<KvCacheOptions> MakeKvOptions(const ModelConfig& model, const KvConfig& kv) {
-  KvCacheOptions options;
-  options.num_layers = model.num_layers;
-  options.num_kv_heads = model.num_kv_heads;
-  options.head_dim = model.head_dim;
-  options.rope_pairing = model.rope_pairing;
+  KvCacheOptions options = KvCacheOptionsFor(model);
   options.block_size = kv.block_size;
   options.k_scheme = kv.k_scheme;
   options.v_scheme = kv.v_scheme;

@@ -35,11 +35,7 @@ std::vector<int32_t> Tables(const OutlierChannels& oc, const ModelConfig& c) {
 // The tables a fresh 4-thread backend chooses when `prompts` (sequences 0, 1, ...) run as one batch.
 std::vector<int32_t> ChosenBy(const Model& model, const std::vector<std::vector<TokenId>>& prompts) {
   const ModelConfig& c = model.config();
-  KvCacheOptions o;
-  o.num_layers = c.num_layers;
-  o.num_kv_heads = c.num_kv_heads;
-  o.head_dim = c.head_dim;
-  o.rope_pairing = c.rope_pairing;
+  KvCacheOptions o = KvCacheOptionsFor(c);
   o.block_size = 16;
   o.num_blocks = 32;
   o.k_scheme = o.v_scheme = "int8-rtn";

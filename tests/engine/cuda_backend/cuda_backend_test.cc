@@ -57,11 +57,7 @@ ModelConfig TestConfig(bool qwen, int32_t head_dim = 64) {
 }
 
 KvCacheOptions KvOptions(const ModelConfig& c, const std::string& scheme, int32_t outlier_channels = 0) {
-  KvCacheOptions o;
-  o.num_layers = c.num_layers;
-  o.num_kv_heads = c.num_kv_heads;
-  o.head_dim = c.head_dim;
-  o.rope_pairing = c.rope_pairing;
+  KvCacheOptions o = KvCacheOptionsFor(c);
   o.block_size = 16;
   o.num_blocks = 64;
   o.k_scheme = o.v_scheme = scheme;
