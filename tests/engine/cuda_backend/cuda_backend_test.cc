@@ -841,10 +841,12 @@ TEST_P(CudaBackendTest, Kivi2StagesUnfilledBlocksLikeCpu) {
 // channels: the logits would move by their own size. kivi2's tolerance is twice its own test's:
 // a table chosen differently re-draws its 2-bit codes (H100: relative L2 0.163 and 0.86 absolute
 // at one decode step of the Qwen2 style, 7 of 8 tables alike; 8 of 8 alike stay within 0.15).
-void ExpectOutlierChannelsLikeCpu(bool qwen, const std::string& scheme, double rel_l2, double abs_bound) {
+void ExpectOutlierChannelsLikeCpu(bool qwen, const std::string& scheme, double rel_l2, double abs_bound,
+                                  int32_t head_dim = 64) {
   SCOPED_TRACE(scheme);
+  SCOPED_TRACE(head_dim);
   constexpr int32_t kOutliers = 4;
-  auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen), 1234, {}, 2);
+  auto m = SyntheticModelLoader::FromConfig(TestConfig(qwen, head_dim), 1234, {}, 2);
   ASSERT_TRUE(m.ok()) << m.status();
   Pair p = MakePair(std::move(*m), scheme, {.num_threads = 2}, kOutliers);
   ASSERT_NE(p.gpu, nullptr);
@@ -895,7 +897,7 @@ void ExpectOutlierChannelsLikeCpu(bool qwen, const std::string& scheme, double r
       }
     }
   }
-  std::printf("%s: %d of %d outlier tables as the CPU's\n", scheme.c_str(), agree, tables);
+  std::printf("%s, d = %d: %d of %d outlier tables as the CPU's\n", scheme.c_str(), head_dim, agree, tables);
   EXPECT_GE(4 * agree, 3 * tables);
   // A prompt after the choice, then decode: seq 0 fills the block staged before the choice.
   both({{.seq = 2, .tokens = p2, .start_pos = 0, .policy = &observe}}, &rc, &rg);
@@ -925,6 +927,7 @@ TEST_P(CudaBackendTest, OutlierChannelsStageUntilChosenLikeCpu) {
   SKIP_WITHOUT_GPU();
   ExpectOutlierChannelsLikeCpu(GetParam(), "int8-rtn", 2e-2, 0.1);
   ExpectOutlierChannelsLikeCpu(GetParam(), "kivi2", 0.3, 1.4);  // see the function's comment
+  ExpectOutlierChannelsLikeCpu(GetParam(), "int8-dither", 2e-2, 0.1, 128);  // the 8B models' head size
 }
 
 // One prompt then `steps` decode steps of `seq` on `b` under `policy`, feeding fixed tokens;
