@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace witcert {
 
@@ -43,6 +44,14 @@ const char* GateModeName(GateMode mode) {
     case GateMode::kRepair: return "repair";
   }
   return "off";
+}
+
+absl::Status CheckGateOverride(std::string_view key, std::string_view field, double value) {
+  const double hi = key == "v_threshold" ? 1e9 : 1.0;
+  if (!(value > 0.0 && value <= hi)) {
+    return absl::InvalidArgumentError(absl::StrFormat("'%s' must be in (0, %g]", field, hi));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<GateMode> ParseGateMode(std::string_view name) {

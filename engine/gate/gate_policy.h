@@ -44,6 +44,11 @@ const char* GateModeName(GateMode mode);  // "off", "observe", "repair"
 // error names the accepted forms.
 absl::StatusOr<meter::TierBForm> ParseTierBForm(std::string_view name);
 absl::StatusOr<GateMode> ParseGateMode(std::string_view name);
+// A request's override of one of the gate's numbers, `key` "tv_threshold", "delta" (both in
+// (0, 1]) or "v_threshold" (in (0, 1e9]): the ranges every front end accepts (a 0 or a NaN would
+// switch a check off or tighten to nothing). InvalidArgument naming `field` — the front end's
+// spelling of the key — otherwise.
+absl::Status CheckGateOverride(std::string_view key, std::string_view field, double value);
 // Ranges: thresholds in [0, 1] (v_threshold ≥ 0), δ in [0, 1), budgets ≥ 0,
 // audit_rate in [0, 1]. The message names the offending field.
 absl::Status ValidateGatePolicy(const GatePolicy& policy);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -49,6 +50,15 @@ absl::Status FillGate(const v1::GateOverride& in, Request* out) {
     tighter.mode = *mode;
   } else {
     tighter.mode = GateMode::kOff;  // no say on the mode: Tighten keeps the server's
+  }
+  // The HTTP front end's ranges (CheckGateOverride): a 0 or a NaN is an error, not a switch.
+  auto check = [](const char* key, bool set, double value) {
+    return set ? CheckGateOverride(key, absl::StrCat("gate.", key), value) : absl::OkStatus();
+  };
+  for (const absl::Status& s : {check("tv_threshold", in.has_tv_threshold(), in.tv_threshold()),
+                                check("v_threshold", in.has_v_threshold(), in.v_threshold()),
+                                check("delta", in.has_delta(), in.delta())}) {
+    if (!s.ok()) return s;
   }
   if (in.has_tv_threshold()) tighter.tv_threshold = in.tv_threshold();
   if (in.has_v_threshold()) tighter.v_threshold = in.v_threshold();

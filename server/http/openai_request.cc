@@ -253,10 +253,7 @@ bool ParseGate(const json& body, GenerationRequest* out, Fields& f) {
     } else if (key == "tv_threshold" || key == "v_threshold" || key == "delta") {
       if (!v.is_number()) return f.Fail(absl::StrCat("'", param, "' must be a number"), param);
       const double d = v.get<double>();
-      const double hi = key == "v_threshold" ? 1e9 : 1.0;
-      if (!(d > 0.0 && d <= hi)) {
-        return f.Fail(absl::StrFormat("'%s' must be in (0, %g]", param, hi), param);
-      }
+      if (const absl::Status s = CheckGateOverride(key, param, d); !s.ok()) return f.Fail(std::string(s.message()), param);
       (key == "tv_threshold" ? out->gate.tv_threshold
                              : key == "v_threshold" ? out->gate.v_threshold : out->gate.delta) = d;
     } else if (key == "pagein_budget") {

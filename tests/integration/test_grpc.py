@@ -152,8 +152,8 @@ def test_sampling_extras(grpc_server, stubs):
 
 def test_gate_override_shows_in_the_risk_report(grpc_server, stubs):
     """The risk report names the policy the request ran under: the server's (observe, per-token)
-    tightened by the request's override. A looser Tier B form is ignored; an unknown one is
-    INVALID_ARGUMENT."""
+    tightened by the request's override. A looser Tier B form is ignored; an unknown one, or a
+    threshold outside the HTTP API's ranges, is INVALID_ARGUMENT."""
     pb, pb_grpc = stubs
     stub = pb_grpc.InferenceStub(grpc_server)
     reply = stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="hi")],
@@ -166,6 +166,14 @@ def test_gate_override_shows_in_the_risk_report(grpc_server, stubs):
                                  sampling=pb.SamplingOptions(max_tokens=2),
                                  gate=pb.GateOverride(tier_b_form="loose")), timeout=60)
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # The HTTP front end's ranges: a zero threshold or a NaN δ is an error, not a silent switch.
+    for gate in (pb.GateOverride(tv_threshold=0.0), pb.GateOverride(delta=float("nan")),
+                 pb.GateOverride(v_threshold=-1.0)):
+        with pytest.raises(grpc.RpcError) as out_of_range:
+            stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="hi")],
+                                     sampling=pb.SamplingOptions(max_tokens=2), gate=gate), timeout=60)
+        assert out_of_range.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "gate." in out_of_range.value.details()
 
 
 def test_status_codes_map_from_the_engine(grpc_server, stubs):

@@ -14,6 +14,25 @@
 namespace witcert {
 namespace {
 
+// A request's gate numbers, as both front ends check them: TV and δ in (0, 1], the value
+// threshold in (0, 1e9]; 0, negatives, NaN and infinities are errors naming the field.
+TEST(GatePolicy, CheckGateOverrideRanges) {
+  for (const char* key : {"tv_threshold", "delta", "v_threshold"}) {
+    SCOPED_TRACE(key);
+    EXPECT_TRUE(CheckGateOverride(key, key, 1e-6).ok());
+    EXPECT_TRUE(CheckGateOverride(key, key, 1.0).ok());
+    for (double bad : {0.0, -0.5, std::nan(""), double{INFINITY}}) {
+      const absl::Status s = CheckGateOverride(key, "gate.x", bad);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+      EXPECT_NE(s.message().find("'gate.x'"), std::string_view::npos) << s;
+    }
+  }
+  EXPECT_FALSE(CheckGateOverride("tv_threshold", "f", 1.5).ok());
+  EXPECT_FALSE(CheckGateOverride("delta", "f", 1.5).ok());
+  EXPECT_TRUE(CheckGateOverride("v_threshold", "f", 1.5).ok());
+  EXPECT_FALSE(CheckGateOverride("v_threshold", "f", 2e9).ok());
+}
+
 TEST(GatePolicy, TightenTakesTheStricterField) {
   GatePolicy base;
   base.mode = GateMode::kObserve;
