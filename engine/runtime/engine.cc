@@ -75,8 +75,22 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(Request request) {
   if (request.sampling.json_object && !request.sampling.guided_choice.empty()) {
     return absl::InvalidArgumentError("guided_choice and JSON mode cannot be combined");
   }
+  if (request.stop.stop.size() > kMaxStopStrings || request.stop.stop_token_ids.size() > kMaxStopTokenIds ||
+      request.sampling.logit_bias.size() > kMaxLogitBias || request.sampling.guided_choice.size() > kMaxGuidedChoices) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a request may hold at most %d stop strings, %d stop_token_ids, %d logit_bias entries and %d guided_choice "
+        "choices; this one has %d, %d, %d and %d",
+        kMaxStopStrings, kMaxStopTokenIds, kMaxLogitBias, kMaxGuidedChoices, request.stop.stop.size(),
+        request.stop.stop_token_ids.size(), request.sampling.logit_bias.size(), request.sampling.guided_choice.size()));
+  }
   for (const std::string& choice : request.sampling.guided_choice) {
-    if (choice.empty()) return absl::InvalidArgumentError("guided_choice: the choices must not be empty");
+    if (choice.empty() || choice.size() > kMaxGuidedChoiceBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("guided_choice: the choices must be non-empty and at most %d bytes", kMaxGuidedChoiceBytes));
+    }
+  }
+  for (const std::string& stop : request.stop.stop) {
+    if (stop.empty()) return absl::InvalidArgumentError("stop strings must not be empty");
   }
   for (const auto& [id, bias] : request.sampling.logit_bias) {
     if (id < 0 || id >= tokenizer_.vocab_size() || !(bias >= -100.0f && bias <= 100.0f)) {

@@ -21,6 +21,15 @@
 
 namespace witcert {
 
+// The most entries a request's lists may hold, whichever front end it came through: a list
+// is work on every step (stop strings matched, choices masked), so one request must not be able
+// to slow the engine for all. Engine::Submit rejects more; the HTTP parser answers 400 first.
+inline constexpr size_t kMaxStopStrings = 4;  // OpenAI's limit
+inline constexpr size_t kMaxStopTokenIds = 64;
+inline constexpr size_t kMaxLogitBias = 1024;
+inline constexpr size_t kMaxGuidedChoices = 64;
+inline constexpr size_t kMaxGuidedChoiceBytes = 1024;
+
 struct Request {
   std::string id;
   std::vector<int32_t> prompt;  // token ids, already templated

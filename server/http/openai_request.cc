@@ -415,8 +415,10 @@ bool ParseGenerationRequest(std::string_view body, Endpoint endpoint, const Pars
                     "guided_choice");
     }
     for (const json& c : *v) {
-      if (!c.is_string() || c.get<std::string>().empty() || c.get<std::string>().size() > 1024) {
-        return f.Fail("'guided_choice' must hold non-empty strings of at most 1024 bytes", "guided_choice");
+      if (!c.is_string() || c.get<std::string>().empty() || c.get<std::string>().size() > kMaxGuidedChoiceBytes) {
+        return f.Fail(absl::StrFormat("'guided_choice' must hold non-empty strings of at most %d bytes",
+                                      kMaxGuidedChoiceBytes),
+                      "guided_choice");
       }
       s.guided_choice.push_back(c.get<std::string>());
     }

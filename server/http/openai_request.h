@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/runtime/request.h"
 #include "engine/runtime/sampling_params.h"
 #include "engine/tokenizer/chat_template.h"
 #include "server/http/api_error.h"
@@ -59,11 +60,9 @@ struct GenerationRequest {
   GateRequest gate;
 };
 
-// Most choices one request may ask for (`n`), and most tokens its logit_bias may name.
+// Most choices one request may ask for (`n`). The lists' limits (stop strings, logit_bias, …)
+// are the engine's (engine/runtime/request.h).
 inline constexpr int32_t kMaxChoices = 16;
-inline constexpr size_t kMaxLogitBias = 1024;
-inline constexpr size_t kMaxStopTokenIds = 64;
-inline constexpr size_t kMaxGuidedChoices = 64;
 // Most prompts one completions request may batch, and most choices (prompts × n) in all.
 inline constexpr int32_t kMaxPrompts = 16;
 inline constexpr int32_t kMaxChoicesPerResponse = 64;
@@ -74,7 +73,7 @@ struct ParseLimits {
   SamplingParams sampling_defaults;
   int32_t max_tokens_limit = 4096;
   int32_t default_max_tokens = 256;
-  int32_t max_stop_strings = 4;
+  int32_t max_stop_strings = static_cast<int32_t>(kMaxStopStrings);  // at most the engine's
   int32_t max_messages = 4096;
 };
 

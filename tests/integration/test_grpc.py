@@ -186,6 +186,12 @@ def test_status_codes_map_from_the_engine(grpc_server, stubs):
         list(stub.Generate(pb.GenerateRequest(prompt="hi", sampling=pb.SamplingOptions(
             temperature=-1.0, max_tokens=4)), timeout=30))
     assert bad_temp.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # The engine's caps on a request's lists hold over gRPC too (the HTTP API's 400s).
+    for sampling in (pb.SamplingOptions(max_tokens=4, stop=["a"] * 5),
+                     pb.SamplingOptions(max_tokens=4, logit_bias={i: 1.0 for i in range(1025)})):
+        with pytest.raises(grpc.RpcError) as too_many:
+            list(stub.Generate(pb.GenerateRequest(prompt="hi", sampling=sampling), timeout=30))
+        assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(grpc.RpcError) as too_long:
         list(stub.Generate(pb.GenerateRequest(tokens=pb.TokenIds(ids=[28] * 2000),
                                               sampling=pb.SamplingOptions(max_tokens=4)), timeout=30))

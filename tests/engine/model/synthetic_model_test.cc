@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/match.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -266,6 +267,49 @@ TEST(SyntheticModelTest, LoadEngineGeneratesTokens) {
   }
   EXPECT_EQ(runs[0].size(), 5u);
   EXPECT_EQ(runs[0], runs[1]);  // greedy over fixed weights
+}
+
+// The engine caps a request's lists whatever front end it came through (engine/runtime/request.h):
+// one past each cap is InvalidArgument, the cap itself is served.
+TEST(SyntheticModelTest, SubmitCapsTheRequestsLists) {
+  EngineConfig config;
+  config.model_path = "synthetic:tiny?seed=11";
+  config.threads = 1;
+  config.kv.memory_bytes = 4ll << 20;
+  auto loaded = LoadEngine(config, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Engine& engine = *(*loaded)->engine;
+  auto base = [] {
+    Request r;
+    r.prompt = {1, 2, 3};
+    r.stop.max_tokens = 2;
+    return r;
+  };
+  const std::vector<std::function<void(Request&, size_t)>> lists = {
+      [](Request& r, size_t n) { r.stop.stop.assign(n, "x"); },
+      [](Request& r, size_t n) { r.stop.stop_token_ids.assign(n, 7); },
+      [](Request& r, size_t n) {
+        for (size_t i = 0; i < n; ++i) r.sampling.logit_bias.emplace_back(static_cast<int32_t>(i % 500), 1.0f);
+      },
+      [](Request& r, size_t n) { r.sampling.guided_choice.assign(n, "yes"); },
+  };
+  const size_t caps[] = {kMaxStopStrings, kMaxStopTokenIds, kMaxLogitBias, kMaxGuidedChoices};
+  for (size_t i = 0; i < lists.size(); ++i) {
+    Request over = base();
+    lists[i](over, caps[i] + 1);
+    EXPECT_EQ(engine.Submit(over).status().code(), absl::StatusCode::kInvalidArgument) << "list " << i;
+    Request at = base();
+    lists[i](at, caps[i]);
+    auto stream = engine.Submit(at);
+    ASSERT_TRUE(stream.ok()) << "list " << i << ": " << stream.status();
+    EXPECT_TRUE(testing::Drain(**stream).status.ok()) << "list " << i;
+  }
+  Request long_choice = base();
+  long_choice.sampling.guided_choice = {std::string(kMaxGuidedChoiceBytes + 1, 'a')};
+  EXPECT_EQ(engine.Submit(long_choice).status().code(), absl::StatusCode::kInvalidArgument);
+  Request empty_stop = base();
+  empty_stop.stop.stop = {""};
+  EXPECT_EQ(engine.Submit(empty_stop).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
