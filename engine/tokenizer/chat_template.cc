@@ -17,6 +17,13 @@
 #include "absl/strings/strip.h"
 
 namespace witcert {
+
+absl::StatusOr<std::string> ChatRole(std::string_view role) {
+  if (role == "developer") return std::string("system");
+  if (role == "system" || role == "user" || role == "assistant") return std::string(role);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported role '", std::string(role), "' (system, developer, user, assistant)"));
+}
 namespace {
 
 constexpr std::string_view kUnknownTemplate =

@@ -19,6 +19,11 @@ struct ChatMessage {
   std::string content;
 };
 
+// A request's message role as the templates take it: "system", "user" or "assistant", with
+// OpenAI's "developer" read as "system". Every front end accepts these only; InvalidArgument
+// ("unsupported role '…' (system, developer, user, assistant)") otherwise.
+absl::StatusOr<std::string> ChatRole(std::string_view role);
+
 enum class ChatTemplateKind {
   kChatMl,     // <|im_start|>role\n...<|im_end|>\n  (SmolLM2, Qwen2)
   kLlama3,     // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>

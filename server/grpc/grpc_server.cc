@@ -16,6 +16,17 @@ namespace {
 
 constexpr int32_t kDefaultMaxTokens = 256;
 
+// The request's messages, their roles checked as the HTTP API checks them (ChatRole).
+template <class Messages>
+absl::Status ChatMessagesOf(const Messages& in, std::vector<ChatMessage>* out) {
+  for (int i = 0; i < in.size(); ++i) {
+    absl::StatusOr<std::string> role = ChatRole(in[i].role());
+    if (!role.ok()) return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: ", role.status().message()));
+    out->push_back({*std::move(role), in[i].content()});
+  }
+  return absl::OkStatus();
+}
+
 // Unset fields take `defaults` (LoadedEngine::sampling_defaults).
 void FillSampling(const v1::SamplingOptions& in, const SamplingParams& defaults, Request* out) {
   SamplingParams& s = out->sampling;
@@ -131,7 +142,7 @@ class InferenceService final : public v1::Inference::Service {
         break;
       case v1::GenerateRequest::kChat: {
         std::vector<ChatMessage> messages;
-        for (const auto& m : in->chat().messages()) messages.push_back({m.role(), m.content()});
+        if (absl::Status s = ChatMessagesOf(in->chat().messages(), &messages); !s.ok()) return ToGrpcStatus(s);
         request.prompt = engine_.tokenizer->Encode(
             engine_.chat_template.Apply(messages, true), true);
         break;
@@ -186,7 +197,7 @@ class InferenceService final : public v1::Inference::Service {
     Request request;
     request.id = NewId();
     std::vector<ChatMessage> messages;
-    for (const auto& m : in->messages()) messages.push_back({m.role(), m.content()});
+    if (absl::Status s = ChatMessagesOf(in->messages(), &messages); !s.ok()) return ToGrpcStatus(s);
     if (messages.empty()) return {::grpc::StatusCode::INVALID_ARGUMENT, "messages is empty"};
     request.prompt = engine_.tokenizer->Encode(engine_.chat_template.Apply(messages, true), true);
     FillSampling(in->sampling(), engine_.sampling_defaults, &request);

@@ -136,13 +136,9 @@ bool ParseMessages(const json& body, const ParseLimits& limits, GenerationReques
       return f.Fail(absl::StrCat("'", p, ".role' must be a string"), p + ".role");
     }
     ChatMessage msg;
-    msg.role = role->get<std::string>();
-    if (msg.role == "developer") msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      return f.Fail(absl::StrCat("'", p, ".role': unsupported role '", msg.role,
-                                 "' (system, developer, user, assistant)"),
-                    p + ".role");
-    }
+    absl::StatusOr<std::string> chat_role = ChatRole(role->get<std::string>());
+    if (!chat_role.ok()) return f.Fail(absl::StrCat("'", p, ".role': ", chat_role.status().message()), p + ".role");
+    msg.role = *std::move(chat_role);
     auto content = m.find("content");
     if (content == m.end()) {
       return f.Fail(absl::StrCat("'", p, ".content' is required"), p + ".content");

@@ -186,6 +186,20 @@ def test_status_codes_map_from_the_engine(grpc_server, stubs):
         list(stub.Generate(pb.GenerateRequest(prompt="hi", sampling=pb.SamplingOptions(
             temperature=-1.0, max_tokens=4)), timeout=30))
     assert bad_temp.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # Roles as the HTTP API takes them: "developer" reads as "system", others are refused.
+    with pytest.raises(grpc.RpcError) as bad_role:
+        stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="tool", content="hi")],
+                                 sampling=pb.SamplingOptions(max_tokens=2)), timeout=60)
+    assert bad_role.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "messages[0].role" in bad_role.value.details()
+    with pytest.raises(grpc.RpcError) as bad_chat_role:
+        list(stub.Generate(pb.GenerateRequest(chat=pb.ChatMessages(messages=[pb.ChatMessage(role="bot", content="x")]),
+                                              sampling=pb.SamplingOptions(max_tokens=2)), timeout=30))
+    assert bad_chat_role.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    reply = stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role="developer", content="Be brief."),
+                                               pb.ChatMessage(role="user", content="hi")],
+                                     sampling=pb.SamplingOptions(max_tokens=2)), timeout=60)
+    assert reply.finish.usage.completion_tokens >= 1
     # The engine's caps on a request's lists hold over gRPC too (the HTTP API's 400s).
     for sampling in (pb.SamplingOptions(max_tokens=4, stop=["a"] * 5),
                      pb.SamplingOptions(max_tokens=4, logit_bias={i: 1.0 for i in range(1025)})):

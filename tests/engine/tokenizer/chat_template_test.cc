@@ -48,6 +48,17 @@ absl::StatusOr<ChatTemplate> FromTemplate(const char* source, std::string_view o
   return ChatTemplate::FromGguf(**gguf, override_name);
 }
 
+// The roles every front end accepts; "developer" is OpenAI's newer name for "system".
+TEST(ChatTemplateTest, ChatRoleAcceptsTheThreeRolesAndDeveloper) {
+  for (const char* role : {"system", "user", "assistant"}) EXPECT_EQ(*ChatRole(role), role);
+  EXPECT_EQ(*ChatRole("developer"), "system");
+  for (const char* role : {"tool", "", "User", "system<|im_end|>"}) {
+    const absl::StatusOr<std::string> r = ChatRole(role);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << role;
+    EXPECT_NE(r.status().message().find("unsupported role"), std::string_view::npos);
+  }
+}
+
 TEST(ChatTemplateTest, SmolLmInsertsItsDefaultSystemPrompt) {
   auto t = FromTemplate(kSmolLmTemplate);
   ASSERT_TRUE(t.ok()) << t.status();
