@@ -24,8 +24,8 @@ export WITCERT_BIN="$build_dir/server/witcert"
 jobs="${WITCERT_TEST_JOBS:-2}"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900
 
-# Coverage-guided fuzzing (libFuzzer, ASan, UBSan) of the GGUF, config.json, tokenizer.json,
-# OpenAI request and server config parsers: a clang build of the five targets beside the main one, each run on a copy of its seed corpus
+# Coverage-guided fuzzing (libFuzzer, ASan, UBSan) of the GGUF, safetensors, config.json,
+# tokenizer.json, OpenAI request and server config parsers: a clang build of the six targets beside the main one, each run on a copy of its seed corpus
 # for a fixed number of inputs from a fixed seed (so a run is reproducible). The CTest fuzz
 # drivers above replay the corpora through the product build; this keeps the coverage-guided
 # build linking and exercised.
@@ -34,10 +34,11 @@ if [ ! -f "$fuzz_dir/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DWITCERT_FUZZ=ON -DWITCERT_CUDA=OFF >/dev/null
 fi
-ninja -C "$fuzz_dir" gguf_fuzz hf_config_fuzz hf_tokenizer_fuzz request_fuzz server_config_fuzz >/dev/null
+ninja -C "$fuzz_dir" gguf_fuzz hf_config_fuzz safetensors_fuzz hf_tokenizer_fuzz request_fuzz server_config_fuzz >/dev/null
 fuzz_log="$fuzz_dir/fuzz.log"
 for spec in "tests/fuzz/gguf_fuzz tests/fuzz/corpus 200000" \
             "tests/fuzz/hf_config_fuzz tests/fuzz/hf_config_corpus 100000" \
+            "tests/fuzz/safetensors_fuzz tests/fuzz/safetensors_corpus 100000" \
             "tests/fuzz/hf_tokenizer_fuzz tests/fuzz/hf_tokenizer_corpus 30000" \
             "tests/server/fuzz/request_fuzz tests/server/fuzz/corpus 50000" \
             "tests/server/fuzz/server_config_fuzz tests/server/fuzz/config_corpus 50000"; do
