@@ -362,7 +362,7 @@ absl::Status CudaBackend::Forward(absl::Span<const ForwardItem> batch, ForwardRe
   }
   StagedStep staged_step;  // staged schemes' group lists
   if (staged_ != nullptr) {
-    if (outliers_ != nullptr && !outliers_->chosen && encodes.first_filled_block >= 0) graph_step = false;
+    if (ChoosesOutliers(encodes)) graph_step = false;
     ASSIGN_OR_RETURN(staged_step, PackStagedStep(encodes, reinterpret_cast<int32_t*>(hbase + off_staged),
                                                  reinterpret_cast<const int32_t*>(inputs_.get() + off_staged), n,
                                                  s, graph_step, any_staged || layout_.group_keys()));

@@ -186,6 +186,16 @@ class CudaBackend : public Backend {
                               StagedBlocks::StepEncodes* encodes, StagedBlocks::StagingMode* mode);
   // kivi2 stages every block until it fills; the outlier bypass until its channels are chosen.
   StagedBlocks::StagingMode StagingModeNow() const;
+  // Whether the planned step chooses the outlier channels (their first block fills in it), and
+  // then the choice's source in `step` (PackStagedStep, FillKvSynthetic).
+  bool ChoosesOutliers(const StagedBlocks::StepEncodes& encodes) const {
+    return outliers_ != nullptr && !outliers_->chosen && encodes.first_filled_block >= 0;
+  }
+  void PlanOutlierChoice(const StagedBlocks::StepEncodes& encodes, StagedStep* step) const {
+    if (!ChoosesOutliers(encodes)) return;
+    step->choose_block = encodes.first_filled_block;
+    step->choose_row = encodes.first_filled_row;
+  }
   // The step's group lists in the packed inputs: `host` and `dev` the same int32 region,
   // [row blocks n | first rows n | slot blocks s | slot first positions s] (StagedInputInts(n, s)
   // of them); the counts each layer launches with (a graph step launches s slot groups, padded

@@ -85,10 +85,7 @@ absl::Status CudaBackend::FillKvSynthetic(SeqId seq, int64_t num_tokens, uint32_
         step.row_blocks = group_blocks.get();
         // first_rows null: group g is rows [g·bs, (g+1)·bs) of the chunk.
         step.row_groups = static_cast<int32_t>(encodes.row_blocks.size());
-        if (outliers_ != nullptr && !outliers_->chosen && encodes.first_filled_block >= 0) {
-          step.choose_block = encodes.first_filled_block;  // the chunk's first block: rows 0..
-          step.choose_row = encodes.first_filled_row;
-        }
+        PlanOutlierChoice(encodes, &step);  // the chunk's first block: rows 0..
         RETURN_IF_ERROR(WriteStagedLayer(layer, write.k, write.v, write.slots, write.positions, nt, step,
                                          /*rows_in_table=*/false));
       }

@@ -145,10 +145,7 @@ absl::StatusOr<CudaBackend::StagedStep> CudaBackend::PackStagedStep(const Staged
   // outlier channels are chosen).
   step.row_groups = static_cast<int32_t>(e.row_blocks.size());
   step.slot_groups = static_cast<int32_t>(graph_step && any_staged ? s : static_cast<int64_t>(e.slot_blocks.size()));
-  if (outliers_ != nullptr && !outliers_->chosen && e.first_filled_block >= 0) {
-    step.choose_block = e.first_filled_block;
-    step.choose_row = e.first_filled_row;
-  }
+  PlanOutlierChoice(e, &step);
   return step;
 }
 

@@ -3,19 +3,13 @@
 // error that names what is wrong; never a crash or an exception. A parsed config goes on through
 // what startup and reload do with it: validation and the restart-only diff against the default.
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "server/config/live_config.h"
 #include "server/config/server_config.h"
+#include "tests/testing/fuzz_check.h"
 
-namespace {
-
-void Check(bool ok) {
-  if (!ok) std::abort();  // a fuzz target reports an invariant failure by crashing
-}
-
-}  // namespace
+using witcert::testing::FuzzCheck;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace witcert::config;
@@ -24,12 +18,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const ServerConfig* base : {&kDefault, static_cast<const ServerConfig*>(nullptr)}) {
     const absl::StatusOr<ServerConfig> parsed = base != nullptr ? ParseServerConfig(text, *base) : ParseServerConfig(text);
     if (!parsed.ok()) {
-      Check(parsed.status().code() == absl::StatusCode::kInvalidArgument);
-      Check(!parsed.status().message().empty());
+      FuzzCheck(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+      FuzzCheck(!parsed.status().message().empty());
       continue;
     }
     const absl::Status valid = ValidateServerConfig(*parsed);
-    Check(valid.ok() || !valid.message().empty());
+    FuzzCheck(valid.ok() || !valid.message().empty());
     (void)RestartOnlyChanges(kDefault, *parsed);
   }
   return 0;
