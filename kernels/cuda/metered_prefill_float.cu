@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
   acc.Init();
   float that[2] = {0.0f, 0.0f}, smaxk = 0.0f;  // max T̂_t (·s_t) per row; scaled fp8: max K scale
   prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
-  if constexpr (METER) eps_digits.From(rows.qbn, inv_sqrt_d);
+  if constexpr (METER) eps_digits.From(rows.qbn, inv_sqrt_d, tig);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -258,11 +258,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillFloatKernel(const P
       }
     }
     // (c)–(e): online softmax, certificate terms, o += P·V.
-    acc.AddTile(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
+    acc.AddTile(lg, eps_digits, st.kw, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       if constexpr (METER) {
-        tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
         tt.kunit = Bf16Bits(st.ku[tok]);
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);

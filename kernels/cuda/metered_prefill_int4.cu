@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Pa
   acc.Init();
   float smaxk = 0.0f;  // η's group-scale max over the CTA's tokens
   prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
-  if constexpr (METER) eps_digits.From(rows_q.qbn, inv_sqrt_d);
+  if constexpr (METER) eps_digits.From(rows_q.qbn, inv_sqrt_d, tig);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -204,12 +204,11 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt4Kernel(const Pa
       }
     }
     // (d)–(f): online softmax, certificate terms, o += P·V.
-    acc.AddTile(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
+    acc.AddTile(lg, eps_digits, st.kw, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       tt.sv = 1.0f;
       if constexpr (METER) {
-        tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
         tt.kunit = Bf16Bits(st.ku[tok]);
         tt.rho = cuda_kv::SummaryRho(st.vsum[tok]);
         tt.nu = cuda_kv::SummaryNu(st.vsum[tok]);

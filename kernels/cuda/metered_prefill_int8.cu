@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
   acc.Init();
   float smaxk = 0.0f;  // η's key-scale max
   prefill::RowEpsDigits eps_digits;  // Tier A's band factors as digits (meter)
-  if constexpr (METER) eps_digits.From(qbn, inv_sqrt_d);
+  if constexpr (METER) eps_digits.From(qbn, inv_sqrt_d, tig);
 
   for (int k = 0; k < num_tiles; ++k) {
     CpAsyncWait<kRing - 2>();
@@ -259,11 +259,10 @@ __global__ void __launch_bounds__(kThreads, 2) MeteredPrefillInt8Kernel(const Pa
     }
     // (c)–(e): online softmax, certificate terms, o += P·V (the int8 key columns: tokens 8·nt + tig + 4·h).
     // int8-dither: Tier B, ε̂ = min(ε, u_t) with u_t = C·s_t (the CPU's MeteredSplit, the decode kernels').
-    acc.template AddTile<true, DITHER>(lg, eps_digits, sm.vt, gid, tig, [&](int tok) {
+    acc.template AddTile<true, DITHER>(lg, eps_digits, st.kw, sm.vt, gid, tig, [&](int tok) {
       prefill::TokenTerms tt;
       tt.rho = tt.nu = 0.0f;
       if constexpr (METER && meter::TierBFormReadsKeyWitness(FORM)) {  // Tier A's key witness
-        tt.kc = *reinterpret_cast<const uint2*>(st.kw[tok]);
         tt.kunit = Bf16Bits(st.ku[tok]);
       }
       if constexpr (METER) {

@@ -218,30 +218,29 @@ __device__ __forceinline__ void IssueScales(uint16_t* ks, uint16_t* vs, const Pa
   }
 }
 
-// What the certificate needs of one token (meter only): the key band bounds c_b·U (ε̂ = 0 where
-// all are 0), ρ and ν ≥ ‖ṽ‖ + ρ; and the V scale the weight is multiplied by before p·v (1 when
-// the values carry their own).
+// What the certificate needs of one token (meter only): the unit U of its key band codes c_b (the
+// band bounds are c_b·U; the codes themselves reach AddTile as the tile's band code array), ρ and
+// ν ≥ ‖ṽ‖ + ρ; and the V scale the weight is multiplied by before p·v (1 when the values carry
+// their own).
 struct TokenTerms {
-  uint2 kc;          // the key band codes c_b (band b at byte b % 4 of word b / 4); 0: ε̂ = 0
-  float kunit;       // and their unit U
+  float kunit;       // U; 0: ε̂ = 0 whatever the codes
   float rho, nu, sv;
   float eps_cap[2];  // EPS_CAP only: ε̂ ≤ this per row (int8-dither's Tier B u_t)
   // Tier A reads nothing: an exact row (ε̂ = 0).
-  __device__ __forceinline__ void SetExactKey() {
-    kc = make_uint2(0u, 0u);
-    kunit = 0.0f;
-  }
+  __device__ __forceinline__ void SetExactKey() { kunit = 0.0f; }
 };
 
 // Tier A's band factors f_b = ‖q_b‖/√d·EpsInflation of the thread's two rows as 16-bit digits
-// rounded up, with their scales (tier_a_digits.cuh): ε̂ of a token is then TierAEpsilonOfDigits
-// against its 8-bit band codes, four dp2a and three roundings up, the decode kernels' arithmetic,
-// where the fp32 form took the codes' decode and eight fmas per row.
+// rounded up, with their scales (tier_a_digits.cuh), as the tensor-core A fragments of the warp's 16
+// rows: a tile's Σ_b q'_b·c_b for every (row, token) of the thread are two MMAs per 8 tokens
+// (TierABandSumsMma), then two products rounded up, TierAEpsilonOfDigits's value bit for bit, where
+// the dp2a form took four dp2a and a conversion per (row, token).
 struct RowEpsDigits {
-  uint32_t q[2][4];
+  cuda_kv::BandDigitFragments frag;
   float scale[2];
-  __device__ __forceinline__ void From(const float (&qbn)[2][kBands], float inv_sqrt_d) {
+  __device__ __forceinline__ void From(const float (&qbn)[2][kBands], float inv_sqrt_d, int tig) {
     const float infl = meter::EpsInflation(kD, kBands);
+    uint32_t q[2][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float f[kBands];
@@ -249,6 +248,7 @@ struct RowEpsDigits {
       for (int b = 0; b < kBands; ++b) f[b] = (qbn[r][b] * inv_sqrt_d) * infl;
       cuda_kv::BandFactorDigits8(f, q[r], &scale[r]);
     }
+    frag.From(q[0], q[1], tig);
   }
 };
 
@@ -292,11 +292,14 @@ struct RowSums {
   // token's weight, its certificate terms (terms(tok) → TokenTerms) and o += P·V over the V tile
   // vt [channel][kVPitch]. C element (row, 2·tig + h) of n-tile nt is tile token 8·nt + 2·tig + h
   // (natural order), or with INT8_COLUMNS 8·nt + tig + 4·h (the int8 kernel's key layout; its V
-  // tile is stored in the matching k order). EPS_CAP: ε̂ = min(Tier A's, TokenTerms::eps_cap[r]),
+  // tile is stored in the matching k order). kw: the tile's key band codes [kTile][kBands] (Tier A;
+  // unread where FORM reads no key witness). EPS_CAP: ε̂ = min(Tier A's, TokenTerms::eps_cap[r]),
   // or eps_cap alone where FORM reads no key witness.
   template <bool INT8_COLUMNS = false, bool EPS_CAP = false, class Terms>
   __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const RowEpsDigits& eps_digits,
-                                          const __half (*vt)[kVPitch], int gid, int tig, Terms&& terms) {
+                                          const uint8_t (*kw)[kBands], const __half (*vt)[kVPitch], int gid, int tig,
+                                          Terms&& terms) {
+    constexpr bool kTierA = METER && !SPLIT_MAX && meter::TierBFormReadsKeyWitness(FORM);
     float scale_row[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -334,6 +337,14 @@ struct RowSums {
     uint32_t pa[2][4];  // PV A fragments of the two 16-token k-steps
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
+      // Tier A's Σ_b q'_b·c_b of the n-tile's (row, token) C elements, exact then rounded up: two
+      // MMAs, B column gid being the token C column gid holds.
+      float band_sums[4];
+      if constexpr (kTierA) {
+        const int tb = INT8_COLUMNS ? nt * 8 + (gid >> 1) + 4 * (gid & 1) : nt * 8 + gid;
+        const uint32_t codes = *reinterpret_cast<const uint16_t*>(&kw[tb][2 * tig]);
+        cuda_kv::TierABandSumsMma(eps_digits.frag, cuda_kv::BandCodePairToF16x2(codes), band_sums);
+      }
       float pw[4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // the thread's two tokens of this n-tile
@@ -355,7 +366,7 @@ struct RowSums {
             } else if constexpr (METER) {
               float eps;
               if constexpr (meter::TierBFormReadsKeyWitness(FORM)) {
-                eps = cuda_kv::TierAEpsilonOfDigits(eps_digits.q[r], tt.kc, tt.kunit, eps_digits.scale[r]);
+                eps = __fmul_ru(__fmul_ru(band_sums[e], tt.kunit), eps_digits.scale[r]);
                 if constexpr (EPS_CAP) eps = fminf(eps, tt.eps_cap[r]);
               } else {
                 static_assert(EPS_CAP, "Tier B's forms take u_t from eps_cap");

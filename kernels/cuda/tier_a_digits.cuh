@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace witcert::cuda_kv {
@@ -79,6 +80,65 @@ __device__ __forceinline__ float TierAEpsilonOfDigits(const uint32_t (&q)[4], ui
   const uint32_t lo = __dp2a_hi(q[1], kc.x, __dp2a_lo(q[0], kc.x, 0u));
   const uint32_t hi = __dp2a_hi(q[3], kc.y, __dp2a_lo(q[2], kc.y, 0u));
   return __fmul_ru(__fmul_ru(__uint2float_ru(lo + hi), unit), scale);
+}
+
+// The same sums Σ_b q'_b·c_b for 16 query rows × 8 tokens on the tensor cores (the prefill kernels,
+// whose warps hold 16 rows): each 16-bit digit as q' = 32·hi + lo (hi ≤ 2047, lo ≤ 31, both exact
+// fp16 integers), two mma.m16n8k8 with fp32 accumulation against the codes (≤ 255, exact), then
+// fl↑(32·Σhi·c + Σlo·c). Every product and partial sum is an integer below 8·2047·255 < 2^22, so the
+// tensor cores' accumulation (whatever its order and alignment: a 24-bit significand resolves
+// every integer below 2^24) is exact, and the one rounding up gives __uint2float_ru of the dp2a
+// form's exact integer: TierAEpsilonOfDigits's value bit for bit once ·U and ·s_q follow (tested).
+//
+// A fragments (m16n8k8, g = lane / 4, t = lane % 4): register 0 row g, 1 row g + 8, each the fp16
+// pair of bands 2t, 2t + 1.
+struct BandDigitFragments {
+  uint32_t hi[2], lo[2];
+  // rows[r]: the digits of row g + 8r as BandFactorDigits8 packs them (bands 2j, 2j+1 in q[j]).
+  __device__ __forceinline__ void From(const uint32_t (&row0)[4], const uint32_t (&row1)[4], int t) {
+    uint32_t d[2] = {row0[0], row1[0]};  // bands 2t (low half), 2t + 1 (high half); selects, not
+#pragma unroll                               // a dynamic index (which would put q in local memory)
+    for (int j = 1; j < 4; ++j) {
+      d[0] = t == j ? row0[j] : d[0];
+      d[1] = t == j ? row1[j] : d[1];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t b0 = d[r] & 0xffffu, b1 = d[r] >> 16;
+      hi[r] = Pack(b0 >> 5, b1 >> 5);
+      lo[r] = Pack(b0 & 31u, b1 & 31u);
+    }
+  }
+
+ private:
+  __device__ __forceinline__ static uint32_t Pack(uint32_t x, uint32_t y) {
+    return static_cast<uint32_t>(__half_as_ushort(__uint2half_rn(x))) |
+           (static_cast<uint32_t>(__half_as_ushort(__uint2half_rn(y))) << 16);
+  }
+};
+
+// Two 8-bit band codes (low byte: band 2t, next: band 2t + 1, as a 16-bit load of a token's codes
+// at byte 2t) as an exact fp16 pair: 0x64nn is 1024 + nn, less 1024.
+__device__ __forceinline__ uint32_t BandCodePairToF16x2(uint32_t two_codes) {
+  const uint32_t biased = __byte_perm(two_codes, 0x64646464u, 0x4140u);
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&biased), __half2half2(__ushort_as_half(0x6400u)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Σ_b q'_b·c_b of rows g, g + 8 (sum[0, 1], sum[2, 3]) and tokens of columns 2t, 2t + 1 (the C
+// fragment's layout), rounded up to fp32. codes: B fragment, this lane's column g token's bands
+// 2t, 2t + 1 (BandCodePairToF16x2). ε is then __fmul_ru(__fmul_ru(sum, U), s_q), as in
+// TierAEpsilonOfDigits.
+__device__ __forceinline__ void TierABandSumsMma(const BandDigitFragments& q, uint32_t codes, float (&sum)[4]) {
+  float h[4] = {0.0f, 0.0f, 0.0f, 0.0f}, l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(h[0]), "+f"(h[1]), "+f"(h[2]), "+f"(h[3])
+      : "r"(q.hi[0]), "r"(q.hi[1]), "r"(codes));
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(l[0]), "+f"(l[1]), "+f"(l[2]), "+f"(l[3])
+      : "r"(q.lo[0]), "r"(q.lo[1]), "r"(codes));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) sum[e] = __fmaf_ru(h[e], 32.0f, l[e]);
 }
 
 }  // namespace witcert::cuda_kv

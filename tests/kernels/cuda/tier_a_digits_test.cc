@@ -26,9 +26,8 @@ float Bits(uint32_t b) {
   return f;
 }
 
-TEST(TierADigits, EpsilonIsNeverBelowTheExactSumAndBarelyAbove) {
-  WITCERT_SKIP_WITHOUT_GPU();
-  std::mt19937 rng(2026);
+// Random heads (factors over a few decades) and the edge heads the tests share.
+std::vector<std::vector<float>> TestHeads(std::mt19937& rng) {
   std::vector<std::vector<float>> heads;
   std::uniform_real_distribution<float> unit01(0.0f, 1.0f);
   for (int h = 0; h < 400; ++h) {  // random: factors over a few decades
@@ -43,6 +42,14 @@ TEST(TierADigits, EpsilonIsNeverBelowTheExactSumAndBarelyAbove) {
   heads.push_back({1e-40f, 3e-42f, 0.0f, 1e-45f, 2e-39f, 0.0f, 5e-41f, 1e-44f});       // subnormal
   heads.push_back({1e-37f, 1e-45f, 2e-38f, 0.0f, 1.2e-38f, 3e-39f, 0.0f, 1e-40f});      // around 2^-126
   heads.push_back({0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f});
+  return heads;
+}
+
+TEST(TierADigits, EpsilonIsNeverBelowTheExactSumAndBarelyAbove) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(2026);
+  std::uniform_real_distribution<float> unit01(0.0f, 1.0f);
+  const std::vector<std::vector<float>> heads = TestHeads(rng);
   const int64_t tokens = 24;
   std::vector<float> factors;
   std::vector<uint8_t> codes;
@@ -99,6 +106,50 @@ TEST(TierADigits, EpsilonIsNeverBelowTheExactSumAndBarelyAbove) {
   ASSERT_GT(excess.size(), 5000u);
   std::nth_element(excess.begin(), excess.begin() + excess.size() / 2, excess.end());
   EXPECT_LT(excess[excess.size() / 2], 1e-3);
+}
+
+// The prefill kernels' tensor-core form gives the dp2a form's ε bit for bit (NaN where it is NaN):
+// the digits split 32·hi + lo, the codes as fp16, two MMAs, one rounding up. Codes 255 against
+// digits near 2^16 are the largest sums the MMAs must keep exact.
+TEST(TierADigits, TensorCoreFormEqualsTheDp2aForm) {
+  WITCERT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  std::vector<std::vector<float>> heads = TestHeads(rng);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  heads.push_back({1.0f, inf, 2.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f});
+  heads.push_back({nan, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f});
+  heads.push_back({1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f});  // every digit 65535 or near it
+  while (heads.size() % 16 != 0) heads.push_back(heads[rng() % heads.size()]);
+  const int64_t tokens = 64;
+  std::vector<float> factors;
+  for (const auto& f : heads) factors.insert(factors.end(), f.begin(), f.end());
+  std::vector<uint8_t> codes;
+  std::vector<float> units;
+  std::uniform_real_distribution<float> unit01(0.0f, 1.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int b = 0; b < 8; ++b) {
+      const uint32_t r = rng() % 6;
+      codes.push_back(static_cast<uint8_t>(t < 8 || r == 1 ? 255 : (r == 0 ? 0 : rng() % 256)));
+    }
+    const uint32_t r = rng() % 10;
+    units.push_back(r == 0 ? 0.0f : (r == 1 ? 1e30f : (r == 2 ? 1e-30f : std::ldexp(unit01(rng), -8))));
+  }
+  std::vector<float> dp2a, mma;
+  ASSERT_CUDA_OK(testing::TierAEpsilonBothFormsCuda(factors, codes, units, &dp2a, &mma));
+  ASSERT_EQ(dp2a.size(), heads.size() * tokens);
+  int64_t nans = 0, positive = 0;
+  for (size_t i = 0; i < dp2a.size(); ++i) {
+    SCOPED_TRACE("row " + std::to_string(i / tokens) + " token " + std::to_string(i % tokens));
+    if (std::isnan(dp2a[i])) {
+      EXPECT_TRUE(std::isnan(mma[i])) << mma[i];
+      ++nans;
+    } else {
+      ASSERT_EQ(std::memcmp(&dp2a[i], &mma[i], 4), 0) << dp2a[i] << " vs " << mma[i];
+      positive += dp2a[i] > 0.0f;
+    }
+  }
+  EXPECT_GT(nans, 0);
+  EXPECT_GT(positive, static_cast<int64_t>(dp2a.size()) / 2);
 }
 
 TEST(TierADigits, NonFiniteFactorGivesNonFiniteEpsilon) {
