@@ -33,7 +33,9 @@
 
 #include <cmath>
 
-#include "kernels/cuda/metered_decode_int8_mma.cuh"
+#include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/int8_mma_ops.cuh"
+#include "kernels/cuda/int8_mma_smem.cuh"
 #include "kernels/cuda/metered_prefill_int_digits.cuh"
 #include "kernels/cuda/metered_prefill_launch.h"
 #include "kernels/cuda/metered_prefill_rows.cuh"
