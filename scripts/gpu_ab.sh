@@ -2,7 +2,9 @@
 # A/B of two builds of one benchmark in ONE device call, alternated, so both see the same
 # machine state (bench/RESULTS.md compares only runs made this way).
 #
-# Here: pack both binaries under different names (pack_gpu.sh copies by file name), e.g.
+# Here: scripts/pack_baseline.sh REV TARGET NAME builds the baseline at another revision and packs
+# it beside the suite's pack; or pack both binaries under different names (pack_gpu.sh copies by
+# file name), e.g.
 #   cp build-old/bench/decode_cuda/bench_decode_cuda /tmp/ab/bench_old
 #   cp build/bench/decode_cuda/bench_decode_cuda /tmp/ab/bench_new
 #   scripts/pack_gpu.sh build/dist /tmp/ab/bench_old /tmp/ab/bench_new; strip build/dist/bin/*
