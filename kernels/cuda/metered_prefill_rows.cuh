@@ -299,7 +299,7 @@ struct RowSums {
   __device__ __forceinline__ void AddTile(const float (&lg)[4][4], const RowEpsDigits& eps_digits,
                                           const uint8_t (*kw)[kBands], const __half (*vt)[kVPitch], int gid, int tig,
                                           Terms&& terms) {
-    constexpr bool kTierA = METER && !SPLIT_MAX && meter::TierBFormReadsKeyWitness(FORM);
+    constexpr bool kTierA = METER && meter::TierBFormReadsKeyWitness(FORM);  // per-token ε from the band codes
     float scale_row[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

@@ -11,6 +11,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/ops/mma_f16.cuh"
+
 namespace witcert::cuda_kv {
 
 // Tier A's band factor f_b = ‖q_b‖/√d·EpsInflation of one query head as a 16-bit digit
@@ -82,13 +84,23 @@ __device__ __forceinline__ float TierAEpsilonOfDigits(const uint32_t (&q)[4], ui
   return __fmul_ru(__fmul_ru(__uint2float_ru(lo + hi), unit), scale);
 }
 
+// The tensor-core form of these sums splits each 16-bit digit q' = 32·hi + lo (hi ≤ 2047, lo ≤ 31,
+// both exact fp16 integers). This is bands 2t, 2t + 1 of one head's packed digits d (as
+// BandFactorDigits8 packs them: band 2t in the low half, 2t + 1 in the high), their hi parts
+// (d >> 5) where !lo, else their lo parts (d & 31), as an fp16 pair (the integers are exact in
+// fp32 and in fp16): an mma.m16n8k8 fragment register.
+__device__ __forceinline__ uint32_t BandDigitPartPair(uint32_t d, bool lo) {
+  const uint32_t b0 = d & 0xffffu, b1 = d >> 16;
+  return mma::PackHalf2(static_cast<float>(lo ? b0 & 31u : b0 >> 5), static_cast<float>(lo ? b1 & 31u : b1 >> 5));
+}
+
 // The same sums Σ_b q'_b·c_b for 16 query rows × 8 tokens on the tensor cores (the prefill kernels,
-// whose warps hold 16 rows): each 16-bit digit as q' = 32·hi + lo (hi ≤ 2047, lo ≤ 31, both exact
-// fp16 integers), two mma.m16n8k8 with fp32 accumulation against the codes (≤ 255, exact), then
-// fl↑(32·Σhi·c + Σlo·c). Every product and partial sum is an integer below 8·2047·255 < 2^22, so the
-// tensor cores' accumulation (whatever its order and alignment: a 24-bit significand resolves
-// every integer below 2^24) is exact, and the one rounding up gives __uint2float_ru of the dp2a
-// form's exact integer: TierAEpsilonOfDigits's value bit for bit once ·U and ·s_q follow (tested).
+// whose warps hold 16 rows): the digits split as BandDigitPartPair does, two mma.m16n8k8 with fp32
+// accumulation against the codes (≤ 255, exact), then fl↑(32·Σhi·c + Σlo·c). Every product and
+// partial sum is an integer below 8·2047·255 < 2^22, so the tensor cores' accumulation (whatever
+// its order and alignment: a 24-bit significand resolves every integer below 2^24) is exact, and
+// the one rounding up gives __uint2float_ru of the dp2a form's exact integer: TierAEpsilonOfDigits's
+// value bit for bit once ·U and ·s_q follow (tested).
 //
 // A fragments (m16n8k8, g = lane / 4, t = lane % 4): register 0 row g, 1 row g + 8, each the fp16
 // pair of bands 2t, 2t + 1.
@@ -104,16 +116,9 @@ struct BandDigitFragments {
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint32_t b0 = d[r] & 0xffffu, b1 = d[r] >> 16;
-      hi[r] = Pack(b0 >> 5, b1 >> 5);
-      lo[r] = Pack(b0 & 31u, b1 & 31u);
+      hi[r] = BandDigitPartPair(d[r], false);
+      lo[r] = BandDigitPartPair(d[r], true);
     }
-  }
-
- private:
-  __device__ __forceinline__ static uint32_t Pack(uint32_t x, uint32_t y) {
-    return static_cast<uint32_t>(__half_as_ushort(__uint2half_rn(x))) |
-           (static_cast<uint32_t>(__half_as_ushort(__uint2half_rn(y))) << 16);
   }
 };
 
@@ -131,12 +136,8 @@ __device__ __forceinline__ uint32_t BandCodePairToF16x2(uint32_t two_codes) {
 // TierAEpsilonOfDigits.
 __device__ __forceinline__ void TierABandSumsMma(const BandDigitFragments& q, uint32_t codes, float (&sum)[4]) {
   float h[4] = {0.0f, 0.0f, 0.0f, 0.0f}, l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-      : "+f"(h[0]), "+f"(h[1]), "+f"(h[2]), "+f"(h[3])
-      : "r"(q.hi[0]), "r"(q.hi[1]), "r"(codes));
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-      : "+f"(l[0]), "+f"(l[1]), "+f"(l[2]), "+f"(l[3])
-      : "r"(q.lo[0]), "r"(q.lo[1]), "r"(codes));
+  mma::MmaF16F32K8(h, q.hi[0], q.hi[1], codes);
+  mma::MmaF16F32K8(l, q.lo[0], q.lo[1], codes);
 #pragma unroll
   for (int e = 0; e < 4; ++e) sum[e] = __fmaf_ru(h[e], 32.0f, l[e]);
 }

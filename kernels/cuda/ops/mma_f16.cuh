@@ -27,6 +27,14 @@ __device__ __forceinline__ void MmaF16F32(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d += a · b for mma.m16n8k8 (fp16 inputs, fp32 accumulation): A [16 rows, 8 k] as a0 (row g,
+// k 2t..2t+1) and a1 (row g+8, same k), B [8 k, 8 cols] as b0 (k 2t..2t+1, col g), C as above.
+__device__ __forceinline__ void MmaF16F32K8(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
 // The same with bf16 inputs (the fragment layouts are fp16's).
 __device__ __forceinline__ void MmaBf16F32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                            uint32_t b1) {
