@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/model/layer_binding.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/rope_scaling.h"
 #include "kernels/cpu/matmul.h"
@@ -105,6 +106,14 @@ GgmlType ToGgml(SafetensorsDtype dtype) {
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
+
+// The Hugging Face names of a Llama/Qwen2/Mistral-style layer's tensors.
+constexpr LayerTensorNames kHfLayerNames{
+    .attn_norm = "input_layernorm.weight", .q = "self_attn.q_proj.weight", .k = "self_attn.k_proj.weight",
+    .v = "self_attn.v_proj.weight", .q_norm = "self_attn.q_norm.weight", .k_norm = "self_attn.k_norm.weight",
+    .q_bias = "self_attn.q_proj.bias", .k_bias = "self_attn.k_proj.bias", .v_bias = "self_attn.v_proj.bias",
+    .o = "self_attn.o_proj.weight", .ffn_norm = "post_attention_layernorm.weight", .gate = "mlp.gate_proj.weight",
+    .up = "mlp.up_proj.weight", .down = "mlp.down_proj.weight"};
 
 // Binds named tensors of the set as QuantMatrix views (matrices) or F32 copies (vectors).
 class TensorBinder {
@@ -341,26 +350,7 @@ absl::StatusOr<std::unique_ptr<Model>> HfModelLoader::FromSafetensors(
   }
   w.layers.resize(c.num_layers);
   for (int32_t i = 0; i < c.num_layers; ++i) {
-    LayerWeights& l = w.layers[i];
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    ASSIGN_OR_RETURN(l.attn_norm, b.Vector(p + "input_layernorm.weight", hidden));
-    ASSIGN_OR_RETURN(l.wq, b.Matrix(p + "self_attn.q_proj.weight", c.q_dim(), hidden));
-    ASSIGN_OR_RETURN(l.wk, b.Matrix(p + "self_attn.k_proj.weight", c.kv_dim(), hidden));
-    ASSIGN_OR_RETURN(l.wv, b.Matrix(p + "self_attn.v_proj.weight", c.kv_dim(), hidden));
-    if (c.qk_norm) {
-      ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "self_attn.q_norm.weight", c.head_dim));
-      ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "self_attn.k_norm.weight", c.head_dim));
-    }
-    if (c.qkv_bias) {
-      ASSIGN_OR_RETURN(l.bq, b.Vector(p + "self_attn.q_proj.bias", c.q_dim()));
-      ASSIGN_OR_RETURN(l.bk, b.Vector(p + "self_attn.k_proj.bias", c.kv_dim()));
-      ASSIGN_OR_RETURN(l.bv, b.Vector(p + "self_attn.v_proj.bias", c.kv_dim()));
-    }
-    ASSIGN_OR_RETURN(l.wo, b.Matrix(p + "self_attn.o_proj.weight", hidden, c.q_dim()));
-    ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(p + "post_attention_layernorm.weight", hidden));
-    ASSIGN_OR_RETURN(l.w_gate, b.Matrix(p + "mlp.gate_proj.weight", c.ffn_dim, hidden));
-    ASSIGN_OR_RETURN(l.w_up, b.Matrix(p + "mlp.up_proj.weight", c.ffn_dim, hidden));
-    ASSIGN_OR_RETURN(l.w_down, b.Matrix(p + "mlp.down_proj.weight", hidden, c.ffn_dim));
+    RETURN_IF_ERROR(BindLayerWeights(b, kHfLayerNames, absl::StrCat("model.layers.", i, "."), c, &w.layers[i]));
   }
   model->config_ = std::move(c);
   model->backing_.push_back(std::move(tensors));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
 #include "engine/model/hf_model.h"
+#include "engine/model/layer_binding.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/rope_scaling.h"
 
@@ -57,6 +58,13 @@ absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
+
+// GGUF's names of a layer's tensors (llama.cpp's convention).
+constexpr LayerTensorNames kGgufLayerNames{
+    .attn_norm = "attn_norm.weight", .q = "attn_q.weight", .k = "attn_k.weight", .v = "attn_v.weight",
+    .q_norm = "attn_q_norm.weight", .k_norm = "attn_k_norm.weight", .q_bias = "attn_q.bias",
+    .k_bias = "attn_k.bias", .v_bias = "attn_v.bias", .o = "attn_output.weight", .ffn_norm = "ffn_norm.weight",
+    .gate = "ffn_gate.weight", .up = "ffn_up.weight", .down = "ffn_down.weight"};
 
 }  // namespace
 
@@ -168,26 +176,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(std::unique_ptr<Ggu
   }
   w.layers.resize(c.num_layers);
   for (int32_t i = 0; i < c.num_layers; ++i) {
-    LayerWeights& l = w.layers[i];
-    const std::string p = absl::StrCat("blk.", i, ".");
-    ASSIGN_OR_RETURN(l.attn_norm, b.Vector(p + "attn_norm.weight", hidden));
-    ASSIGN_OR_RETURN(l.wq, b.Matrix(p + "attn_q.weight", c.q_dim(), hidden));
-    ASSIGN_OR_RETURN(l.wk, b.Matrix(p + "attn_k.weight", c.kv_dim(), hidden));
-    ASSIGN_OR_RETURN(l.wv, b.Matrix(p + "attn_v.weight", c.kv_dim(), hidden));
-    if (c.qk_norm) {
-      ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));
-      ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.head_dim));
-    }
-    if (c.qkv_bias) {
-      ASSIGN_OR_RETURN(l.bq, b.Vector(p + "attn_q.bias", c.q_dim()));
-      ASSIGN_OR_RETURN(l.bk, b.Vector(p + "attn_k.bias", c.kv_dim()));
-      ASSIGN_OR_RETURN(l.bv, b.Vector(p + "attn_v.bias", c.kv_dim()));
-    }
-    ASSIGN_OR_RETURN(l.wo, b.Matrix(p + "attn_output.weight", hidden, c.q_dim()));
-    ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(p + "ffn_norm.weight", hidden));
-    ASSIGN_OR_RETURN(l.w_gate, b.Matrix(p + "ffn_gate.weight", c.ffn_dim, hidden));
-    ASSIGN_OR_RETURN(l.w_up, b.Matrix(p + "ffn_up.weight", c.ffn_dim, hidden));
-    ASSIGN_OR_RETURN(l.w_down, b.Matrix(p + "ffn_down.weight", hidden, c.ffn_dim));
+    RETURN_IF_ERROR(BindLayerWeights(b, kGgufLayerNames, absl::StrCat("blk.", i, "."), c, &w.layers[i]));
   }
   model->config_ = std::move(c);
   model->gguf_ = std::move(file);
