@@ -59,6 +59,19 @@ __device__ __forceinline__ int64_t TokenVector(const DecodeParams& p, const int3
   return ((blk * p.layout.num_kv_heads + kvh) << p.bs_shift) + (static_cast<int32_t>(t) & (p.layout.block_size - 1));
 }
 
+// The lane's channels [ch0, ch0 + 8) of token t's exact row in its promoted block's slot (K or
+// V): exact_kv [slots, 2 (K, V), block_size, d] fp32.
+template <int D>
+__device__ __forceinline__ void LoadExactRow8(const DecodeParams& p, int32_t slot, bool is_value, int64_t t,
+                                              int32_t bs, int ch0, float (&x)[8]) {
+  const float4* src = reinterpret_cast<const float4*>(
+      p.exact_kv + ((static_cast<int64_t>(slot) * 2 + (is_value ? 1 : 0)) * bs + (static_cast<int32_t>(t) & (bs - 1))) * D +
+      ch0);
+  const float4 a = __ldg(src), b = __ldg(src + 1);
+  x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+  x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+}
+
 // An outlier-bypass token in stored values: x (code domain, scale sc) becomes fl(x·sc) — the
 // stored k̃ / ṽ bit for bit, as the codec's decode computes it — with the lane's outlier
 // channels replaced by their exact values `ov` [m]; the caller then uses scale 1.
@@ -172,11 +185,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           if constexpr (EXACT) {
             const int32_t slot = ExactSlotOf<EXACT>(p, blk, kvh);
             if (slot >= 0) {
-              const float4* src = reinterpret_cast<const float4*>(
-                  p.exact_kv + ((static_cast<int64_t>(slot) * 2) * bs + (static_cast<int32_t>(t) & (bs - 1))) * D + ch0);
-              const float4 a = __ldg(src), b = __ldg(src + 1);
-              xe[u][0] = a.x; xe[u][1] = a.y; xe[u][2] = a.z; xe[u][3] = a.w;
-              xe[u][4] = b.x; xe[u][5] = b.y; xe[u][6] = b.z; xe[u][7] = b.w;
+              LoadExactRow8<D>(p, slot, /*is_value=*/false, t, bs, ch0, xe[u]);
               ex[u] = true;
               sc[u] = 1.0f;
             }
@@ -315,11 +324,7 @@ __global__ void __launch_bounds__(kThreads, GMAX == 8 ? 1 : 2) MeteredDecodeKern
           if constexpr (EXACT) {
             const int32_t slot = ExactSlotOf<EXACT>(p, blk, kvh);
             if (slot >= 0) {
-              const float4* src = reinterpret_cast<const float4*>(
-                  p.exact_kv + ((static_cast<int64_t>(slot) * 2 + 1) * bs + (static_cast<int32_t>(t) & (bs - 1))) * D + ch0);
-              const float4 a = __ldg(src), b = __ldg(src + 1);
-              xe[u][0] = a.x; xe[u][1] = a.y; xe[u][2] = a.z; xe[u][3] = a.w;
-              xe[u][4] = b.x; xe[u][5] = b.y; xe[u][6] = b.z; xe[u][7] = b.w;
+              LoadExactRow8<D>(p, slot, /*is_value=*/true, t, bs, ch0, xe[u]);
               ex[u] = true;
               sc[u] = 1.0f;
             }
