@@ -72,12 +72,18 @@ KvCache::KvCache(const KvCacheOptions& o, const KvCodec* k_codec, const KvCodec*
   }
 }
 
-absl::StatusOr<KvCapacity> KvCache::CapacityFor(const KvCacheOptions& options) {
+// A one-block cache with the options' layout and nothing beside it (no backing store, no exact
+// cache): what the static size queries measure.
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::CreateProbe(const KvCacheOptions& options) {
   KvCacheOptions probe = options;
   probe.num_blocks = 1;
   probe.backing_store_bytes = 0;
   probe.exact_cache_blocks = 0;
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, Create(probe));
+  return Create(probe);
+}
+
+absl::StatusOr<KvCapacity> KvCache::CapacityFor(const KvCacheOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, CreateProbe(options));
   return cache->Capacity();
 }
 
@@ -110,11 +116,7 @@ int64_t KvCache::BytesPerBlock() const {
 }
 
 absl::StatusOr<int64_t> KvCache::BytesPerTokenFor(const KvCacheOptions& options) {
-  KvCacheOptions probe = options;
-  probe.num_blocks = 1;
-  probe.backing_store_bytes = 0;
-  probe.exact_cache_blocks = 0;
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, Create(probe));
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, CreateProbe(options));
   return cache->BytesPerToken();
 }
 

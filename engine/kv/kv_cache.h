@@ -195,6 +195,7 @@ class KvCache {
   const OutlierChannels& outliers() const { return outliers_; }
 
  private:
+  static absl::StatusOr<std::unique_ptr<KvCache>> CreateProbe(const KvCacheOptions& options);
   // One block's exact rows awaiting encoding.
   struct StagedBlock {
     std::vector<float> k, v;       // [block_size, Hkv, d] each
