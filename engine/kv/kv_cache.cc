@@ -72,8 +72,6 @@ KvCache::KvCache(const KvCacheOptions& o, const KvCodec* k_codec, const KvCodec*
   }
 }
 
-// A one-block cache with the options' layout and nothing beside it (no backing store, no exact
-// cache): what the static size queries measure.
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::CreateProbe(const KvCacheOptions& options) {
   KvCacheOptions probe = options;
   probe.num_blocks = 1;

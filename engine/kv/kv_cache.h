@@ -195,7 +195,10 @@ class KvCache {
   const OutlierChannels& outliers() const { return outliers_; }
 
  private:
+  // A one-block cache with the options' layout and nothing beside it (no backing store, no exact
+  // cache): what CapacityFor and BytesPerTokenFor measure.
   static absl::StatusOr<std::unique_ptr<KvCache>> CreateProbe(const KvCacheOptions& options);
+
   // One block's exact rows awaiting encoding.
   struct StagedBlock {
     std::vector<float> k, v;       // [block_size, Hkv, d] each
